@@ -1,0 +1,18 @@
+// Import of a Hugging Face config.json (model_type llama, qwen2, qwen3) into a ModelConfig.
+// Fields and defaults follow research/engines.md §4; anything we cannot run faithfully (RoPE
+// scaling, sliding windows, MLP biases, activations other than SiLU) is an error, not a guess.
+#pragma once
+
+#include <string>
+
+#include "model/model_config.h"
+
+namespace hydra {
+
+// Reads and validates `config_json_path`. Errors name the file, the key and what was expected.
+ModelConfig load_hf_config(const std::string& config_json_path);
+
+// Same, from JSON text; `source` names it in errors and its parent directory names the model.
+ModelConfig parse_hf_config(const std::string& json_text, const std::string& source);
+
+}  // namespace hydra
