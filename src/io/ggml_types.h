@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace hydra {
@@ -23,6 +24,9 @@ struct GgmlTypeInfo {
 
 // Info for a type id read from a file, or nullptr if the id is unknown or retired.
 const GgmlTypeInfo* ggml_type_info(uint32_t type_id);
+
+// Display name for any id: "Q4_1", "Q4_2 (retired)", or "unknown type 99". For error messages.
+std::string ggml_type_name(uint32_t type_id);
 
 // Bytes of a row of n elements; n must be a multiple of the block size (checked by the caller).
 size_t ggml_row_bytes(GgmlType type, int64_t n);

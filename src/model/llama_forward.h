@@ -1,0 +1,31 @@
+// Forward pass of the full-attention llama-family decoder on the CPU in fp32, with a KV cache and
+// named taps. Prefill and decode are the same call: T new tokens at positions cache.pos() onward.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/tensor.h"
+#include "model/kv_cache.h"
+#include "model/llama_model.h"
+#include "model/taps.h"
+
+namespace hydra {
+
+struct ForwardOptions {
+    const Taps* taps = nullptr;  // optional read/overwrite hooks (see taps.h)
+};
+
+// Runs tokens (T) through the model, appending their keys/values to `cache`, and returns the final
+// hidden states after the last RMSNorm: (T, C). Token ids are checked against the vocabulary.
+Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, KVCache& cache,
+                      const ForwardOptions& options = {});
+
+// logits (N, V) = hidden (N, C) @ lm_head^T.
+Tensor compute_logits(const LlamaModel& model, const Tensor& hidden);
+
+// Convenience: forward_hidden then the logits of the last position only: (V).
+Tensor forward_last_logits(const LlamaModel& model, std::span<const int32_t> tokens, KVCache& cache,
+                           const ForwardOptions& options = {});
+
+}  // namespace hydra

@@ -1,0 +1,14 @@
+// Rotary position embedding, NEOX / HF rotate_half pairing: within each head, dims i and i + R/2
+// (R = rotated dims) rotate by angle pos * theta^(-2i/R). GGUF llama weights are un-permuted at
+// load time so this single convention serves GGUF and HF models (engines.md §2.7).
+#pragma once
+
+#include <cstdint>
+
+namespace hydra::cpu {
+
+// x: (T, H, Dh), rotated in place; token t sits at absolute position pos0 + t.
+template <typename T>
+void rope_forward(T* x, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0, double theta);
+
+}  // namespace hydra::cpu
