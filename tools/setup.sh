@@ -40,7 +40,7 @@ if [ ! -f "$MODEL" ]; then
 fi
 echo "[setup] model: $MODEL"
 
-if [ -x "$ROOT/tools/fetch_prose.sh" ]; then "$ROOT/tools/fetch_prose.sh"; fi
+python3 "$ROOT/tools/fetch_prose.py"
 
 if [ "${1:-}" != "--no-build" ]; then
   cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

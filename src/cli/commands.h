@@ -1,0 +1,21 @@
+// The `hydra` subcommands: each register_* adds one subcommand with its options and its action.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace hydra::cli {
+
+void register_info(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_ppl(CLI::App& app);
+
+// The MODEL argument's default: $HYDRA_MODEL, else the default model fetched by tools/setup.sh.
+std::string default_model_path();
+// Adds the common --threads option; call apply_threads() at the start of the action.
+void add_threads_option(CLI::App& cmd, int& threads);
+void apply_threads(int threads);
+
+}  // namespace hydra::cli

@@ -1,0 +1,62 @@
+// Format detection and loading for load_model (see model_loader.h).
+#include "model/model_loader.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "model/gguf_import.h"
+#include "tokenizer/vocab_from_gguf.h"
+#include "tokenizer/vocab_from_tokenizer_json.h"
+
+namespace hydra {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+LoadedModel load_hf_directory(const std::string& dir) {
+    LoadedModel out;
+    out.source = dir;
+    out.format = "hf-safetensors";
+    ModelConfig cfg = load_hf_config((fs::path(dir) / "config.json").string());
+    if (cfg.name.empty()) cfg.name = fs::path(dir).filename().string();
+    SafetensorsShards shards = SafetensorsShards::open_dir(dir);
+    out.model = std::make_unique<LlamaModel>(cfg);
+    for (const ArenaEntry& e : out.model->params().entries()) {
+        const SafetensorsTensorInfo& info = shards.tensor(e.name);
+        HYDRA_CHECK(info.shape == e.shape, "{}: tensor '{}' has shape {}, expected {} from config.json", dir, e.name,
+                    shape_str(info.shape), shape_str(e.shape));
+        Tensor src = shards.to_f32(e.name);
+        Tensor dst = out.model->params().get(e.name);
+        std::copy(src.f32(), src.f32() + src.numel(), dst.f32());
+        out.tensor_types[std::string(st_dtype_name(info.dtype))]++;
+    }
+    const fs::path tok = fs::path(dir) / "tokenizer.json";
+    if (fs::exists(tok)) out.vocab = vocab_from_tokenizer_json(tok.string());
+    return out;
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& path) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    HYDRA_CHECK(fs::exists(st), "{}: no such file or directory (expected a .gguf file or a model directory)", path);
+    if (fs::is_directory(st)) {
+        HYDRA_CHECK(fs::exists(fs::path(path) / "config.json"),
+                    "{}: directory has no config.json (expected a Hugging Face model directory)", path);
+        return load_hf_directory(path);
+    }
+    GgufFile gguf = GgufFile::open(path);
+    LoadedModel out;
+    out.source = path;
+    out.format = "gguf";
+    out.model = load_llama_from_gguf(gguf, &out.tensor_types);
+    if (gguf.has("tokenizer.ggml.model")) out.vocab = vocab_from_gguf(gguf);
+    return out;
+}
+
+}  // namespace hydra
