@@ -27,49 +27,49 @@ struct TypeRow {
 };
 
 constexpr std::array<TypeRow, kTypeCount> kRows = {{
-    {"F32", 1, 4, true},         // 0
-    {"F16", 1, 2, true},         // 1
-    {"Q4_0", 32, 18, true},      // 2
-    {"Q4_1", 32, 20, true},      // 3
-    {"Q4_2", 0, 0, false},       // 4 retired
-    {"Q4_3", 0, 0, false},       // 5 retired
-    {"Q5_0", 32, 22, true},      // 6
-    {"Q5_1", 32, 24, true},      // 7
-    {"Q8_0", 32, 34, true},      // 8
-    {"Q8_1", 32, 36, false},     // 9
-    {"Q2_K", 256, 84, false},    // 10
-    {"Q3_K", 256, 110, false},   // 11
-    {"Q4_K", 256, 144, true},    // 12
-    {"Q5_K", 256, 176, true},    // 13
-    {"Q6_K", 256, 210, true},    // 14
-    {"Q8_K", 256, 292, false},   // 15
-    {"IQ2_XXS", 256, 66, false}, // 16
-    {"IQ2_XS", 256, 74, false},  // 17
-    {"IQ3_XXS", 256, 98, false}, // 18
-    {"IQ1_S", 256, 50, false},   // 19
-    {"IQ4_NL", 32, 18, false},   // 20
-    {"IQ3_S", 256, 110, false},  // 21
-    {"IQ2_S", 256, 82, false},   // 22
-    {"IQ4_XS", 256, 136, false}, // 23
-    {"I8", 1, 1, false},         // 24
-    {"I16", 1, 2, false},        // 25
-    {"I32", 1, 4, false},        // 26
-    {"I64", 1, 8, false},        // 27
-    {"F64", 1, 8, false},        // 28
-    {"IQ1_M", 256, 56, false},   // 29
-    {"BF16", 1, 2, true},        // 30
-    {"Q4_0_4_4", 0, 0, false},   // 31 retired
-    {"Q4_0_4_8", 0, 0, false},   // 32 retired
-    {"Q4_0_8_8", 0, 0, false},   // 33 retired
-    {"TQ1_0", 256, 54, false},   // 34
-    {"TQ2_0", 256, 66, false},   // 35
-    {"IQ4_NL_4_4", 0, 0, false}, // 36 retired
-    {"IQ4_NL_4_8", 0, 0, false}, // 37 retired
-    {"IQ4_NL_8_8", 0, 0, false}, // 38 retired
-    {"MXFP4", 32, 17, false},    // 39
-    {"NVFP4", 64, 36, false},    // 40
-    {"Q1_0", 128, 18, false},    // 41
-    {"Q2_0", 64, 18, false},     // 42
+    {"F32", 1, 4, true},          // 0
+    {"F16", 1, 2, true},          // 1
+    {"Q4_0", 32, 18, true},       // 2
+    {"Q4_1", 32, 20, true},       // 3
+    {"Q4_2", 0, 0, false},        // 4 retired
+    {"Q4_3", 0, 0, false},        // 5 retired
+    {"Q5_0", 32, 22, true},       // 6
+    {"Q5_1", 32, 24, true},       // 7
+    {"Q8_0", 32, 34, true},       // 8
+    {"Q8_1", 32, 36, false},      // 9
+    {"Q2_K", 256, 84, false},     // 10
+    {"Q3_K", 256, 110, false},    // 11
+    {"Q4_K", 256, 144, true},     // 12
+    {"Q5_K", 256, 176, true},     // 13
+    {"Q6_K", 256, 210, true},     // 14
+    {"Q8_K", 256, 292, false},    // 15
+    {"IQ2_XXS", 256, 66, false},  // 16
+    {"IQ2_XS", 256, 74, false},   // 17
+    {"IQ3_XXS", 256, 98, false},  // 18
+    {"IQ1_S", 256, 50, false},    // 19
+    {"IQ4_NL", 32, 18, false},    // 20
+    {"IQ3_S", 256, 110, false},   // 21
+    {"IQ2_S", 256, 82, false},    // 22
+    {"IQ4_XS", 256, 136, false},  // 23
+    {"I8", 1, 1, false},          // 24
+    {"I16", 1, 2, false},         // 25
+    {"I32", 1, 4, false},         // 26
+    {"I64", 1, 8, false},         // 27
+    {"F64", 1, 8, false},         // 28
+    {"IQ1_M", 256, 56, false},    // 29
+    {"BF16", 1, 2, true},         // 30
+    {"Q4_0_4_4", 0, 0, false},    // 31 retired
+    {"Q4_0_4_8", 0, 0, false},    // 32 retired
+    {"Q4_0_8_8", 0, 0, false},    // 33 retired
+    {"TQ1_0", 256, 54, false},    // 34
+    {"TQ2_0", 256, 66, false},    // 35
+    {"IQ4_NL_4_4", 0, 0, false},  // 36 retired
+    {"IQ4_NL_4_8", 0, 0, false},  // 37 retired
+    {"IQ4_NL_8_8", 0, 0, false},  // 38 retired
+    {"MXFP4", 32, 17, false},     // 39
+    {"NVFP4", 64, 36, false},     // 40
+    {"Q1_0", 128, 18, false},     // 41
+    {"Q2_0", 64, 18, false},      // 42
 }};
 
 struct TypeTable {
@@ -287,42 +287,69 @@ const GgmlTypeInfo* ggml_type_info(uint32_t type_id) {
 
 std::string ggml_type_name(uint32_t type_id) {
     if (type_id >= uint32_t(kTypeCount)) return fmt::format("unknown type {}", type_id);
-    if (kRows[type_id].block_elems == 0) return fmt::format("{} (retired type {})", kRows[type_id].name, type_id);
+    if (kRows[type_id].block_elems == 0)
+        return fmt::format("{} (retired type {})", kRows[type_id].name, type_id);
     return kRows[type_id].name;
 }
 
 size_t ggml_row_bytes(GgmlType type, int64_t n) {
     const GgmlTypeInfo* info = ggml_type_info(uint32_t(type));
     HYDRA_ASSERT(info != nullptr, "ggml_row_bytes: unknown type {}", uint32_t(type));
-    HYDRA_ASSERT(n >= 0 && n % info->block_elems == 0, "ggml_row_bytes: {} elements is not a multiple of {}'s block size {}",
-                 n, info->name, info->block_elems);
+    HYDRA_ASSERT(n >= 0 && n % info->block_elems == 0,
+                 "ggml_row_bytes: {} elements is not a multiple of {}'s block size {}", n, info->name,
+                 info->block_elems);
     return size_t(n / info->block_elems) * size_t(info->block_bytes);
 }
 
 void dequantize_row(GgmlType type, const void* src_v, float* dst, int64_t n) {
     const GgmlTypeInfo* info = ggml_type_info(uint32_t(type));
     if (info == nullptr || !info->can_dequantize)
-        fail("cannot dequantize tensors of type {}: HydraHead supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-             "Q5_1, Q4_K, Q5_K and Q6_K (re-quantize the model to one of them)",
-             ggml_type_name(uint32_t(type)));
+        fail(
+            "cannot dequantize tensors of type {}: HydraHead supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+            "Q5_0, "
+            "Q5_1, Q4_K, Q5_K and Q6_K (re-quantize the model to one of them)",
+            ggml_type_name(uint32_t(type)));
     HYDRA_ASSERT(n >= 0 && n % info->block_elems == 0,
                  "dequantize_row: {} elements is not a multiple of {}'s block size {}", n, info->name,
                  info->block_elems);
     const auto* src = static_cast<const uint8_t*>(src_v);
     const int64_t nb = n / info->block_elems;
     switch (type) {
-        case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); break;
-        case GgmlType::F16: dequant_f16(src, dst, n); break;
-        case GgmlType::BF16: dequant_bf16(src, dst, n); break;
-        case GgmlType::Q4_0: dequant_q4_0(src, dst, nb); break;
-        case GgmlType::Q4_1: dequant_q4_1(src, dst, nb); break;
-        case GgmlType::Q5_0: dequant_q5_0(src, dst, nb); break;
-        case GgmlType::Q5_1: dequant_q5_1(src, dst, nb); break;
-        case GgmlType::Q8_0: dequant_q8_0(src, dst, nb); break;
-        case GgmlType::Q4_K: dequant_q4_k(src, dst, nb); break;
-        case GgmlType::Q5_K: dequant_q5_k(src, dst, nb); break;
-        case GgmlType::Q6_K: dequant_q6_k(src, dst, nb); break;
-        default: HYDRA_ASSERT(false, "dequantize_row: no dequantizer for {}", info->name);
+        case GgmlType::F32:
+            std::memcpy(dst, src, size_t(n) * 4);
+            break;
+        case GgmlType::F16:
+            dequant_f16(src, dst, n);
+            break;
+        case GgmlType::BF16:
+            dequant_bf16(src, dst, n);
+            break;
+        case GgmlType::Q4_0:
+            dequant_q4_0(src, dst, nb);
+            break;
+        case GgmlType::Q4_1:
+            dequant_q4_1(src, dst, nb);
+            break;
+        case GgmlType::Q5_0:
+            dequant_q5_0(src, dst, nb);
+            break;
+        case GgmlType::Q5_1:
+            dequant_q5_1(src, dst, nb);
+            break;
+        case GgmlType::Q8_0:
+            dequant_q8_0(src, dst, nb);
+            break;
+        case GgmlType::Q4_K:
+            dequant_q4_k(src, dst, nb);
+            break;
+        case GgmlType::Q5_K:
+            dequant_q5_k(src, dst, nb);
+            break;
+        case GgmlType::Q6_K:
+            dequant_q6_k(src, dst, nb);
+            break;
+        default:
+            HYDRA_ASSERT(false, "dequantize_row: no dequantizer for {}", info->name);
     }
 }
 

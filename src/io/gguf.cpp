@@ -13,9 +13,9 @@ namespace hydra {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr int kMaxArrayDepth = 8;         // arrays of arrays of ...; ggml allows none, the spec any
-constexpr uint64_t kMaxKeyBytes = 65535;  // spec limit for keys
+constexpr uint32_t kMagic = 0x46554747;        // "GGUF" read as a little-endian u32
+constexpr int kMaxArrayDepth = 8;              // arrays of arrays of ...; ggml allows none, the spec any
+constexpr uint64_t kMaxKeyBytes = 65535;       // spec limit for keys
 constexpr uint64_t kMaxTensorNameBytes = 256;  // ggml: 64; leave room, but reject absurd names
 // Each GgufValue is ~100 bytes in memory, so a file of N one-byte array elements would cost ~100 N
 // bytes; cap the total (real vocabularies + merges stay far below 1M).
@@ -24,19 +24,32 @@ constexpr int kMaxDims = 4;
 
 const char* value_type_name(GgufValueType t) {
     switch (t) {
-        case GgufValueType::UINT8: return "uint8";
-        case GgufValueType::INT8: return "int8";
-        case GgufValueType::UINT16: return "uint16";
-        case GgufValueType::INT16: return "int16";
-        case GgufValueType::UINT32: return "uint32";
-        case GgufValueType::INT32: return "int32";
-        case GgufValueType::FLOAT32: return "float32";
-        case GgufValueType::BOOL: return "bool";
-        case GgufValueType::STRING: return "string";
-        case GgufValueType::ARRAY: return "array";
-        case GgufValueType::UINT64: return "uint64";
-        case GgufValueType::INT64: return "int64";
-        case GgufValueType::FLOAT64: return "float64";
+        case GgufValueType::UINT8:
+            return "uint8";
+        case GgufValueType::INT8:
+            return "int8";
+        case GgufValueType::UINT16:
+            return "uint16";
+        case GgufValueType::INT16:
+            return "int16";
+        case GgufValueType::UINT32:
+            return "uint32";
+        case GgufValueType::INT32:
+            return "int32";
+        case GgufValueType::FLOAT32:
+            return "float32";
+        case GgufValueType::BOOL:
+            return "bool";
+        case GgufValueType::STRING:
+            return "string";
+        case GgufValueType::ARRAY:
+            return "array";
+        case GgufValueType::UINT64:
+            return "uint64";
+        case GgufValueType::INT64:
+            return "int64";
+        case GgufValueType::FLOAT64:
+            return "float64";
     }
     return "invalid";
 }
@@ -51,17 +64,22 @@ int scalar_size(uint32_t t) {
     switch (GgufValueType(t)) {
         case GgufValueType::UINT8:
         case GgufValueType::INT8:
-        case GgufValueType::BOOL: return 1;
+        case GgufValueType::BOOL:
+            return 1;
         case GgufValueType::UINT16:
-        case GgufValueType::INT16: return 2;
+        case GgufValueType::INT16:
+            return 2;
         case GgufValueType::UINT32:
         case GgufValueType::INT32:
-        case GgufValueType::FLOAT32: return 4;
+        case GgufValueType::FLOAT32:
+            return 4;
         case GgufValueType::UINT64:
         case GgufValueType::INT64:
-        case GgufValueType::FLOAT64: return 8;
+        case GgufValueType::FLOAT64:
+            return 8;
         case GgufValueType::STRING:
-        case GgufValueType::ARRAY: return 0;
+        case GgufValueType::ARRAY:
+            return 0;
     }
     return -1;
 }
@@ -76,7 +94,7 @@ uint64_t min_encoded_size(uint32_t t) {
 
 // Cursor over the file image. `ctx` names what is being read, for "truncated" messages.
 class Reader {
-public:
+  public:
     Reader(const uint8_t* data, size_t size, const std::string& source)
         : data_(data), size_(size), source_(source) {}
 
@@ -104,10 +122,11 @@ public:
     // String: u64 length + bytes. `max_len` rejects absurd lengths with a field-specific message.
     std::string read_string(const std::string& ctx, uint64_t max_len = std::numeric_limits<uint64_t>::max()) {
         const uint64_t len = read<uint64_t>(ctx, " (string length)");
-        if (len > max_len) fail("{}: {}: string length {} exceeds the limit of {} bytes", source_, ctx, len, max_len);
+        if (len > max_len)
+            fail("{}: {}: string length {} exceeds the limit of {} bytes", source_, ctx, len, max_len);
         if (len > remaining())
-            fail("{}: {}: string length {} runs past the end of the file ({} bytes left at offset {})", source_, ctx,
-                 len, remaining(), pos_);
+            fail("{}: truncated: {}: string of {} bytes needs {} more bytes at offset {} (file size {})",
+                 source_, ctx, len, len - remaining(), pos_, size_);
         std::string s(reinterpret_cast<const char*>(data_ + pos_), size_t(len));
         pos_ += size_t(len);
         return s;
@@ -115,7 +134,7 @@ public:
 
     void seek(size_t p) { pos_ = p; }
 
-private:
+  private:
     const uint8_t* data_;
     size_t size_;
     size_t pos_ = 0;
@@ -123,7 +142,7 @@ private:
 };
 
 class Parser {
-public:
+  public:
     Parser(Reader& r) : r_(r) {}
 
     GgufValue read_value(uint32_t type, const std::string& ctx, int depth) {
@@ -132,16 +151,36 @@ public:
             fail("{}: {}: invalid value type {} (valid: 0..12)", r_.source(), ctx, type);
         v.type = GgufValueType(type);
         switch (v.type) {
-            case GgufValueType::UINT8: set_unsigned(v, r_.read<uint8_t>(ctx)); break;
-            case GgufValueType::UINT16: set_unsigned(v, r_.read<uint16_t>(ctx)); break;
-            case GgufValueType::UINT32: set_unsigned(v, r_.read<uint32_t>(ctx)); break;
-            case GgufValueType::UINT64: set_unsigned(v, r_.read<uint64_t>(ctx)); break;
-            case GgufValueType::INT8: set_signed(v, r_.read<int8_t>(ctx)); break;
-            case GgufValueType::INT16: set_signed(v, r_.read<int16_t>(ctx)); break;
-            case GgufValueType::INT32: set_signed(v, r_.read<int32_t>(ctx)); break;
-            case GgufValueType::INT64: set_signed(v, r_.read<int64_t>(ctx)); break;
-            case GgufValueType::FLOAT32: v.f = r_.read<float>(ctx); break;
-            case GgufValueType::FLOAT64: v.f = r_.read<double>(ctx); break;
+            case GgufValueType::UINT8:
+                set_unsigned(v, r_.read<uint8_t>(ctx));
+                break;
+            case GgufValueType::UINT16:
+                set_unsigned(v, r_.read<uint16_t>(ctx));
+                break;
+            case GgufValueType::UINT32:
+                set_unsigned(v, r_.read<uint32_t>(ctx));
+                break;
+            case GgufValueType::UINT64:
+                set_unsigned(v, r_.read<uint64_t>(ctx));
+                break;
+            case GgufValueType::INT8:
+                set_signed(v, r_.read<int8_t>(ctx));
+                break;
+            case GgufValueType::INT16:
+                set_signed(v, r_.read<int16_t>(ctx));
+                break;
+            case GgufValueType::INT32:
+                set_signed(v, r_.read<int32_t>(ctx));
+                break;
+            case GgufValueType::INT64:
+                set_signed(v, r_.read<int64_t>(ctx));
+                break;
+            case GgufValueType::FLOAT32:
+                v.f = r_.read<float>(ctx);
+                break;
+            case GgufValueType::FLOAT64:
+                v.f = r_.read<double>(ctx);
+                break;
             case GgufValueType::BOOL: {
                 const uint8_t b = r_.read<uint8_t>(ctx);
                 if (b > 1) fail("{}: {}: invalid bool value {} (must be 0 or 1)", r_.source(), ctx, b);
@@ -150,13 +189,17 @@ public:
                 v.u = b;
                 break;
             }
-            case GgufValueType::STRING: v.s = r_.read_string(ctx); break;
-            case GgufValueType::ARRAY: read_array(v, ctx, depth); break;
+            case GgufValueType::STRING:
+                v.s = r_.read_string(ctx);
+                break;
+            case GgufValueType::ARRAY:
+                read_array(v, ctx, depth);
+                break;
         }
         return v;
     }
 
-private:
+  private:
     static void set_unsigned(GgufValue& v, uint64_t x) {
         v.u = x;
         v.i = x <= uint64_t(std::numeric_limits<int64_t>::max()) ? int64_t(x) : 0;
@@ -168,7 +211,8 @@ private:
 
     void read_array(GgufValue& v, const std::string& ctx, int depth) {
         if (depth >= kMaxArrayDepth)
-            fail("{}: {}: arrays nested deeper than {} levels are not supported", r_.source(), ctx, kMaxArrayDepth);
+            fail("{}: {}: arrays nested deeper than {} levels are not supported", r_.source(), ctx,
+                 kMaxArrayDepth);
         const uint32_t elem = r_.read<uint32_t>(ctx, " (array element type)");
         if (scalar_size(elem) < 0)
             fail("{}: {}: invalid array element type {} (valid: 0..12)", r_.source(), ctx, elem);
@@ -176,12 +220,12 @@ private:
         const uint64_t count = r_.read<uint64_t>(ctx, " (array count)");
         const uint64_t min_size = min_encoded_size(elem);
         if (count > r_.remaining() / min_size)
-            fail("{}: {}: array of {} elements of type {} cannot fit in the {} bytes left in the file", r_.source(),
-                 ctx, count, value_type_name(v.elem_type), r_.remaining());
+            fail("{}: {}: array of {} elements of type {} cannot fit in the {} bytes left in the file",
+                 r_.source(), ctx, count, value_type_name(v.elem_type), r_.remaining());
         total_elems_ += count;
         if (total_elems_ > kMaxTotalArrayElems)
-            fail("{}: {}: metadata arrays hold more than {} elements in total (HydraHead's limit)", r_.source(), ctx,
-                 kMaxTotalArrayElems);
+            fail("{}: {}: metadata arrays hold more than {} elements in total (HydraHead's limit)",
+                 r_.source(), ctx, kMaxTotalArrayElems);
         v.array.reserve(size_t(count));
         for (uint64_t k = 0; k < count; ++k) v.array.push_back(read_value(elem, ctx, depth + 1));
     }
@@ -190,7 +234,9 @@ private:
     uint64_t total_elems_ = 0;
 };
 
-bool is_power_of_two(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+bool is_power_of_two(uint64_t x) {
+    return x != 0 && (x & (x - 1)) == 0;
+}
 
 }  // namespace
 
@@ -203,8 +249,10 @@ bool GgufValue::is_integer() const {
         case GgufValueType::UINT32:
         case GgufValueType::INT32:
         case GgufValueType::UINT64:
-        case GgufValueType::INT64: return true;
-        default: return false;
+        case GgufValueType::INT64:
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -236,14 +284,18 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& so
     }
     const uint32_t version = r.read<uint32_t>("header: version");
     if ((version & 0xffff) == 0)
-        fail("{}: version: 0x{:08x} looks like a big-endian GGUF file; only little-endian files are supported "
-             "(re-convert on a little-endian machine)",
-             source, version);
+        fail(
+            "{}: version: 0x{:08x} looks like a big-endian GGUF file; only little-endian files are supported "
+            "(re-convert on a little-endian machine)",
+            source, version);
     if (version == 1)
-        fail("{}: version: GGUF v1 is not supported (it uses 32-bit counts); re-convert the model with a current "
-             "llama.cpp to get v3",
-             source);
-    if (version != 2 && version != 3) fail("{}: version: unsupported GGUF version {} (supported: 2, 3)", source, version);
+        fail(
+            "{}: version: GGUF v1 is not supported (it uses 32-bit counts); re-convert the model with a "
+            "current "
+            "llama.cpp to get v3",
+            source);
+    if (version != 2 && version != 3)
+        fail("{}: version: unsupported GGUF version {} (supported: 2, 3)", source, version);
     g.version_ = version;
 
     const uint64_t n_tensors = r.read<uint64_t>("header: tensor count");
@@ -256,11 +308,16 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& so
     // name length (8) + 1 name byte + n_dims (4) + one dim (8) + type (4) + offset (8).
     constexpr uint64_t kMinKv = 14, kMinTensor = 33;
     if (n_kv > r.remaining() / kMinKv)
-        fail("{}: metadata kv count: {} pairs cannot fit in the {} bytes after the header", source, n_kv, r.remaining());
-    if (n_tensors > r.remaining() / kMinTensor ||
-        n_tensors * kMinTensor + n_kv * kMinKv > r.remaining())
-        fail("{}: tensor count: {} tensor infos (plus {} kv pairs) cannot fit in the {} bytes after the header",
-             source, n_tensors, n_kv, r.remaining());
+        fail(
+            "{}: metadata kv count: {} pairs cannot fit in the {} bytes after the header (file truncated or "
+            "corrupt)",
+            source, n_kv, r.remaining());
+    if (n_tensors > r.remaining() / kMinTensor || n_tensors * kMinTensor + n_kv * kMinKv > r.remaining())
+        fail(
+            "{}: tensor count: {} tensor infos (plus {} kv pairs) cannot fit in the {} bytes after the "
+            "header "
+            "(file truncated or corrupt)",
+            source, n_tensors, n_kv, r.remaining());
 
     // --- metadata
     g.metadata_.reserve(size_t(n_kv));
@@ -309,11 +366,13 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& so
         info.numel = numel;
         const uint32_t type_id = r.read<uint32_t>(ctx);
         const GgmlTypeInfo* ti = ggml_type_info(type_id);
-        if (ti == nullptr) fail("{}: {}: unknown tensor type {}", source, ctx, ggml_type_name(type_id));
+        if (ti == nullptr)
+            fail("{}: {}: unknown or retired ggml type id {} ({})", source, ctx, type_id,
+                 ggml_type_name(type_id));
         info.type = GgmlType(type_id);
         if (info.dims[0] % ti->block_elems != 0)
-            fail("{}: {}: dims[0] = {} is not a multiple of {}'s block size {}", source, ctx, info.dims[0], ti->name,
-                 ti->block_elems);
+            fail("{}: {}: dims[0] = {} is not a multiple of {}'s block size {}", source, ctx, info.dims[0],
+                 ti->name, ti->block_elems);
         const uint64_t blocks = uint64_t(numel / ti->block_elems);
         if (__builtin_mul_overflow(blocks, uint64_t(ti->block_bytes), &info.nbytes))
             fail("{}: {}: the byte size overflows", source, ctx);
@@ -329,17 +388,23 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, const std::string& so
     const uint64_t header_end = r.pos();
     const uint64_t pad = (g.alignment_ - header_end % g.alignment_) % g.alignment_;
     g.data_offset_ = header_end + pad;
+    // A file without tensors (e.g. vocabulary-only) may end right after its header, unpadded.
+    if (g.data_offset_ > size && n_tensors == 0) return g;
     if (g.data_offset_ > size)
-        fail("{}: truncated: data section starts at offset {} (header end {} padded to alignment {}) but the file "
-             "has {} bytes",
-             source, g.data_offset_, header_end, g.alignment_, size);
+        fail(
+            "{}: truncated: data section starts at offset {} (header end {} padded to alignment {}) but the "
+            "file "
+            "has {} bytes",
+            source, g.data_offset_, header_end, g.alignment_, size);
     const uint64_t data_size = size - g.data_offset_;
     for (size_t t = 0; t < g.tensors_.size(); ++t) {
         const GgufTensorInfo& info = g.tensors_[t];
         if (info.offset > data_size || info.nbytes > data_size - info.offset)
-            fail("{}: tensor '{}': data [{}, {}) of the data section runs past the end of the file (data section "
-                 "has {} bytes; file truncated?)",
-                 source, info.name, info.offset, uint64_t(info.offset + info.nbytes), data_size);
+            fail(
+                "{}: tensor '{}': data [{}, {}) of the data section runs past the end of the file (data "
+                "section "
+                "has {} bytes; file truncated?)",
+                source, info.name, info.offset, uint64_t(info.offset + info.nbytes), data_size);
     }
     return g;
 }
@@ -357,7 +422,8 @@ const GgufValue& require(const GgufFile& g, const std::string& key) {
     return *v;
 }
 
-[[noreturn]] void mismatch(const GgufFile& g, const std::string& key, const char* expected, const GgufValue& v) {
+[[noreturn]] void mismatch(const GgufFile& g, const std::string& key, const char* expected,
+                           const GgufValue& v) {
     fail("{}: metadata key '{}': expected {}, found {}", g.source(), key, expected, describe(v));
 }
 
@@ -433,8 +499,9 @@ std::vector<int64_t> GgufFile::get_int_array(const std::string& key) const {
 
 std::vector<float> GgufFile::get_float_array(const std::string& key) const {
     const GgufValue& v = require(*this, key);
-    if (v.type != GgufValueType::ARRAY || !(is_integer_type(v.elem_type) || v.elem_type == GgufValueType::FLOAT32 ||
-                                            v.elem_type == GgufValueType::FLOAT64))
+    if (v.type != GgufValueType::ARRAY ||
+        !(is_integer_type(v.elem_type) || v.elem_type == GgufValueType::FLOAT32 ||
+          v.elem_type == GgufValueType::FLOAT64))
         mismatch(*this, key, "an array of numbers", v);
     std::vector<float> out;
     out.reserve(v.array.size());
@@ -469,7 +536,8 @@ const GgufTensorInfo* GgufFile::find_tensor(const std::string& name) const {
 
 const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
     const GgufTensorInfo* t = find_tensor(name);
-    if (t == nullptr) fail("{}: missing tensor '{}' ({} tensors in the file)", source_, name, tensors_.size());
+    if (t == nullptr)
+        fail("{}: missing tensor '{}' ({} tensors in the file)", source_, name, tensors_.size());
     return *t;
 }
 

@@ -12,8 +12,8 @@
 namespace hydra {
 
 GgufValue gguf_uint(GgufValueType type, uint64_t v) {
-    HYDRA_ASSERT(type == GgufValueType::UINT8 || type == GgufValueType::UINT16 || type == GgufValueType::UINT32 ||
-                     type == GgufValueType::UINT64,
+    HYDRA_ASSERT(type == GgufValueType::UINT8 || type == GgufValueType::UINT16 ||
+                     type == GgufValueType::UINT32 || type == GgufValueType::UINT64,
                  "gguf_uint: not an unsigned type");
     GgufValue out;
     out.type = type;
@@ -23,8 +23,8 @@ GgufValue gguf_uint(GgufValueType type, uint64_t v) {
 }
 
 GgufValue gguf_int(GgufValueType type, int64_t v) {
-    HYDRA_ASSERT(type == GgufValueType::INT8 || type == GgufValueType::INT16 || type == GgufValueType::INT32 ||
-                     type == GgufValueType::INT64,
+    HYDRA_ASSERT(type == GgufValueType::INT8 || type == GgufValueType::INT16 ||
+                     type == GgufValueType::INT32 || type == GgufValueType::INT64,
                  "gguf_int: not a signed type");
     GgufValue out;
     out.type = type;
@@ -34,7 +34,8 @@ GgufValue gguf_int(GgufValueType type, int64_t v) {
 }
 
 GgufValue gguf_float(GgufValueType type, double v) {
-    HYDRA_ASSERT(type == GgufValueType::FLOAT32 || type == GgufValueType::FLOAT64, "gguf_float: not a float type");
+    HYDRA_ASSERT(type == GgufValueType::FLOAT32 || type == GgufValueType::FLOAT64,
+                 "gguf_float: not a float type");
     GgufValue out;
     out.type = type;
     out.f = v;
@@ -58,7 +59,8 @@ GgufValue gguf_string(std::string v) {
 }
 
 GgufValue gguf_array(GgufValueType elem_type, std::vector<GgufValue> elems) {
-    for (const GgufValue& e : elems) HYDRA_ASSERT(e.type == elem_type, "gguf_array: element of the wrong type");
+    for (const GgufValue& e : elems)
+        HYDRA_ASSERT(e.type == elem_type, "gguf_array: element of the wrong type");
     GgufValue out;
     out.type = GgufValueType::ARRAY;
     out.elem_type = elem_type;
@@ -76,7 +78,7 @@ GgufValue gguf_string_array(const std::vector<std::string>& v) {
 namespace {
 
 class Out {
-public:
+  public:
     std::vector<uint8_t> bytes;
 
     template <typename T>
@@ -96,15 +98,33 @@ public:
     // The payload of a value of type `type` (no type tag).
     void put_value(const GgufValue& v) {
         switch (v.type) {
-            case GgufValueType::UINT8: put<uint8_t>(uint8_t(v.u)); break;
-            case GgufValueType::INT8: put<int8_t>(int8_t(v.i)); break;
-            case GgufValueType::UINT16: put<uint16_t>(uint16_t(v.u)); break;
-            case GgufValueType::INT16: put<int16_t>(int16_t(v.i)); break;
-            case GgufValueType::UINT32: put<uint32_t>(uint32_t(v.u)); break;
-            case GgufValueType::INT32: put<int32_t>(int32_t(v.i)); break;
-            case GgufValueType::FLOAT32: put<float>(float(v.f)); break;
-            case GgufValueType::BOOL: put<uint8_t>(v.b ? 1 : 0); break;
-            case GgufValueType::STRING: put_string(v.s); break;
+            case GgufValueType::UINT8:
+                put<uint8_t>(uint8_t(v.u));
+                break;
+            case GgufValueType::INT8:
+                put<int8_t>(int8_t(v.i));
+                break;
+            case GgufValueType::UINT16:
+                put<uint16_t>(uint16_t(v.u));
+                break;
+            case GgufValueType::INT16:
+                put<int16_t>(int16_t(v.i));
+                break;
+            case GgufValueType::UINT32:
+                put<uint32_t>(uint32_t(v.u));
+                break;
+            case GgufValueType::INT32:
+                put<int32_t>(int32_t(v.i));
+                break;
+            case GgufValueType::FLOAT32:
+                put<float>(float(v.f));
+                break;
+            case GgufValueType::BOOL:
+                put<uint8_t>(v.b ? 1 : 0);
+                break;
+            case GgufValueType::STRING:
+                put_string(v.s);
+                break;
             case GgufValueType::ARRAY:
                 put<uint32_t>(uint32_t(v.elem_type));
                 put<uint64_t>(v.array.size());
@@ -113,15 +133,24 @@ public:
                     put_value(e);
                 }
                 break;
-            case GgufValueType::UINT64: put<uint64_t>(v.u); break;
-            case GgufValueType::INT64: put<int64_t>(v.i); break;
-            case GgufValueType::FLOAT64: put<double>(v.f); break;
-            default: HYDRA_ASSERT(false, "GgufWriter: invalid value type {}", uint32_t(v.type));
+            case GgufValueType::UINT64:
+                put<uint64_t>(v.u);
+                break;
+            case GgufValueType::INT64:
+                put<int64_t>(v.i);
+                break;
+            case GgufValueType::FLOAT64:
+                put<double>(v.f);
+                break;
+            default:
+                HYDRA_ASSERT(false, "GgufWriter: invalid value type {}", uint32_t(v.type));
         }
     }
 };
 
-uint64_t padded(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+uint64_t padded(uint64_t n, uint64_t a) {
+    return (n + a - 1) / a * a;
+}
 
 }  // namespace
 
@@ -136,8 +165,9 @@ void GgufWriter::add(const std::string& key, GgufValue value) {
     for (auto& [k, v] : metadata_) {
         if (k != key) continue;
         // The constructor's general.alignment may be overridden once by the caller, with the same value.
-        HYDRA_CHECK(key == "general.alignment" && value.type == GgufValueType::UINT32 && value.u == alignment_,
-                    "GgufWriter: duplicate metadata key '{}'", key);
+        HYDRA_CHECK(
+            key == "general.alignment" && value.type == GgufValueType::UINT32 && value.u == alignment_,
+            "GgufWriter: duplicate metadata key '{}'", key);
         v = std::move(value);
         return;
     }
@@ -156,11 +186,12 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>&
         HYDRA_CHECK(d > 0, "GgufWriter: tensor '{}': dimension {} is not positive", name, d);
         numel *= d;
     }
-    HYDRA_CHECK(dims[0] % info->block_elems == 0, "GgufWriter: tensor '{}': dims[0] = {} not a multiple of {}",
-                name, dims[0], info->block_elems);
+    HYDRA_CHECK(dims[0] % info->block_elems == 0,
+                "GgufWriter: tensor '{}': dims[0] = {} not a multiple of {}", name, dims[0],
+                info->block_elems);
     const size_t expect = size_t(numel / info->block_elems) * size_t(info->block_bytes);
-    HYDRA_CHECK(nbytes == expect, "GgufWriter: tensor '{}': {} bytes given, {} {} elements need {}", name, nbytes,
-                numel, info->name, expect);
+    HYDRA_CHECK(nbytes == expect, "GgufWriter: tensor '{}': {} bytes given, {} {} elements need {}", name,
+                nbytes, numel, info->name, expect);
     const auto* p = static_cast<const uint8_t*>(data);
     tensors_.push_back({name, dims, type, std::vector<uint8_t>(p, p + nbytes)});
 }

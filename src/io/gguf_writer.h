@@ -22,7 +22,7 @@ GgufValue gguf_array(GgufValueType elem_type, std::vector<GgufValue> elems);
 GgufValue gguf_string_array(const std::vector<std::string>& v);
 
 class GgufWriter {
-public:
+  public:
     // `alignment` must be a power of two; when it is not 32 a general.alignment key is written
     // first (unless the caller adds one).
     explicit GgufWriter(uint32_t alignment = 32, uint32_t version = 3);
@@ -36,15 +36,16 @@ public:
 
     // Copies `nbytes` bytes of tensor data; nbytes must equal the size implied by dims and type.
     // dims are ggml ne[] (dims[0] contiguous).
-    void add_tensor(const std::string& name, const std::vector<int64_t>& dims, GgmlType type, const void* data,
-                    size_t nbytes);
+    void add_tensor(const std::string& name, const std::vector<int64_t>& dims, GgmlType type,
+                    const void* data, size_t nbytes);
     // f32 convenience.
-    void add_tensor_f32(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& data);
+    void add_tensor_f32(const std::string& name, const std::vector<int64_t>& dims,
+                        const std::vector<float>& data);
 
     std::vector<uint8_t> to_bytes() const;
     void write(const std::string& path) const;  // atomic: temp file + rename
 
-private:
+  private:
     struct Tensor {
         std::string name;
         std::vector<int64_t> dims;

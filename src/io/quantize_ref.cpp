@@ -131,8 +131,8 @@ inline int ceil_div_clamped(float v, float d, int hi) {
 
 // Shared by Q4_K (qmax 15) and Q5_K (qmax 31): y = d*sc*q - dmin*m per sub-block of 32.
 // Chooses, per sub-block, m so that -dmin*m <= min(x, 0), then sc so that d*sc*qmax >= max + dmin*m.
-void k_scales(const float* x, int qmax, float& d_out, float& dmin_out, uint16_t& dh, uint16_t& dminh, int sc[8],
-              int mn[8], float ds[8], float dm[8]) {
+void k_scales(const float* x, int qmax, float& d_out, float& dmin_out, uint16_t& dh, uint16_t& dminh,
+              int sc[8], int mn[8], float ds[8], float dm[8]) {
     float minv[8], maxv[8];
     float max_minv = 0;
     for (int k = 0; k < 8; ++k) {
@@ -253,8 +253,10 @@ bool can_quantize_ref(GgmlType type) {
         case GgmlType::Q5_1:
         case GgmlType::Q4_K:
         case GgmlType::Q5_K:
-        case GgmlType::Q6_K: return true;
-        default: return false;
+        case GgmlType::Q6_K:
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -270,7 +272,9 @@ void quantize_row_ref(GgmlType type, const float* src, void* dst_v, int64_t n) {
     const int64_t be = info->block_elems, bb = info->block_bytes;
     void (*block_fn)(const float*, uint8_t*) = nullptr;
     switch (type) {
-        case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
+        case GgmlType::F32:
+            std::memcpy(dst, src, size_t(n) * 4);
+            return;
         case GgmlType::F16:
             for (int64_t i = 0; i < n; ++i) store_f16(dst + 2 * i, src[i]);
             return;
@@ -280,15 +284,32 @@ void quantize_row_ref(GgmlType type, const float* src, void* dst_v, int64_t n) {
                 std::memcpy(dst + 2 * i, &h, 2);
             }
             return;
-        case GgmlType::Q8_0: block_fn = q8_0_block; break;
-        case GgmlType::Q4_0: block_fn = q4_0_block; break;
-        case GgmlType::Q4_1: block_fn = q4_1_block; break;
-        case GgmlType::Q5_0: block_fn = q5_0_block; break;
-        case GgmlType::Q5_1: block_fn = q5_1_block; break;
-        case GgmlType::Q4_K: block_fn = q4_k_block; break;
-        case GgmlType::Q5_K: block_fn = q5_k_block; break;
-        case GgmlType::Q6_K: block_fn = q6_k_block; break;
-        default: HYDRA_ASSERT(false, "unreachable");
+        case GgmlType::Q8_0:
+            block_fn = q8_0_block;
+            break;
+        case GgmlType::Q4_0:
+            block_fn = q4_0_block;
+            break;
+        case GgmlType::Q4_1:
+            block_fn = q4_1_block;
+            break;
+        case GgmlType::Q5_0:
+            block_fn = q5_0_block;
+            break;
+        case GgmlType::Q5_1:
+            block_fn = q5_1_block;
+            break;
+        case GgmlType::Q4_K:
+            block_fn = q4_k_block;
+            break;
+        case GgmlType::Q5_K:
+            block_fn = q5_k_block;
+            break;
+        case GgmlType::Q6_K:
+            block_fn = q6_k_block;
+            break;
+        default:
+            HYDRA_ASSERT(false, "unreachable");
     }
     for (int64_t b = 0; b < nb; ++b) block_fn(src + b * be, dst + b * bb);
 }
@@ -297,7 +318,8 @@ std::vector<uint8_t> quantize_ref(GgmlType type, const float* src, int64_t n) {
     const GgmlTypeInfo* info = ggml_type_info(uint32_t(type));
     if (info == nullptr) fail("quantize_ref: unknown type {}", uint32_t(type));
     HYDRA_CHECK(n >= 0 && n % info->block_elems == 0,
-                "quantize_ref: {} elements is not a multiple of {}'s block size {}", n, info->name, info->block_elems);
+                "quantize_ref: {} elements is not a multiple of {}'s block size {}", n, info->name,
+                info->block_elems);
     std::vector<uint8_t> out(ggml_row_bytes(type, n));
     quantize_row_ref(type, src, out.data(), n);
     return out;
