@@ -159,6 +159,8 @@ CONTROL = [
     "a\x01b", "i\x04n", "\x04", "\x06\x13\x14\x16\x1d", "x\x00y", "bell\x07", "esc\x1b[31mred\x1b[0m",
     "\x7f delete", "del\x7fete", "\x1f unit sep", "\x1c\x1d\x1e", "tab\x0bvt", "\x08backspace",
     "th\x04e", "\x16the", " \x14 ", "a\x00\x00\x00b", "\U00080000x",
+    # A dropped byte inside one pre-token: its neighbours become adjacent and merge ("!!").
+    "!\x04!", "..\x04..", "?\x13?", "wait!\x1d!\x06?",
 ]
 
 
