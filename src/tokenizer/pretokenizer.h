@@ -6,7 +6,8 @@
 //   llama-bpe  the Llama-3 regex (\p{N}{1,3}, case-insensitive contractions, newline runs)
 //   qwen2      the Llama-3 regex with single digits
 // Implemented with PCRE2 (UTF + UCP, JIT when available). `\s` is spelled out as the Unicode
-// White_Space set, because PCRE2's UCP \s omits U+0085 while HF's (Oniguruma) \s includes it.
+// White_Space set, because PCRE2's \s also matches U+180E (Mongolian vowel separator, \h in PCRE2)
+// while HF's (Oniguruma) \s does not (tested: "\u180e!" is one piece in HF).
 #pragma once
 
 #include <memory>
