@@ -82,7 +82,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
 
 void unpermute_qk_rows(float* rows, int64_t n_head, int64_t head_dim, int64_t cols) {
     const int64_t half = head_dim / 2;
-    std::vector<float> tmp(size_t(head_dim * cols));
+    std::vector<float> tmp(static_cast<size_t>(head_dim * cols));
     for (int64_t h = 0; h < n_head; ++h) {
         float* head = rows + h * head_dim * cols;
         for (int64_t i = 0; i < half; ++i)

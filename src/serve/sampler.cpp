@@ -25,13 +25,13 @@ Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.see
 int32_t Sampler::sample(std::span<const float> logits) {
     if (config_.temperature == 0) return argmax(logits);
     const int64_t V = int64_t(logits.size());
-    std::vector<int32_t> idx(size_t(V));
+    std::vector<int32_t> idx(static_cast<size_t>(V));
     std::iota(idx.begin(), idx.end(), 0);
     const int64_t k = config_.top_k > 0 ? std::min<int64_t>(config_.top_k, V) : V;
     auto by_logit = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_logit);
     idx.resize(size_t(k));
-    std::vector<double> p(size_t(k));
+    std::vector<double> p(static_cast<size_t>(k));
     const double max_logit = logits[size_t(idx[0])];
     double sum = 0;
     for (int64_t i = 0; i < k; ++i) {

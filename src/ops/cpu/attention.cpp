@@ -14,8 +14,8 @@ void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T*
     const int64_t S = pos0 + num_tokens;
 #pragma omp parallel
     {
-        std::vector<T> scores(size_t(S));
-        std::vector<T> acc(size_t(Dh));
+        std::vector<T> scores(static_cast<size_t>(S));
+        std::vector<T> acc(static_cast<size_t>(Dh));
 #pragma omp for schedule(dynamic, 4) collapse(2)
         for (int64_t t = 0; t < num_tokens; ++t) {
             for (int64_t h = 0; h < H; ++h) {

@@ -9,7 +9,7 @@ namespace hydra::cpu {
 template <typename T>
 void rope_forward(T* x, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0, double theta) {
     const int64_t half = rope_dim / 2;
-    std::vector<double> inv_freq(size_t(half));
+    std::vector<double> inv_freq(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(theta, -2.0 * double(i) / double(rope_dim));
 #pragma omp parallel for schedule(static) if (num_tokens > 4)
     for (int64_t t = 0; t < num_tokens; ++t) {
