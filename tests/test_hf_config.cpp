@@ -307,6 +307,7 @@ TEST_F(HfConfigTest, InconsistentValuesFailValidation) {
     expect_error(kSmolLM2, {{"rms_norm_eps", 0}}, {"rms_norm_eps"});
     expect_error(kSmolLM2, {{"head_dim", 63}}, {"head_dim"});  // odd: no RoPE pairs
     expect_error(kSmolLM2, {{"max_position_embeddings", -1}}, {"max_position_embeddings"});
+    expect_error(kSmolLM2, {{"rope_theta", 1e300}}, {"rope_theta", "does not fit a float"});
 }
 
 TEST_F(HfConfigTest, BadFiles) {

@@ -205,6 +205,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
         if (auto t = Fields(*params, source, "rope_parameters.").number_opt("rope_theta")) theta = *t;
     }
     c.rope_theta = float(theta.value_or(10000.0));
+    HYDRA_CHECK(std::isfinite(c.rope_theta), "{}: rope_theta {} does not fit a float", source, *theta);
     if (const json* scaling = f.get("rope_scaling")) {
         HYDRA_CHECK(scaling->is_object(), "{}: \"rope_scaling\" is {}, expected null or an object", source,
                     json_kind(*scaling));
