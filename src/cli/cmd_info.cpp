@@ -4,6 +4,9 @@
 
 #include "cli/commands.h"
 #include "cli/model_load_report.h"
+#ifdef HYDRA_WITH_CUDA
+#include "ops/cuda/device_info.h"
+#endif
 
 namespace hydra::cli {
 
@@ -40,6 +43,11 @@ void register_info(CLI::App& app) {
                        m.vocab->tokens.size(), m.vocab->merges.size(), m.vocab->bos_id, m.vocab->eos_id);
         else
             fmt::print("tokenizer    none\n");
+#ifdef HYDRA_WITH_CUDA
+        fmt::print("cuda         {}", cuda::device_summary());
+#else
+        fmt::print("cuda         not built (configure with -DHYDRA_CUDA=ON)\n");
+#endif
     });
 }
 
