@@ -368,6 +368,10 @@ TEST(GgufBadInput, Metadata) {
                  {"metadata key 'k'", "duplicate"});
     // Empty key.
     expect_error(Raw().header(0, 1).kv_u32("", 1).zeros(16).b, {"metadata kv 0 key", "empty"});
+    // More array elements than HydraHead keeps in memory (fails before allocating them).
+    Raw many;
+    many.header(0, 1).str("many").u32(9).u32(0).u64((uint64_t(1) << 23) + 1).zeros((size_t(1) << 23) + 32);
+    expect_error(many.b, {"metadata key 'many'", "in total"});
     // Arrays nested 9 deep.
     Raw deep;
     deep.header(0, 1).str("deep").u32(9);
