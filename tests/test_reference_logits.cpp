@@ -122,5 +122,30 @@ TEST_F(ReferenceLogits, MatchesTransformersOnFivePrompts) {
     EXPECT_TRUE(saw_long) << "the reference must include a prompt over 1,000 tokens";
 }
 
+// Decoding through the quantized weight copies must give the same greedy tokens as the f32 path,
+// with logits equal up to rounding (they are the same weights).
+TEST_F(ReferenceLogits, QuantizedDecodeMatchesF32Decode) {
+    const std::vector<int32_t> prompt = {504, 3575, 282, 4649, 314};  // "The capital of France is"
+    const int64_t V = model_->config().vocab_size, steps = 12;
+    KVCache a(model_->config(), 64), b(model_->config(), 64);
+    ForwardOptions f32_opts, q_opts;
+    f32_opts.quantized_decode = false;
+    Tensor la = forward_last_logits(*model_, prompt, a, f32_opts);
+    Tensor lb = forward_last_logits(*model_, prompt, b, q_opts);
+    double worst = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+        const int32_t ta = int32_t(std::max_element(la.f32(), la.f32() + V) - la.f32());
+        const int32_t tb = int32_t(std::max_element(lb.f32(), lb.f32() + V) - lb.f32());
+        ASSERT_EQ(ta, tb) << "greedy tokens diverge at step " << s;
+        const int32_t one[1] = {ta};
+        la = forward_last_logits(*model_, one, a, f32_opts);
+        lb = forward_last_logits(*model_, one, b, q_opts);
+        worst = std::max(worst, relative_rms(lb.f32(), la.f32(), V));
+    }
+    std::printf("quantized vs f32 decode: worst relative RMS over %lld steps %.3g\n", (long long)steps, worst);
+    EXPECT_LT(worst, 1e-4);
+    EXPECT_FALSE(model_->layer(0).qwq.empty()) << "the Q4_1 model should carry quantized copies";
+}
+
 }  // namespace
 }  // namespace hydra

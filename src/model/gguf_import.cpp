@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu/quant_gemv.h"
 
 namespace hydra {
 
@@ -92,7 +93,8 @@ void unpermute_qk_rows(float* rows, int64_t n_head, int64_t head_dim, int64_t co
     }
 }
 
-std::unique_ptr<LlamaModel> load_llama_from_gguf(const GgufFile& g, std::map<std::string, int>* type_histogram) {
+std::unique_ptr<LlamaModel> load_llama_from_gguf(const GgufFile& g, std::map<std::string, int>* type_histogram,
+                                                 bool keep_quantized) {
     ModelConfig cfg = config_from_gguf(g);
     auto model = std::make_unique<LlamaModel>(cfg);
     const bool permuted = cfg.architecture == "llama";  // llama.cpp permutes q/k only for LLAMA rope type
@@ -121,10 +123,26 @@ std::unique_ptr<LlamaModel> load_llama_from_gguf(const GgufFile& g, std::map<std
         float* out = dst.f32();
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < n_rows; ++r) dequantize_row(info->type, src + size_t(r) * row_bytes, out + r * cols, cols);
-        if (permuted && (hf_name.find("q_proj") != std::string::npos || hf_name.find("k_proj") != std::string::npos)) {
-            const bool is_q = hf_name.find("q_proj") != std::string::npos;
-            const int64_t heads = is_q ? cfg.num_heads : cfg.num_kv_heads;
-            unpermute_qk_rows(out, heads, cfg.head_dim, dst.rank() == 2 ? dst.dim(1) : 1);
+        const bool qk = permuted && (hf_name.find("q_proj") != std::string::npos ||
+                                     hf_name.find("k_proj") != std::string::npos);
+        const int64_t heads = hf_name.find("q_proj") != std::string::npos ? cfg.num_heads : cfg.num_kv_heads;
+        if (qk) unpermute_qk_rows(out, heads, cfg.head_dim, dst.rank() == 2 ? dst.dim(1) : 1);
+        // Keep the original blocks of quantized matrices for memory-bound decode (see quant_gemv.h).
+        if (keep_quantized && dst.rank() == 2 && cpu::quant_gemv_supported(info->type)) {
+            QuantizedWeight qw;
+            qw.type = info->type;
+            qw.rows = n_rows;
+            qw.cols = cols;
+            qw.bytes.assign(src, src + size_t(n_rows) * row_bytes);
+            if (qk) {  // move whole block rows: HF row j*(Dh/2)+i <- GGUF row 2i+j within each head
+                const int64_t half = cfg.head_dim / 2;
+                for (int64_t h = 0; h < heads; ++h)
+                    for (int64_t i = 0; i < half; ++i)
+                        for (int64_t j = 0; j < 2; ++j)
+                            std::memcpy(&qw.bytes[size_t(h * cfg.head_dim + j * half + i) * row_bytes],
+                                        src + size_t(h * cfg.head_dim + 2 * i + j) * row_bytes, row_bytes);
+            }
+            model->attach_quantized(hf_name, std::move(qw));
         }
     };
 

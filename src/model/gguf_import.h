@@ -16,8 +16,11 @@ namespace hydra {
 ModelConfig config_from_gguf(const GgufFile& gguf);
 
 // Loads all weights (dequantized). `type_histogram`, if given, receives tensor counts per ggml type.
+// With `keep_quantized`, matrices in a type quant_gemv supports also keep their original blocks for
+// decode (LlamaModel::attach_quantized).
 std::unique_ptr<LlamaModel> load_llama_from_gguf(const GgufFile& gguf,
-                                                 std::map<std::string, int>* type_histogram = nullptr);
+                                                 std::map<std::string, int>* type_histogram = nullptr,
+                                                 bool keep_quantized = true);
 
 // Undo llama.cpp's q/k permutation in place on an [n_head * Dh, cols] row-major matrix (or a bias
 // with cols == 1): HF row j*(Dh/2)+i = GGUF row 2i+j within each head (engines.md §2.7).

@@ -8,6 +8,7 @@
 
 #include "core/gemm.h"
 #include "ops/cpu/attention.h"
+#include "ops/cpu/quant_gemv.h"
 #include "ops/cpu/rmsnorm.h"
 #include "ops/cpu/rope.h"
 #include "ops/cpu/swiglu.h"
@@ -21,6 +22,16 @@ void add_bias(float* x, const Tensor& bias, int64_t T, int64_t N) {
     const float* b = bias.f32();
     for (int64_t t = 0; t < T; ++t)
         for (int64_t n = 0; n < N; ++n) x[t * N + n] += b[n];
+}
+
+// out (T, N) = x (T, K) @ W^T, from the quantized copy for single-token steps when allowed.
+void linear(float* out, const float* x, const Tensor& w, const QuantizedWeight& qw, int64_t T, int64_t K, int64_t N,
+            bool quantized) {
+    if (quantized && T == 1 && !qw.empty()) {
+        cpu::quant_gemv(out, qw.type, qw.bytes.data(), x, N, K);
+        return;
+    }
+    linear_f32(out, x, w.f32(), T, K, N);
 }
 
 void fire(const ForwardOptions& options, const char* point, int layer, Tensor& value) {
@@ -61,15 +72,16 @@ Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, 
 
     const double scale = 1.0 / std::sqrt(double(Dh));
     const bool taps = options.taps && !options.taps->empty();
+    const bool qd = options.quantized_decode;
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
         const LayerWeights& w = model.layer(l);
         const int li = int(l);
         cpu::rmsnorm_forward(xn.f32(), (float*)nullptr, x.f32(), w.attn_norm.f32(), T, C, cfg.rms_norm_eps);
         fire(options, "attn_norm", li, xn);
 
-        linear_f32(q.f32(), xn.f32(), w.wq.f32(), T, C, Dq);
-        linear_f32(k.f32(), xn.f32(), w.wk.f32(), T, C, Dkv);
-        linear_f32(v.f32(), xn.f32(), w.wv.f32(), T, C, Dkv);
+        linear(q.f32(), xn.f32(), w.wq, w.qwq, T, C, Dq, qd);
+        linear(k.f32(), xn.f32(), w.wk, w.qwk, T, C, Dkv, qd);
+        linear(v.f32(), xn.f32(), w.wv, w.qwv, T, C, Dkv, qd);
         add_bias(q.f32(), w.bq, T, Dq);
         add_bias(k.f32(), w.bk, T, Dkv);
         add_bias(v.f32(), w.bv, T, Dkv);
@@ -92,7 +104,7 @@ Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, 
         if (!probs.empty()) fire(options, "attn_probs", li, probs);
         fire(options, "head_out", li, heads);
 
-        linear_f32(proj.f32(), heads.f32(), w.wo.f32(), T, Dq, C);
+        linear(proj.f32(), heads.f32(), w.wo, w.qwo, T, Dq, C, qd);
         fire(options, "attn_out", li, proj);
         float* xs = x.f32();
         const float* ps = proj.f32();
@@ -101,10 +113,10 @@ Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, 
 
         cpu::rmsnorm_forward(xn.f32(), (float*)nullptr, x.f32(), w.ffn_norm.f32(), T, C, cfg.rms_norm_eps);
         fire(options, "ffn_norm", li, xn);
-        linear_f32(gate.f32(), xn.f32(), w.w_gate.f32(), T, C, F);
-        linear_f32(up.f32(), xn.f32(), w.w_up.f32(), T, C, F);
+        linear(gate.f32(), xn.f32(), w.w_gate, w.qw_gate, T, C, F, qd);
+        linear(up.f32(), xn.f32(), w.w_up, w.qw_up, T, C, F, qd);
         cpu::swiglu_forward(gate.f32(), gate.f32(), up.f32(), T * F);
-        linear_f32(proj.f32(), gate.f32(), w.w_down.f32(), T, F, C);
+        linear(proj.f32(), gate.f32(), w.w_down, w.qw_down, T, F, C, qd);
         fire(options, "ffn_out", li, proj);
         for (int64_t i = 0; i < T * C; ++i) xs[i] += ps[i];
         fire(options, "resid_out", li, x);
@@ -115,11 +127,11 @@ Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, 
     return x;
 }
 
-Tensor compute_logits(const LlamaModel& model, const Tensor& hidden) {
+Tensor compute_logits(const LlamaModel& model, const Tensor& hidden, bool quantized_decode) {
     const int64_t N = hidden.dim(0), C = model.config().hidden_size, V = model.config().vocab_size;
     HYDRA_ASSERT(hidden.dim(1) == C, "hidden width {} != {}", hidden.dim(1), C);
     Tensor logits = Tensor::zeros({N, V});
-    linear_f32(logits.f32(), hidden.f32(), model.lm_head().f32(), N, C, V);
+    linear(logits.f32(), hidden.f32(), model.lm_head(), model.quantized_lm_head(), N, C, V, quantized_decode);
     return logits;
 }
 
@@ -127,7 +139,8 @@ Tensor forward_last_logits(const LlamaModel& model, std::span<const int32_t> tok
                            const ForwardOptions& options) {
     Tensor hidden = forward_hidden(model, tokens, cache, options);
     const int64_t T = hidden.dim(0);
-    return compute_logits(model, hidden.rows(T - 1, T)).reshaped({model.config().vocab_size});
+    return compute_logits(model, hidden.rows(T - 1, T), options.quantized_decode && T == 1)
+        .reshaped({model.config().vocab_size});
 }
 
 }  // namespace hydra

@@ -14,6 +14,9 @@ namespace hydra {
 
 struct ForwardOptions {
     const Taps* taps = nullptr;  // optional read/overwrite hooks (see taps.h)
+    // Single-token steps use the quantized weight copies when the model has them (same weights,
+    // fewer bytes; results differ from the f32 path by rounding only). False forces f32 everywhere.
+    bool quantized_decode = true;
 };
 
 // Runs tokens (T) through the model, appending their keys/values to `cache`, and returns the final
@@ -21,8 +24,8 @@ struct ForwardOptions {
 Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, KVCache& cache,
                       const ForwardOptions& options = {});
 
-// logits (N, V) = hidden (N, C) @ lm_head^T.
-Tensor compute_logits(const LlamaModel& model, const Tensor& hidden);
+// logits (N, V) = hidden (N, C) @ lm_head^T (quantized lm_head for N == 1 when allowed).
+Tensor compute_logits(const LlamaModel& model, const Tensor& hidden, bool quantized_decode = false);
 
 // Convenience: forward_hidden then the logits of the last position only: (V).
 Tensor forward_last_logits(const LlamaModel& model, std::span<const int32_t> tokens, KVCache& cache,

@@ -65,4 +65,30 @@ LlamaModel::LlamaModel(const ModelConfig& config) : config_(config) {
     }
 }
 
+bool LlamaModel::attach_quantized(const std::string& hf_name, QuantizedWeight weight) {
+    if (hf_name == "lm_head.weight" || (config_.tie_word_embeddings && hf_name == "model.embed_tokens.weight")) {
+        q_lm_head_ = std::move(weight);
+        return true;
+    }
+    const std::string prefix = "model.layers.";
+    if (hf_name.rfind(prefix, 0) != 0) return false;
+    const size_t dot = hf_name.find('.', prefix.size());
+    if (dot == std::string::npos) return false;
+    const int64_t l = std::stoll(hf_name.substr(prefix.size(), dot - prefix.size()));
+    if (l < 0 || l >= config_.num_layers) return false;
+    const std::string suffix = hf_name.substr(dot + 1);
+    LayerWeights& w = layers_[size_t(l)];
+    QuantizedWeight* slot = suffix == "self_attn.q_proj.weight"   ? &w.qwq
+                            : suffix == "self_attn.k_proj.weight" ? &w.qwk
+                            : suffix == "self_attn.v_proj.weight" ? &w.qwv
+                            : suffix == "self_attn.o_proj.weight" ? &w.qwo
+                            : suffix == "mlp.gate_proj.weight"    ? &w.qw_gate
+                            : suffix == "mlp.up_proj.weight"      ? &w.qw_up
+                            : suffix == "mlp.down_proj.weight"    ? &w.qw_down
+                                                                  : nullptr;
+    if (!slot) return false;
+    *slot = std::move(weight);
+    return true;
+}
+
 }  // namespace hydra
