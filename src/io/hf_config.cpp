@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_kind.h"
 
 namespace hydra {
 
@@ -17,16 +18,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string json_kind(const json& j) {
-    if (j.is_number_integer()) return "an integer";
-    if (j.is_number_float()) return "a float";
-    if (j.is_string()) return "a string";
-    if (j.is_boolean()) return "a boolean";
-    if (j.is_null()) return "null";
-    if (j.is_array()) return "an array";
-    if (j.is_object()) return "an object";
-    return "a value";
-}
 
 // Typed access to one JSON object, with errors naming the file and the key.
 class Fields {

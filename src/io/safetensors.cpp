@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_kind.h"
 #include "core/half.h"
 
 namespace hydra {
@@ -70,17 +71,6 @@ std::string all_dtype_names() {
     return s;
 }
 
-// The JSON type as a word for error messages.
-std::string json_kind(const ojson& j) {
-    if (j.is_number_integer()) return "an integer";
-    if (j.is_number_float()) return "a float";
-    if (j.is_string()) return "a string";
-    if (j.is_boolean()) return "a boolean";
-    if (j.is_null()) return "null";
-    if (j.is_array()) return "an array";
-    if (j.is_object()) return "an object";
-    return "a value";
-}
 
 // Parses JSON text, rejecting duplicate keys (nlohmann would silently keep one of them) and absurd
 // nesting. Keeps key order. Errors name `source`.
