@@ -30,6 +30,12 @@ Tensor ParamArena::get(size_t index) const {
     return Tensor::view(data() + e.offset, e.shape, DType::F32);
 }
 
+const ArenaEntry& ParamArena::entry(const std::string& name) const {
+    auto it = index_.find(name);
+    HYDRA_CHECK(it != index_.end(), "no parameter named '{}'", name);
+    return entries_[it->second];
+}
+
 int64_t ParamArena::parameter_count() const {
     int64_t n = 0;
     for (const auto& e : entries_) n += shape_numel(e.shape);

@@ -30,6 +30,7 @@ public:
     bool has(const std::string& name) const { return index_.count(name) != 0; }
     Tensor get(const std::string& name) const;  // view; throws naming the missing parameter
     Tensor get(size_t index) const;
+    const ArenaEntry& entry(const std::string& name) const;  // throws naming the missing parameter
     const std::vector<ArenaEntry>& entries() const { return entries_; }
     float* data() const { return buffer_.f32(); }
     int64_t numel() const { return total_; }  // including alignment padding

@@ -1,0 +1,39 @@
+// One training step's forward and backward through the full-attention llama-family model on the
+// CPU: embedding -> L x (RMSNorm, GQA attention with RoPE, residual, RMSNorm, SwiGLU, residual)
+// -> RMSNorm -> tied/untied LM head -> mean cross-entropy. Templated on float (training) and double
+// (whole-model finite-difference checks). Parameters and gradients are flat buffers with the layout
+// of a LlamaModel's ParamArena, so the optimizer and checkpoints see one buffer each.
+#pragma once
+
+#include <cstdint>
+
+#include "core/param_arena.h"
+#include "model/model_config.h"
+
+namespace hydra {
+
+struct TrainBatch {
+    const int32_t* inputs = nullptr;   // (B, S) token ids
+    const int32_t* targets = nullptr;  // (B, S) next-token ids; -1 = not scored
+    int64_t batch = 0;                 // B
+    int64_t seq_len = 0;               // S
+};
+
+struct TrainStepOptions {
+    // Do not keep the (B, H, S, S) attention probabilities: the backward recomputes them row by
+    // row (activation recomputation for long sequences, at the cost of a second softmax pass).
+    bool recompute_attention = false;
+};
+
+struct TrainStepResult {
+    double loss = 0;        // mean cross-entropy (nats) over scored targets
+    int64_t scored = 0;     // number of scored targets
+};
+
+// Forward, loss, and (when grads != nullptr) backward: grads += d(mean loss)/d(params).
+// params/grads: layout.numel() elements each, in `layout`'s offsets. Throws on bad token ids.
+template <typename T>
+TrainStepResult lm_train_step(const ModelConfig& config, const ParamArena& layout, const T* params, T* grads,
+                              const TrainBatch& batch, const TrainStepOptions& options = {});
+
+}  // namespace hydra
