@@ -300,14 +300,27 @@ std::vector<std::string_view> split_text_chunks(std::string_view doc, int64_t ch
             cb = pb, ce = pe, open = true;
             continue;
         }
+        // Pieces never start or end with line breaks (they are separators, like blank lines).
         size_t pos = pb;
-        while (pe - pos > limit) {
-            const size_t window_end = pos + limit;
-            // A newline in the second half of the window: cut there and drop it.
-            const size_t nl = doc.substr(0, window_end).rfind('\n');
+        auto push_trimmed = [&](size_t b, size_t e) {
+            while (e > b && (doc[e - 1] == '\r' || doc[e - 1] == '\n')) --e;
+            if (e > b) chunks.push_back(doc.substr(b, e - b));
+        };
+        auto skip_breaks = [&] {
+            while (pos < pe && (doc[pos] == '\r' || doc[pos] == '\n')) ++pos;
+        };
+        while (pos < pe) {
+            if (pe - pos <= limit) {
+                push_trimmed(pos, pe);
+                break;
+            }
+            const size_t window_end = pos + limit;  // < pe
+            // A newline in the second half of the window (or just after it): cut there.
+            const size_t nl = doc.substr(0, window_end + 1).rfind('\n');
             if (nl != std::string_view::npos && nl > pos + limit / 2) {
-                chunks.push_back(doc.substr(pos, nl - pos));
+                push_trimmed(pos, nl);
                 pos = nl + 1;
+                skip_breaks();
                 continue;
             }
             // Else the last UTF-8 character boundary at or before the window end.
@@ -317,10 +330,10 @@ std::vector<std::string_view> split_text_chunks(std::string_view doc, int64_t ch
                 cut = pos + 1;
                 while (cut < pe && (static_cast<unsigned char>(doc[cut]) & 0xC0) == 0x80) ++cut;
             }
-            chunks.push_back(doc.substr(pos, cut - pos));
+            push_trimmed(pos, cut);
             pos = cut;
+            skip_breaks();
         }
-        if (pos < pe) chunks.push_back(doc.substr(pos, pe - pos));
     }
     emit();
     return chunks;

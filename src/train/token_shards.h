@@ -64,7 +64,8 @@ ShardBuildReport build_token_shards(const std::vector<std::string>& text_files, 
 // paragraph to the end of its last one (blank lines between them kept, the trailing newline and
 // surrounding blank lines dropped), holding as many whole paragraphs as fit in chunk_bytes. A
 // paragraph longer than chunk_bytes is cut at a newline where one lies in the second half of the
-// window, else at a UTF-8 character boundary. Whitespace-only documents give no chunks.
+// window, else at a UTF-8 character boundary; its pieces are trimmed of line breaks at both ends.
+// Only blank lines and line breaks at cuts are dropped. Whitespace-only documents give no chunks.
 std::vector<std::string_view> split_text_chunks(std::string_view doc, int64_t chunk_bytes);
 
 // The split decision: a 64-bit hash of (seed, chunk bytes) compared with heldout_fraction * 2^64.
