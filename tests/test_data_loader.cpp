@@ -622,6 +622,11 @@ TEST(DataLoader, HeldoutWalksInOrder) {
     EXPECT_EQ(it.next_batch(B, in, tg), B);
     EXPECT_EQ(std::vector<int32_t>(in.begin(), in.begin() + T),
               std::vector<int32_t>(stream.begin(), stream.begin() + T));
+    HeldoutIterator too_long(held, held.size(), -1);  // fewer than T+1 tokens: no windows, no error
+    EXPECT_EQ(too_long.windows(), 0);
+    EXPECT_EQ(too_long.next_batch(B, in, tg), 0);
+    EXPECT_TRUE(in.empty());
+    expect_error([&] { HeldoutIterator(held, 0); }, {"seq_len"});
     HeldoutIterator capped(held, T, 5);
     EXPECT_EQ(capped.next_batch(B, in, tg), 5);
     EXPECT_EQ(capped.next_batch(B, in, tg), 0);

@@ -199,7 +199,10 @@ void DataLoader::restore(const DataCursor& c) {
 }
 
 HeldoutIterator::HeldoutIterator(const TokenSplit& split, int64_t seq_len, int64_t max_windows)
-    : split_(split), seq_len_(seq_len), windows_(int64_t(window_count(split, seq_len, "HeldoutIterator"))) {
+    : split_(split), seq_len_(seq_len), windows_(0) {
+    HYDRA_CHECK(seq_len >= 1, "HeldoutIterator: seq_len must be >= 1 (got {})", seq_len);
+    // An empty or tiny held-out split (heldout_fraction 0) is legitimate: it has no windows.
+    if (split.size() >= seq_len + 1) windows_ = (split.size() - 1) / seq_len;
     if (max_windows >= 0) windows_ = std::min(windows_, max_windows);
 }
 

@@ -89,7 +89,8 @@ class DataLoader {
 // In-order walk over all windows of a split (or the first max_windows), for evaluation.
 class HeldoutIterator {
   public:
-    // `split` must outlive the iterator. max_windows < 0: all. Throws like DataLoader.
+    // `split` must outlive the iterator. max_windows < 0: all. A split shorter than seq_len + 1 tokens
+    // (e.g. built with heldout_fraction 0) has no windows. Throws hydra::Error when seq_len < 1.
     HeldoutIterator(const TokenSplit& split, int64_t seq_len, int64_t max_windows = -1);
     // Fills up to `batch` rows (B', T+1) and returns B' (0 once every window was served).
     int64_t next_rows(int64_t batch, std::vector<int32_t>& rows);
