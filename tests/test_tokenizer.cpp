@@ -643,3 +643,109 @@ TEST(TokenizerJsonErrors, Rejections) {
     dir.write("tokenizer_config.json", json{{"eos_token", "</s>"}}.dump());
     expect_error([&] { vocab_from_tokenizer_json(path); }, {"tokenizer_config.json", "eos_token", "'</s>'"});
 }
+
+TEST(TokenizerJsonErrors, TextEntryPointMatchesTheFileEntryPoint) {
+    // vocab_from_tokenizer_json_text reads no file: the config comes as text and is named after the
+    // directory of `source` in errors, as the file version names the sibling file.
+    json j = tiny_tokenizer_json();
+    const std::string cfg =
+        json{{"bos_token", "<s>"}, {"add_bos_token", true}, {"chat_template", "T"}}.dump();
+    const Tokenizer tok(vocab_from_tokenizer_json_text(j.dump(), "m/tokenizer.json", &cfg));
+    EXPECT_EQ(tok.encode_with_bos("abc ab"), (std::vector<int32_t>{258, 257, ' ', 256}));
+    EXPECT_EQ(tok.vocab().chat_template, "T");
+    const Tokenizer plain(vocab_from_tokenizer_json_text(j.dump(), "m/tokenizer.json"));
+    EXPECT_EQ(plain.bos_id(), -1);
+    EXPECT_EQ(plain.vocab().chat_template, "");
+    const std::string bad_cfg = json{{"eos_token", "</s>"}}.dump();
+    expect_error([&] { vocab_from_tokenizer_json_text(j.dump(), "m/tokenizer.json", &bad_cfg); },
+                 {"m/tokenizer_config.json", "eos_token", "'</s>'", "m/tokenizer.json"});
+    expect_error([&] { vocab_from_tokenizer_json_text("{\"model\": [1,", "m/tokenizer.json"); },
+                 {"m/tokenizer.json", "not valid JSON"});
+}
+
+TEST(TokenizerJsonErrors, MistypedOptionalFieldsAreErrorsNotOtherExceptions) {
+    // Regression (fuzz/fuzz_tokenizer_json.cpp): these fields were read with nlohmann's value(), which
+    // throws nlohmann::json::type_error, not hydra::Error, when the type is wrong.
+    auto split_json = [](const json& split) {
+        json j = tiny_tokenizer_json();
+        j["pre_tokenizer"] =
+            json{{"type", "Sequence"},
+                 {"pretokenizers", json::array({split, json{{"type", "ByteLevel"}, {"use_regex", false}}})}};
+        return j.dump();
+    };
+    const json split = json{{"type", "Split"}, {"pattern", json{{"Regex", "x"}}}, {"behavior", "Isolated"}};
+    json s = split;
+    s["behavior"] = 1;
+    expect_error([&] { vocab_from_tokenizer_json_text(split_json(s), "t.json"); },
+                 {"t.json", "pre_tokenizer.pretokenizers[0].behavior", "string"});
+    s = split;
+    s["invert"] = "no";
+    expect_error([&] { vocab_from_tokenizer_json_text(split_json(s), "t.json"); },
+                 {"t.json", "pre_tokenizer.pretokenizers[0].invert", "true or false"});
+
+    auto template_json = [](const json& first) {
+        json j = tiny_tokenizer_json();
+        j["post_processor"] = json{{"type", "TemplateProcessing"}, {"single", json::array({first})}};
+        return j.dump();
+    };
+    expect_error(
+        [&] {
+            vocab_from_tokenizer_json_text(template_json(json{{"SpecialToken", "<s>"}}), "t.json");
+        },
+        {"t.json", "post_processor.single[0].SpecialToken", "object"});
+    expect_error(
+        [&] {
+            vocab_from_tokenizer_json_text(template_json(json{{"SpecialToken", json{{"id", 258}}}}),
+                                           "t.json");
+        },
+        {"t.json", "post_processor.single[0].SpecialToken.id", "string"});
+    const Tokenizer ok(
+        vocab_from_tokenizer_json_text(template_json(json{{"SpecialToken", json{{"id", "<s>"}}}}), "t.json"));
+    EXPECT_EQ(ok.encode_with_bos("ab"), (std::vector<int32_t>{258, 256}));
+
+    // A chat_template list entry whose name is not a string is not the default one.
+    const std::string cfg =
+        json{{"chat_template", json::array({json{{"name", 1}, {"template", "A"}},
+                                            json{{"name", "default"}, {"template", "B"}}})}}
+            .dump();
+    EXPECT_EQ(vocab_from_tokenizer_json_text(tiny_tokenizer_json().dump(), "t.json", &cfg).chat_template,
+              "B");
+}
+
+TEST(TokenizerJsonErrors, IdBeyondTheFileIsRejectedBeforeAllocating) {
+    // Regression (fuzz/fuzz_tokenizer_json.cpp): an id just below 2^24 in a 3 KB file used to allocate
+    // 16M vocabulary slots (~700 MB) before failing as "not dense". Dense ids are always smaller
+    // than the file, so such an id is rejected up front.
+    json j = tiny_tokenizer_json();
+    j["model"]["vocab"]["zz"] = (1 << 24) - 1;
+    expect_error([&] { vocab_from_tokenizer_json_text(j.dump(), "t.json"); },
+                 {"t.json", "model.vocab[\"zz\"]", "id 16777215", "out of range"});
+    j = tiny_tokenizer_json();
+    j["added_tokens"][0]["id"] = 100000;
+    expect_error([&] { vocab_from_tokenizer_json_text(j.dump(), "t.json"); },
+                 {"t.json", "added_tokens[0]", "id 100000", "out of range"});
+    // A gap that fits in the file is still reported as one.
+    j = tiny_tokenizer_json();
+    j["added_tokens"][0]["id"] = 300;
+    expect_error([&] { vocab_from_tokenizer_json_text(j.dump(), "t.json"); },
+                 {"ids are not dense", "id 258"});
+}
+
+TEST(TokenizerJsonErrors, DeeplyNestedValuesDoNotOverflowTheStack) {
+    // Regression (fuzz/fuzz_tokenizer_json.cpp): error messages dumped the offending JSON value and the
+    // post-processor's "single" was copied, both recursing once per nesting level, so a value nested
+    // ~10^5 levels deep overflowed the stack.
+    const int depth = 200000;
+    const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+    auto with_deep = [&](const json& j) {  // j's string "@@" replaced by the deep value
+        std::string text = j.dump();
+        return text.replace(text.find("\"@@\""), 4, deep);
+    };
+    json j = tiny_tokenizer_json();
+    j["normalizer"] = "@@";
+    expect_error([&] { vocab_from_tokenizer_json_text(with_deep(j), "t.json"); },
+                 {"t.json", "normalizer", "nested"});
+    j = tiny_tokenizer_json();
+    j["post_processor"] = json{{"type", "TemplateProcessing"}, {"single", "@@"}};
+    EXPECT_EQ(vocab_from_tokenizer_json_text(with_deep(j), "t.json").tokens.size(), 259u);
+}

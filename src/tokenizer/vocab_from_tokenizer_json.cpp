@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -29,8 +30,7 @@ std::string read_file(const std::string& path) {
     return ss.str();
 }
 
-json parse_json(const std::string& path) {
-    const std::string text = read_file(path);
+json parse_json(const std::string& text, const std::string& path) {
     try {
         return json::parse(text);
     } catch (const json::exception& e) {
@@ -51,6 +51,31 @@ bool bool_or(const json& j, const char* key, bool fallback, const std::string& p
     return j.at(key).get<bool>();
 }
 
+// True when `j` nests arrays/objects more than `limit` levels deep; recurses at most `limit` levels.
+bool nested_deeper_than(const json& j, int limit) {
+    if (!j.is_structured()) return false;
+    if (limit == 0) return true;
+    for (const json& e : j)
+        if (nested_deeper_than(e, limit - 1)) return true;
+    return false;
+}
+
+// The first `max` characters of `j` as JSON, for an error message. dump() recurses once per level,
+// so a hostile, deeply nested value (a stack overflow) is described instead of dumped.
+std::string excerpt(const json& j, size_t max) {
+    if (nested_deeper_than(j, 64)) return "(a value nested more than 64 levels deep)";
+    return j.dump().substr(0, max);
+}
+
+// A string member, `fallback` when absent or null; any other type is an error (nlohmann's value()
+// would throw its own exception type instead).
+std::string string_or(const json& j, const char* key, const std::string& fallback, const std::string& path,
+                      const std::string& where) {
+    if (!j.is_object() || !j.contains(key) || j.at(key).is_null()) return fallback;
+    HYDRA_CHECK(j.at(key).is_string(), "{}: {}.{} must be a string", path, where, key);
+    return j.at(key).get<std::string>();
+}
+
 std::string type_of(const json& j) {
     if (j.is_object() && j.contains("type") && j.at("type").is_string())
         return j.at("type").get<std::string>();
@@ -69,7 +94,7 @@ std::string recognise_pre_tokenizer(const json& pre, const std::string& path) {
     const std::string unsupported = fmt::format(
         "{}: pre_tokenizer {} is not supported (supported: ByteLevel; Sequence[Digits(individual_digits), "
         "ByteLevel]; Sequence[Split(Llama-3 or Qwen2 regex), ByteLevel])",
-        path, pre.dump().substr(0, 300));
+        path, excerpt(pre, 300));
     if (is_byte_level_regex(pre, path, "pre_tokenizer", true)) return "gpt2";
     HYDRA_CHECK(type_of(pre) == "Sequence" && pre.contains("pretokenizers") &&
                     pre.at("pretokenizers").is_array() && pre.at("pretokenizers").size() == 2,
@@ -86,8 +111,9 @@ std::string recognise_pre_tokenizer(const json& pre, const std::string& path) {
         if (first.contains("pattern") && first.at("pattern").is_object() &&
             first.at("pattern").contains("Regex"))
             regex = &first.at("pattern").at("Regex");
-        const bool isolated =
-            first.value("behavior", std::string()) == "Isolated" && !first.value("invert", false);
+        const std::string where = "pre_tokenizer.pretokenizers[0]";
+        const bool isolated = string_or(first, "behavior", "", path, where) == "Isolated" &&
+                              !bool_or(first, "invert", false, path, where);
         if (regex && regex->is_string() && isolated) {
             if (regex->get<std::string>() == kLlama3Regex) return "llama-bpe";
             if (regex->get<std::string>() == kQwen2Regex) return "qwen2";
@@ -106,10 +132,12 @@ std::optional<std::string> config_token(const json& cfg, const char* key, const 
     return t.at("content").get<std::string>();
 }
 
-}  // namespace
-
-TokenizerVocab vocab_from_tokenizer_json(const std::string& path) {
-    const json root = parse_json(path);
+// The whole import. `path` names tokenizer.json in errors; `read_config` gives the text of the
+// sibling tokenizer_config.json, or nothing when there is none. It is called only once
+// tokenizer.json itself has been read, so its errors come in file order.
+TokenizerVocab from_text(const std::string& json_text, const std::string& path,
+                         const std::function<std::optional<std::string>()>& read_config) {
+    const json root = parse_json(json_text, path);
     HYDRA_CHECK(root.is_object(), "{}: top level must be a JSON object", path);
     const json& model = member(root, "model", path, "");
     HYDRA_CHECK(model.is_object(), "{}: model must be an object", path);
@@ -129,7 +157,7 @@ TokenizerVocab vocab_from_tokenizer_json(const std::string& path) {
                     "{}: model.{} is not supported", path, key);
     HYDRA_CHECK(!root.contains("normalizer") || root.at("normalizer").is_null(),
                 "{}: normalizer {} is not supported (only none)", path,
-                root.contains("normalizer") ? root.at("normalizer").dump().substr(0, 200) : "");
+                root.contains("normalizer") ? excerpt(root.at("normalizer"), 200) : "");
 
     TokenizerVocab v;
     v.model = "gpt2";
@@ -142,6 +170,10 @@ TokenizerVocab vocab_from_tokenizer_json(const std::string& path) {
     std::vector<int32_t> types;
     auto place = [&](int64_t id, const std::string& text, int32_t type, const std::string& where) {
         HYDRA_CHECK(id >= 0 && id < (int64_t(1) << 24), "{}: {}: id {} is out of range", path, where, id);
+        // Ids must end up dense and each needs its own entry in the text, so an id beyond the text's
+        // length can never be valid: reject it before allocating slots up to it.
+        HYDRA_CHECK(size_t(id) < json_text.size(), "{}: {}: id {} is out of range (the file has {} bytes)",
+                    path, where, id, json_text.size());
         if (size_t(id) >= slots.size()) {
             slots.resize(size_t(id) + 1);
             types.resize(size_t(id) + 1, kTokenNormal);
@@ -208,9 +240,15 @@ TokenizerVocab vocab_from_tokenizer_json(const std::string& path) {
 
     // BOS added by the post-processor (e.g. Llama-3's TemplateProcessing with <|begin_of_text|>).
     if (root.contains("post_processor") && type_of(root.at("post_processor")) == "TemplateProcessing") {
-        const json& single = root.at("post_processor").value("single", json::array());
-        if (single.is_array() && !single.empty() && single[0].contains("SpecialToken")) {
-            const std::string name = single[0]["SpecialToken"].value("id", std::string());
+        // By reference: copying a JSON value recurses once per level of nesting.
+        const json& post = root.at("post_processor");
+        const json* single = post.contains("single") ? &post.at("single") : nullptr;
+        if (single && single->is_array() && !single->empty() && (*single)[0].contains("SpecialToken")) {
+            const json& special = (*single)[0]["SpecialToken"];
+            HYDRA_CHECK(special.is_object(), "{}: post_processor.single[0].SpecialToken must be an object",
+                        path);
+            const std::string name =
+                string_or(special, "id", "", path, "post_processor.single[0].SpecialToken");
             auto it = added.find(name);
             HYDRA_CHECK(it != added.end(),
                         "{}: post_processor.single[0] names '{}', which is not an added token", path, name);
@@ -227,8 +265,8 @@ TokenizerVocab vocab_from_tokenizer_json(const std::string& path) {
             if (v.tokens[i] == text) return int32_t(i);
         fail("{}: {} '{}' is not in the vocabulary of {}", cfg_path, key, text, path);
     };
-    if (std::filesystem::exists(cfg_path)) {
-        const json cfg = parse_json(cfg_path);
+    if (const std::optional<std::string> cfg_text = read_config()) {
+        const json cfg = parse_json(*cfg_text, cfg_path);
         HYDRA_CHECK(cfg.is_object(), "{}: top level must be a JSON object", cfg_path);
         if (auto t = config_token(cfg, "bos_token", cfg_path)) v.bos_id = id_of(*t, "bos_token");
         if (auto t = config_token(cfg, "eos_token", cfg_path)) v.eos_id = id_of(*t, "eos_token");
@@ -242,16 +280,12 @@ TokenizerVocab vocab_from_tokenizer_json(const std::string& path) {
                 v.chat_template = ct.get<std::string>();
             } else if (ct.is_array()) {  // [{"name": "default", "template": "..."}, ...]
                 for (const json& e : ct)
-                    if (e.is_object() && e.value("name", std::string()) == "default" &&
+                    if (e.is_object() && e.contains("name") && e.at("name") == "default" &&
                         e.contains("template") && e.at("template").is_string())
                         v.chat_template = e.at("template").get<std::string>();
             }
         }
     }
-    const std::string jinja_path = (dir / "chat_template.jinja").string();
-    if (v.chat_template.empty() && std::filesystem::exists(jinja_path))
-        v.chat_template = read_file(jinja_path);
-
     VocabFieldNames names;
     names.tokens = "model.vocab";
     names.token_types = "added_tokens";
@@ -263,6 +297,30 @@ TokenizerVocab vocab_from_tokenizer_json(const std::string& path) {
     names.eot = "eot_token";
     names.pre = "pre_tokenizer";
     validate_vocab(v, path, names);
+    return v;
+}
+
+}  // namespace
+
+TokenizerVocab vocab_from_tokenizer_json_text(const std::string& json_text, const std::string& source,
+                                              const std::string* tokenizer_config_text) {
+    return from_text(json_text, source, [&]() -> std::optional<std::string> {
+        if (tokenizer_config_text == nullptr) return std::nullopt;
+        return *tokenizer_config_text;
+    });
+}
+
+TokenizerVocab vocab_from_tokenizer_json(const std::string& path) {
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    const std::string cfg_path = (dir / "tokenizer_config.json").string();
+    TokenizerVocab v = from_text(read_file(path), path, [&]() -> std::optional<std::string> {
+        if (!std::filesystem::exists(cfg_path)) return std::nullopt;
+        return read_file(cfg_path);
+    });
+    // chat_template.jinja only when tokenizer_config.json has no template (newer HF layout).
+    const std::string jinja_path = (dir / "chat_template.jinja").string();
+    if (v.chat_template.empty() && std::filesystem::exists(jinja_path))
+        v.chat_template = read_file(jinja_path);
     return v;
 }
 

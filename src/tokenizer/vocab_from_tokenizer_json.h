@@ -17,4 +17,10 @@ namespace hydra {
 // rejected with an error naming the file and the JSON path.
 TokenizerVocab vocab_from_tokenizer_json(const std::string& path);
 
+// Same, from the text of a tokenizer.json; reads no file. `source` names it in errors (its parent
+// directory names the tokenizer_config.json in errors about that). `tokenizer_config_text`, when not
+// null, is the text of the sibling tokenizer_config.json. chat_template.jinja is not consulted.
+TokenizerVocab vocab_from_tokenizer_json_text(const std::string& json_text, const std::string& source,
+                                              const std::string* tokenizer_config_text = nullptr);
+
 }  // namespace hydra
