@@ -9,6 +9,14 @@ namespace hydra::cpu {
 
 // x: (T, H, Dh), rotated in place; token t sits at absolute position pos0 + t.
 template <typename T>
-void rope_forward(T* x, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0, double theta);
+void rope_forward(T* x, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
+                  double theta);
+
+// Backward of rope_forward, in place: dx (T, H, Dh) holds the gradient of the rotated output on entry
+// and the gradient of the input on return (OVERWRITTEN). The rotation is orthogonal, so this is the
+// rotation by the negative angle; dims >= rope_dim pass through unchanged.
+template <typename T>
+void rope_backward(T* dx, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
+                   double theta);
 
 }  // namespace hydra::cpu
