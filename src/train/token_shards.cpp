@@ -306,8 +306,9 @@ std::vector<std::string_view> split_text_chunks(std::string_view doc, int64_t ch
             while (e > b && (doc[e - 1] == '\r' || doc[e - 1] == '\n')) --e;
             if (e > b) chunks.push_back(doc.substr(b, e - b));
         };
+        const size_t piece_end = pe;  // a plain copy: clang cannot capture structured bindings
         auto skip_breaks = [&] {
-            while (pos < pe && (doc[pos] == '\r' || doc[pos] == '\n')) ++pos;
+            while (pos < piece_end && (doc[pos] == '\r' || doc[pos] == '\n')) ++pos;
         };
         while (pos < pe) {
             if (pe - pos <= limit) {
