@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     hydra::cli::register_tokenize(app);
     hydra::cli::register_generate(app);
     hydra::cli::register_ppl(app);
+    hydra::cli::register_train(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

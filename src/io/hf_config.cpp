@@ -243,4 +243,33 @@ ModelConfig load_hf_config(const std::string& config_json_path) {
     return parse_hf_config(text.str(), config_json_path);
 }
 
+nlohmann::json hf_config_to_json(const ModelConfig& c) {
+    nlohmann::json j;
+    const std::string type = c.architecture;
+    j["model_type"] = type;
+    j["architectures"] = {type == "qwen2" ? "Qwen2ForCausalLM" : type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
+    j["vocab_size"] = c.vocab_size;
+    j["hidden_size"] = c.hidden_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["num_hidden_layers"] = c.num_layers;
+    j["num_attention_heads"] = c.num_heads;
+    j["num_key_value_heads"] = c.num_kv_heads;
+    j["head_dim"] = c.head_dim;
+    j["hidden_act"] = "silu";
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["rms_norm_eps"] = c.rms_norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["tie_word_embeddings"] = c.tie_word_embeddings;
+    if (type == "llama" || type == "qwen3") j["attention_bias"] = c.attention_bias;
+    if (c.bos_token_ids.size() == 1) j["bos_token_id"] = c.bos_token_ids[0];
+    if (!c.eos_token_ids.empty()) {
+        if (c.eos_token_ids.size() == 1)
+            j["eos_token_id"] = c.eos_token_ids[0];
+        else
+            j["eos_token_id"] = c.eos_token_ids;
+    }
+    j["torch_dtype"] = "float32";
+    return j;
+}
+
 }  // namespace hydra

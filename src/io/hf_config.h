@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "model/model_config.h"
 
 namespace hydra {
@@ -14,5 +16,9 @@ ModelConfig load_hf_config(const std::string& config_json_path);
 
 // Same, from JSON text; `source` names it in errors and its parent directory names the model.
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& source);
+
+// The HF config.json object describing `config` (model_type llama/qwen2/qwen3, as transformers
+// writes it), so our checkpoints load in transformers and in load_hf_config alike.
+nlohmann::json hf_config_to_json(const ModelConfig& config);
 
 }  // namespace hydra

@@ -1,0 +1,65 @@
+// `hydra train [CONFIG] [--preset NAME] [--steps N] [--out DIR] [--resume DIR] [key=value ...]`:
+// trains a llama-family model from scratch on the prose cache (see train/trainer.h).
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/progress_bar.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace hydra::cli {
+
+namespace {
+struct TrainOptions {
+    std::vector<std::string> positional;  // [CONFIG] then key=value overrides
+    std::string preset;
+    int64_t steps = 0;
+    std::string out;
+    std::string resume;
+    bool list_keys = false;
+};
+}  // namespace
+
+void register_train(CLI::App& app) {
+    auto* o = new TrainOptions;
+    auto* cmd = app.add_subcommand("train", "Train a model from scratch (or resume a run)");
+    cmd->add_option("args", o->positional, "an optional CONFIG file (.json or .toml), then key=value overrides");
+    cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, test-micro");
+    cmd->add_option("--steps", o->steps, "stop after this many optimizer steps (run.steps)")->check(CLI::PositiveNumber);
+    cmd->add_option("--out", o->out, "checkpoint directory (default: runs/train, or the --resume directory)");
+    cmd->add_option("--resume", o->resume, "continue the run saved in this checkpoint directory");
+    cmd->add_flag("--list-keys", o->list_keys, "print every config key and its default, then exit");
+    cmd->callback([o] {
+        if (o->list_keys) {
+            fmt::print("{}\n", TrainConfig().to_json().dump(2));
+            return;
+        }
+        TrainConfig config = o->preset.empty() ? TrainConfig() : TrainConfig::preset(o->preset);
+        for (size_t i = 0; i < o->positional.size(); ++i) {
+            const std::string& arg = o->positional[i];
+            if (arg.find('=') != std::string::npos) {
+                HYDRA_CHECK(o->resume.empty(), "override '{}': a resumed run keeps its saved config (only --steps may change)",
+                            arg);
+                config.apply_override(arg);
+            } else {
+                HYDRA_CHECK(i == 0, "'{}': only the first argument may be a config file; overrides are key=value", arg);
+                config.apply(load_config_file(arg), arg);
+            }
+        }
+        if (o->steps > 0 && o->resume.empty()) config.steps = o->steps;
+        std::string out = o->out;
+        if (out.empty()) out = o->resume.empty() ? "runs/train" : o->resume;
+        ProgressBar bar("train", o->steps > 0 ? o->steps : config.steps, "step");
+        TrainRunResult r = run_training(config, out, o->resume.empty() ? std::nullopt : std::optional(o->resume),
+                                        o->steps > 0 ? std::optional(o->steps) : std::nullopt, [&](const StepLog& s) {
+                                            bar.update(s.step, fmt::format("loss {:.4f} lr {:.2e} {:.0f} tok/s",
+                                                                           s.loss, s.lr, s.tokens_per_second));
+                                        });
+        bar.finish(fmt::format("loss {:.4f}", r.final_loss));
+        fmt::print("{} at step {}: train loss {:.4f}{}; checkpoint {}\n", r.interrupted ? "interrupted" : "finished",
+                   r.final_step, r.final_loss,
+                   r.final_heldout_loss ? fmt::format(", held-out loss {:.4f}", *r.final_heldout_loss) : "", r.out_dir);
+    });
+}
+
+}  // namespace hydra::cli

@@ -1,0 +1,253 @@
+// TrainConfig parsing and validation (see train_config.h).
+#include "train/train_config.h"
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "core/error.h"
+#include "io/json_kind.h"
+
+namespace hydra {
+
+namespace {
+
+using json = nlohmann::json;
+
+// One settable key: how to read it from JSON and how to write it back.
+struct KeyDef {
+    std::function<void(TrainConfig&, const json&, const std::string&)> set;
+    std::function<json(const TrainConfig&)> get;
+};
+
+template <typename V>
+KeyDef field(V TrainConfig::*member) {
+    KeyDef d;
+    d.set = [member](TrainConfig& c, const json& v, const std::string& where) {
+        if constexpr (std::is_same_v<V, bool>) {
+            HYDRA_CHECK(v.is_boolean(), "{}: expected true or false, found {}", where, json_kind(v));
+            c.*member = v.get<bool>();
+        } else if constexpr (std::is_integral_v<V>) {
+            HYDRA_CHECK(v.is_number_integer(), "{}: expected an integer, found {}", where, json_kind(v));
+            if constexpr (std::is_unsigned_v<V>) {
+                HYDRA_CHECK(v.get<int64_t>() >= 0 || v.is_number_unsigned(), "{}: expected a non-negative integer",
+                            where);
+            }
+            c.*member = v.get<V>();
+        } else if constexpr (std::is_floating_point_v<V>) {
+            HYDRA_CHECK(v.is_number(), "{}: expected a number, found {}", where, json_kind(v));
+            c.*member = v.get<V>();
+        } else if constexpr (std::is_same_v<V, std::string>) {
+            HYDRA_CHECK(v.is_string(), "{}: expected a string, found {}", where, json_kind(v));
+            c.*member = v.get<std::string>();
+        } else {
+            HYDRA_CHECK(v.is_array(), "{}: expected a list of strings, found {}", where, json_kind(v));
+            V out;
+            for (const auto& e : v) {
+                HYDRA_CHECK(e.is_string(), "{}: expected a list of strings, found an element that is {}", where,
+                            json_kind(e));
+                out.push_back(e.get<std::string>());
+            }
+            c.*member = out;
+        }
+    };
+    d.get = [member](const TrainConfig& c) { return json(c.*member); };
+    return d;
+}
+
+const std::map<std::string, KeyDef>& key_table() {
+    static const std::map<std::string, KeyDef> table = {
+        {"model.hidden_size", field(&TrainConfig::hidden_size)},
+        {"model.num_layers", field(&TrainConfig::num_layers)},
+        {"model.num_heads", field(&TrainConfig::num_heads)},
+        {"model.num_kv_heads", field(&TrainConfig::num_kv_heads)},
+        {"model.intermediate_size", field(&TrainConfig::intermediate_size)},
+        {"model.rope_theta", field(&TrainConfig::rope_theta)},
+        {"model.tie_word_embeddings", field(&TrainConfig::tie_word_embeddings)},
+        {"model.init_std", field(&TrainConfig::init_std)},
+        {"data.tokenizer", field(&TrainConfig::tokenizer)},
+        {"data.sources", field(&TrainConfig::sources)},
+        {"data.prose_dir", field(&TrainConfig::prose_dir)},
+        {"data.shard_dir", field(&TrainConfig::shard_dir)},
+        {"data.heldout_fraction", field(&TrainConfig::heldout_fraction)},
+        {"data.seq_len", field(&TrainConfig::seq_len)},
+        {"data.batch_size", field(&TrainConfig::batch_size)},
+        {"data.seed", field(&TrainConfig::data_seed)},
+        {"optim.lr", field(&TrainConfig::lr)},
+        {"optim.min_lr_ratio", field(&TrainConfig::min_lr_ratio)},
+        {"optim.warmup_steps", field(&TrainConfig::warmup_steps)},
+        {"optim.schedule", field(&TrainConfig::schedule)},
+        {"optim.schedule_steps", field(&TrainConfig::schedule_steps)},
+        {"optim.decay_fraction", field(&TrainConfig::decay_fraction)},
+        {"optim.beta1", field(&TrainConfig::beta1)},
+        {"optim.beta2", field(&TrainConfig::beta2)},
+        {"optim.eps", field(&TrainConfig::eps)},
+        {"optim.weight_decay", field(&TrainConfig::weight_decay)},
+        {"optim.grad_clip", field(&TrainConfig::grad_clip)},
+        {"run.steps", field(&TrainConfig::steps)},
+        {"run.log_every", field(&TrainConfig::log_every)},
+        {"run.eval_every", field(&TrainConfig::eval_every)},
+        {"run.eval_batches", field(&TrainConfig::eval_batches)},
+        {"run.save_every", field(&TrainConfig::save_every)},
+        {"run.seed", field(&TrainConfig::seed)},
+        {"run.max_bad_steps", field(&TrainConfig::max_bad_steps)},
+        {"run.recompute", field(&TrainConfig::recompute)},
+        {"run.threads", field(&TrainConfig::threads)},
+    };
+    return table;
+}
+
+json toml_to_json(const toml::node& node) {
+    if (auto t = node.as_table()) {
+        json out = json::object();
+        for (const auto& [k, v] : *t) out[std::string(k.str())] = toml_to_json(v);
+        return out;
+    }
+    if (auto a = node.as_array()) {
+        json out = json::array();
+        for (const auto& v : *a) out.push_back(toml_to_json(v));
+        return out;
+    }
+    if (auto v = node.as_string()) return json(v->get());
+    if (auto v = node.as_integer()) return json(v->get());
+    if (auto v = node.as_floating_point()) return json(v->get());
+    if (auto v = node.as_boolean()) return json(v->get());
+    throw Error("unsupported TOML value (dates and times are not used by hydra configs)");
+}
+
+}  // namespace
+
+void TrainConfig::set(const std::string& key, const json& value, const std::string& origin) {
+    const auto& table = key_table();
+    auto it = table.find(key);
+    if (it == table.end()) {
+        std::string known;
+        for (const auto& [k, _] : table) known += (known.empty() ? "" : ", ") + k;
+        fail("{}: unknown key '{}' (known keys: {})", origin, key, known);
+    }
+    it->second.set(*this, value, fmt::format("{}: key '{}'", origin, key));
+}
+
+void TrainConfig::apply(const json& object, const std::string& origin) {
+    HYDRA_CHECK(object.is_object(), "{}: expected an object of settings, found {}", origin, json_kind(object));
+    std::function<void(const json&, const std::string&)> walk = [&](const json& o, const std::string& prefix) {
+        for (const auto& [k, v] : o.items()) {
+            const std::string key = prefix.empty() ? k : prefix + "." + k;
+            if (v.is_object())
+                walk(v, key);
+            else
+                set(key, v, origin);
+        }
+    };
+    walk(object, "");
+}
+
+void TrainConfig::apply_override(const std::string& assignment) {
+    const size_t eq = assignment.find('=');
+    HYDRA_CHECK(eq != std::string::npos && eq > 0, "override '{}': expected key=value", assignment);
+    const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+    json value = json::parse(text, nullptr, false);
+    if (value.is_discarded()) value = text;  // a bare word is a string
+    set(key, value, "command line");
+}
+
+void TrainConfig::validate() const {
+    auto positive = [](int64_t v, const char* key) { HYDRA_CHECK(v > 0, "config: {} must be positive (got {})", key, v); };
+    positive(hidden_size, "model.hidden_size");
+    positive(num_layers, "model.num_layers");
+    positive(num_heads, "model.num_heads");
+    positive(num_kv_heads, "model.num_kv_heads");
+    positive(intermediate_size, "model.intermediate_size");
+    positive(seq_len, "data.seq_len");
+    positive(batch_size, "data.batch_size");
+    positive(steps, "run.steps");
+    positive(schedule_steps, "optim.schedule_steps");
+    positive(log_every, "run.log_every");
+    positive(save_every, "run.save_every");
+    positive(eval_every, "run.eval_every");
+    positive(max_bad_steps, "run.max_bad_steps");
+    HYDRA_CHECK(hidden_size % num_heads == 0, "config: model.hidden_size {} is not a multiple of model.num_heads {}",
+                hidden_size, num_heads);
+    HYDRA_CHECK((hidden_size / num_heads) % 2 == 0, "config: head size {} must be even for RoPE",
+                hidden_size / num_heads);
+    HYDRA_CHECK(num_heads % num_kv_heads == 0, "config: model.num_heads {} is not a multiple of model.num_kv_heads {}",
+                num_heads, num_kv_heads);
+    HYDRA_CHECK(lr > 0 && lr < 1, "config: optim.lr {} out of range (0, 1)", lr);
+    HYDRA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "config: optim.min_lr_ratio {} out of range [0, 1]",
+                min_lr_ratio);
+    HYDRA_CHECK(schedule == "constant" || schedule == "cosine" || schedule == "wsd",
+                "config: optim.schedule '{}' is not one of constant, cosine, wsd", schedule);
+    HYDRA_CHECK(heldout_fraction > 0 && heldout_fraction < 0.5, "config: data.heldout_fraction {} out of range (0, 0.5)",
+                heldout_fraction);
+    HYDRA_CHECK(!sources.empty(), "config: data.sources is empty");
+    HYDRA_CHECK(grad_clip >= 0, "config: optim.grad_clip must be >= 0 (0 disables clipping)");
+    HYDRA_CHECK(init_std > 0, "config: model.init_std must be positive");
+}
+
+json TrainConfig::to_json() const {
+    json out = json::object();
+    for (const auto& [key, def] : key_table()) {
+        const size_t dot = key.find('.');
+        out[key.substr(0, dot)][key.substr(dot + 1)] = def.get(*this);
+    }
+    return out;
+}
+
+TrainConfig TrainConfig::preset(const std::string& name) {
+    TrainConfig c;
+    if (name == "tiny-cpu") return c;  // the defaults: ~6M parameters, byte-level, trains in minutes
+    if (name == "test-micro") {        // for tests: seconds on a laptop core
+        c.hidden_size = 32;
+        c.num_layers = 2;
+        c.num_heads = 4;
+        c.num_kv_heads = 2;
+        c.intermediate_size = 64;
+        c.seq_len = 32;
+        c.batch_size = 2;
+        c.steps = 20;
+        c.schedule_steps = 40;
+        c.warmup_steps = 2;
+        c.log_every = 1;
+        c.eval_every = 10;
+        c.eval_batches = 2;
+        c.save_every = 5;
+        c.sources = {"austen_persuasion.txt"};
+        return c;
+    }
+    std::string names;
+    for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+    fail("unknown preset '{}' (presets: {})", name, names);
+}
+
+std::vector<std::string> TrainConfig::preset_names() { return {"tiny-cpu", "test-micro"}; }
+
+std::vector<std::string> TrainConfig::keys() {
+    std::vector<std::string> out;
+    for (const auto& [k, _] : key_table()) out.push_back(k);
+    return out;
+}
+
+json load_config_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    HYDRA_CHECK(in.good(), "{}: cannot open the config file", path);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    const std::string text = buf.str();
+    if (path.size() > 5 && path.ends_with(".toml")) {
+        try {
+            return toml_to_json(toml::parse(text, path));
+        } catch (const toml::parse_error& e) {
+            fail("{}: TOML error at line {}: {}", path, e.source().begin.line, e.description());
+        } catch (const Error& e) {
+            fail("{}: {}", path, e.what());
+        }
+    }
+    json j = json::parse(text, nullptr, false);
+    HYDRA_CHECK(!j.is_discarded(), "{}: not valid JSON (config files are .json or .toml)", path);
+    return j;
+}
+
+}  // namespace hydra

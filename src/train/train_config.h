@@ -1,0 +1,74 @@
+// TrainConfig: every setting of `hydra train`, from a preset, a JSON or TOML file, and key=value
+// overrides, in that order. Keys are dotted ("optim.lr"); files may nest them as tables/objects.
+// An unknown key or a value of the wrong type is an error naming the key, where it came from and
+// what was expected.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hydra {
+
+struct TrainConfig {
+    // model (a llama-family decoder trained from scratch)
+    int64_t hidden_size = 256;
+    int64_t num_layers = 8;
+    int64_t num_heads = 8;
+    int64_t num_kv_heads = 2;
+    int64_t intermediate_size = 768;
+    double rope_theta = 10000.0;
+    bool tie_word_embeddings = true;
+    double init_std = 0.02;
+    // data
+    std::string tokenizer = "byte";                 // "byte" or a model path whose tokenizer is used
+    std::vector<std::string> sources = {"austen_*.txt", "mobydick.txt"};  // files in the prose cache
+    std::string prose_dir;                          // default: <repo>/.cache/prose
+    std::string shard_dir;                          // default: <repo>/.cache/shards/<tokenizer>
+    double heldout_fraction = 0.02;
+    int64_t seq_len = 256;
+    int64_t batch_size = 8;
+    uint64_t data_seed = 1234;
+    // optimizer
+    double lr = 2e-3;
+    double min_lr_ratio = 0.1;
+    int64_t warmup_steps = 20;
+    std::string schedule = "cosine";  // constant | cosine | wsd
+    // The LR schedule's horizon. Independent of run.steps (where one invocation stops), so a run cut
+    // into pieces and resumed follows exactly the schedule of an uninterrupted run.
+    int64_t schedule_steps = 1000;
+    double decay_fraction = 0.2;      // wsd: fraction of steps spent decaying
+    double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+    double grad_clip = 1.0;
+    // run
+    int64_t steps = 200;
+    int64_t log_every = 10;
+    int64_t eval_every = 100;
+    int64_t eval_batches = 8;
+    int64_t save_every = 50;
+    uint64_t seed = 0;
+    int64_t max_bad_steps = 5;        // consecutive non-finite steps before the run stops
+    bool recompute = false;           // recompute attention probabilities in the backward
+    int threads = 0;
+
+    // Applies one key from a JSON value; throws naming `origin` and the key.
+    void set(const std::string& key, const nlohmann::json& value, const std::string& origin);
+    // Applies every key of a (possibly nested) JSON object.
+    void apply(const nlohmann::json& object, const std::string& origin);
+    // Applies "key=value" (value parsed as JSON when it parses, else as a string).
+    void apply_override(const std::string& assignment);
+    // Checks ranges and cross-field consistency.
+    void validate() const;
+    nlohmann::json to_json() const;
+
+    static TrainConfig preset(const std::string& name);  // "tiny-cpu", "test-micro"
+    static std::vector<std::string> preset_names();
+    static std::vector<std::string> keys();
+};
+
+// Loads a .json or .toml file into a nested JSON object (TOML through toml++).
+nlohmann::json load_config_file(const std::string& path);
+
+}  // namespace hydra

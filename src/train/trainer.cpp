@@ -1,0 +1,322 @@
+// Training loop (see trainer.h). Determinism: the same config, seed and thread count give
+// bit-identical weights, whether the run is continuous or resumed from any checkpoint, because
+// every source of randomness (init, data order) is seeded and saved, and all reductions use static
+// OpenMP schedules.
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <glob.h>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/threading.h"
+#include "model/llama_model.h"
+#include "model/model_loader.h"
+#include "report/line_plot.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "train/adamw.h"
+#include "train/byte_tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/data_loader.h"
+#include "train/lm_train_step.h"
+#include "train/lr_schedule.h"
+#include "train/param_groups.h"
+#include "train/token_shards.h"
+
+namespace hydra {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_signal(int sig) { g_stop_signal = sig; }
+
+std::string default_cache(const std::string& sub) {
+    if (const char* env = std::getenv("HYDRA_CACHE"); env && *env) return std::string(env) + "/" + sub;
+    return std::string(HYDRA_SOURCE_DIR) + "/.cache/" + sub;
+}
+
+std::vector<std::string> expand_sources(const TrainConfig& c, const std::string& prose_dir) {
+    std::vector<std::string> files;
+    for (const std::string& pattern : c.sources) {
+        const std::string full = fs::path(pattern).is_absolute() ? pattern : prose_dir + "/" + pattern;
+        glob_t g{};
+        const int rc = ::glob(full.c_str(), 0, nullptr, &g);
+        if (rc == 0)
+            for (size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+        globfree(&g);
+        HYDRA_CHECK(rc == 0, "data.sources: '{}' matches no file in {} (run tools/setup.sh to fetch the prose)",
+                    pattern, prose_dir);
+    }
+    return files;
+}
+
+ModelConfig model_config_for(const TrainConfig& c, int32_t vocab_size, int32_t eos_id) {
+    ModelConfig m;
+    m.architecture = "llama";
+    m.name = "hydra-train";
+    m.vocab_size = vocab_size;
+    m.hidden_size = c.hidden_size;
+    m.intermediate_size = c.intermediate_size;
+    m.num_layers = c.num_layers;
+    m.num_heads = c.num_heads;
+    m.num_kv_heads = c.num_kv_heads;
+    m.head_dim = c.hidden_size / c.num_heads;
+    m.rope_dim = m.head_dim;
+    m.rope_theta = float(c.rope_theta);
+    m.rms_norm_eps = 1e-5f;
+    m.max_position_embeddings = c.seq_len;
+    m.tie_word_embeddings = c.tie_word_embeddings;
+    if (eos_id >= 0) m.eos_token_ids = {eos_id};
+    return m;
+}
+
+// Normal(0, std) for matrices and the embedding, ones for norms.
+void init_weights(LlamaModel& model, double std, Rng& rng) {
+    for (size_t i = 0; i < model.params().entries().size(); ++i) {
+        const ArenaEntry& e = model.params().entries()[i];
+        Tensor t = model.params().get(i);
+        const bool norm = e.name.find("norm") != std::string::npos;
+        for (int64_t j = 0; j < t.numel(); ++j) t.f32()[j] = norm ? 1.0f : float(std * rng.normal());
+    }
+}
+
+LrSchedule schedule_for(const TrainConfig& c) {
+    LrSchedule s;
+    s.kind = c.schedule == "cosine" ? LrSchedule::WarmupCosine
+             : c.schedule == "wsd"  ? LrSchedule::WarmupStableDecay
+                                    : LrSchedule::Constant;
+    s.peak_lr = float(c.lr);
+    s.warmup_steps = c.warmup_steps;
+    s.total_steps = c.schedule_steps;
+    s.min_lr_ratio = float(c.min_lr_ratio);
+    s.decay_fraction = float(c.decay_fraction);
+    s.validate();
+    return s;
+}
+
+std::unique_ptr<TextEncoder> make_encoder(const TrainConfig& c, std::unique_ptr<Tokenizer>& bpe_holder) {
+    if (c.tokenizer == "byte") return std::make_unique<ByteEncoder>();
+    LoadedModel m = load_model(c.tokenizer);
+    HYDRA_CHECK(m.vocab.has_value(), "data.tokenizer: {} has no tokenizer", c.tokenizer);
+    bpe_holder = std::make_unique<Tokenizer>(*m.vocab, c.tokenizer);
+    return std::make_unique<BpeEncoder>(*bpe_holder);
+}
+
+double heldout_loss(const LlamaModel& model, const TokenSplit& split, const TrainConfig& c) {
+    HeldoutIterator it(split, c.seq_len, c.eval_batches * c.batch_size);
+    std::vector<int32_t> in, tg;
+    double sum = 0;
+    int64_t count = 0;
+    while (int64_t rows = it.next_batch(c.batch_size, in, tg)) {
+        TrainBatch b{in.data(), tg.data(), rows, c.seq_len};
+        TrainStepResult r =
+            lm_train_step<float>(model.config(), model.params(), model.params().data(), nullptr, b, {c.recompute});
+        sum += r.loss * double(r.scored);
+        count += r.scored;
+    }
+    return count ? sum / double(count) : NAN;
+}
+
+void write_loss_plot(const std::string& path, const std::vector<double>& steps, const std::vector<double>& losses,
+                     const std::vector<double>& eval_steps, const std::vector<double>& eval_losses) {
+    std::vector<Series> series = {{"train loss", steps, losses}};
+    if (!eval_steps.empty()) series.push_back({"held-out loss", eval_steps, eval_losses});
+    LinePlotOptions o;
+    o.title = "hydra train: loss";
+    o.x_label = "step";
+    o.y_label = "cross-entropy (nats/token)";
+    write_line_plot(path, series, o);
+}
+
+}  // namespace
+
+TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const std::optional<std::string>& resume_dir,
+                            std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step) {
+    std::optional<nlohmann::json> resumed_section;
+    if (resume_dir) {  // the checkpoint's own config wins, so a resumed run is the same run
+        resumed_section = read_checkpoint_config(*resume_dir).value("hydra", nlohmann::json::object());
+        HYDRA_CHECK(resumed_section->contains("train_config"),
+                    "{}/config.json: no hydra.train_config: not a `hydra train` checkpoint", *resume_dir);
+        cfg = TrainConfig();
+        cfg.apply(resumed_section->at("train_config"), *resume_dir + "/config.json");
+    }
+    if (steps_override) cfg.steps = *steps_override;
+    cfg.validate();
+    set_num_threads(cfg.threads);
+
+    // Data.
+    const std::string prose_dir = cfg.prose_dir.empty() ? default_cache("prose") : cfg.prose_dir;
+    std::unique_ptr<Tokenizer> bpe;
+    std::unique_ptr<TextEncoder> encoder = make_encoder(cfg, bpe);
+    const std::string shard_dir =
+        cfg.shard_dir.empty() ? default_cache("shards/" + fmt::format("{}-{:x}", encoder->name() == "byte" ? "byte" : "bpe",
+                                                                       std::hash<std::string>{}(encoder->name())))
+                              : cfg.shard_dir;
+    build_token_shards(expand_sources(cfg, prose_dir), *encoder, shard_dir, 1 << 22, cfg.heldout_fraction,
+                       cfg.data_seed);
+    TokenShards shards = open_token_shards(shard_dir, encoder.get());
+    DataLoader loader(shards.train, cfg.seq_len, cfg.data_seed);
+
+    // Model and optimizer.
+    LlamaModel model(model_config_for(cfg, encoder->vocab_size(), encoder->eos_id()));
+    const int64_t n = model.params().numel();
+    AdamWConfig ac;
+    ac.lr = float(cfg.lr);
+    ac.beta1 = float(cfg.beta1);
+    ac.beta2 = float(cfg.beta2);
+    ac.eps = float(cfg.eps);
+    ac.weight_decay = float(cfg.weight_decay);
+    AdamW optimizer(ac, n);
+    const std::vector<ParamSpan> spans = build_param_spans(model.params().entries());
+    const LrSchedule schedule = schedule_for(cfg);
+    TrainState state;
+    Rng rng(cfg.seed);
+    if (resume_dir) {
+        LoadedCheckpoint ck = load_checkpoint(*resume_dir, model, optimizer);
+        state = ck.state;
+        rng.set_state(state.rng);
+        loader.restore(DataCursor::from_json(state.data_cursor, *resume_dir + "/state.json"));
+    } else {
+        init_weights(model, cfg.init_std, rng);
+    }
+    nlohmann::json section;
+    section["train_config"] = cfg.to_json();
+    section["tokenizer"] = encoder->name();
+    section["plan"] = {{"kind", "teacher"}, {"fa_heads_per_layer", cfg.num_heads}};
+
+    fs::create_directories(out_dir);
+    const std::string log_path = out_dir + "/log.jsonl";
+    // The log lives in the checkpoint directory, which every save replaces atomically, so the lines
+    // are kept in memory and written with each checkpoint; between saves they are also appended to
+    // the live file. A resumed run keeps the checkpoint's lines up to its step.
+    std::vector<std::string> log_lines;
+    std::vector<double> curve_steps, curve_losses, eval_steps, eval_losses;
+    if (resume_dir) {
+        std::ifstream prev((fs::path(*resume_dir) / "log.jsonl").string());
+        std::string line;
+        while (std::getline(prev, line)) {
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_discarded() || !j.contains("step") || j["step"].get<int64_t>() > state.step) continue;
+            log_lines.push_back(line);
+            if (j.contains("loss") && j["loss"].is_number()) {
+                curve_steps.push_back(j["step"].get<double>());
+                curve_losses.push_back(j["loss"].get<double>());
+            }
+            if (j.contains("heldout_loss")) {
+                eval_steps.push_back(j["step"].get<double>());
+                eval_losses.push_back(j["heldout_loss"].get<double>());
+            }
+        }
+    }
+    auto joined_log = [&] {
+        std::string text;
+        for (const auto& l : log_lines) text += l + "\n";
+        return text;
+    };
+    std::ofstream log;
+    auto reopen_log = [&] {
+        log.close();
+        log.clear();
+        log.open(log_path, std::ios::trunc);
+        HYDRA_CHECK(log.good(), "{}: cannot write the log", log_path);
+        log << joined_log();
+        log.flush();
+    };
+    reopen_log();
+
+    auto save = [&](const std::string& dir) {
+        state.rng = rng.state();
+        state.data_cursor = loader.cursor().to_json();
+        log.close();
+        save_checkpoint(dir, model, optimizer, state, section, {{"log.jsonl", joined_log()}});
+        reopen_log();
+    };
+
+    g_stop_signal = 0;
+    auto old_int = std::signal(SIGINT, on_signal);
+    auto old_term = std::signal(SIGTERM, on_signal);
+    std::vector<float> grads(static_cast<size_t>(n));
+    std::vector<int32_t> inputs, targets;
+    TrainRunResult result;
+    result.out_dir = out_dir;
+    const TrainStepOptions step_options{cfg.recompute};
+    while (state.step < cfg.steps) {
+        const auto t0 = std::chrono::steady_clock::now();
+        loader.next_batch(cfg.batch_size, inputs, targets);
+        std::fill(grads.begin(), grads.end(), 0.0f);
+        TrainBatch batch{inputs.data(), targets.data(), cfg.batch_size, cfg.seq_len};
+        const TrainStepResult r =
+            lm_train_step<float>(model.config(), model.params(), model.params().data(), grads.data(), batch, step_options);
+        StepLog sl;
+        sl.total_steps = cfg.steps;
+        sl.lr = schedule.at(state.step);
+        const bool finite = std::isfinite(r.loss) && all_finite(grads.data(), spans);
+        if (!finite) {
+            state.bad_steps_in_row++;
+            sl.skipped = true;
+            sl.loss = NAN;
+            fmt::print(stderr, "\nstep {}: non-finite loss or gradient, step skipped ({} in a row, limit {})\n",
+                       state.step + 1, state.bad_steps_in_row, cfg.max_bad_steps);
+            if (state.bad_steps_in_row >= cfg.max_bad_steps) {
+                std::signal(SIGINT, old_int);
+                std::signal(SIGTERM, old_term);
+                fail("training stopped: {} consecutive steps had a non-finite loss or gradient (last good "
+                     "checkpoint in {} is intact); lower optim.lr or raise optim.grad_clip",
+                     state.bad_steps_in_row, out_dir);
+            }
+        } else {
+            state.bad_steps_in_row = 0;
+            sl.grad_norm = grad_norm(grads.data(), spans);
+            if (cfg.grad_clip > 0) clip_grads(grads.data(), spans, cfg.grad_clip, sl.grad_norm);
+            optimizer.set_lr(sl.lr);
+            optimizer.step(model.params().data(), grads.data(), n, spans);
+            sl.loss = r.loss;
+            state.last_loss = r.loss;
+        }
+        state.step++;
+        sl.step = state.step;
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        sl.tokens_per_second = double(cfg.batch_size * cfg.seq_len) / secs;
+        if (state.step % cfg.eval_every == 0 || state.step == cfg.steps) {
+            sl.heldout_loss = heldout_loss(model, shards.heldout, cfg);
+            eval_steps.push_back(double(state.step));
+            eval_losses.push_back(*sl.heldout_loss);
+            result.final_heldout_loss = sl.heldout_loss;
+        }
+        nlohmann::json line = {{"step", sl.step}, {"lr", sl.lr}, {"grad_norm", sl.grad_norm},
+                               {"tokens_per_s", sl.tokens_per_second}, {"skipped", sl.skipped}};
+        line["loss"] = sl.skipped ? nlohmann::json(nullptr) : nlohmann::json(sl.loss);
+        if (sl.heldout_loss) line["heldout_loss"] = *sl.heldout_loss;
+        log_lines.push_back(line.dump());
+        log << log_lines.back() << "\n";
+        log.flush();
+        if (!sl.skipped) {
+            curve_steps.push_back(double(sl.step));
+            curve_losses.push_back(sl.loss);
+        }
+        if (on_step) on_step(sl);
+        if (state.step % cfg.save_every == 0 || state.step == cfg.steps) save(out_dir);
+        if (g_stop_signal) {
+            save(out_dir);
+            result.interrupted = true;
+            break;
+        }
+    }
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+    log.flush();
+    if (!curve_steps.empty()) write_loss_plot(out_dir + "/loss_curve.png", curve_steps, curve_losses, eval_steps, eval_losses);
+    result.final_step = state.step;
+    result.final_loss = state.last_loss;
+    return result;
+}
+
+}  // namespace hydra

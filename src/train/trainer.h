@@ -1,0 +1,41 @@
+// The `hydra train` loop: data shards -> batches -> forward/backward -> clip -> AdamW, with a JSONL
+// log, periodic held-out evaluation, atomic checkpoints, exact resume, non-finite-step skipping,
+// and a clean save on SIGINT/SIGTERM.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "train/train_config.h"
+
+namespace hydra {
+
+struct StepLog {
+    int64_t step = 0;          // steps completed after this one
+    int64_t total_steps = 0;
+    double loss = 0;           // training loss of the step (NaN when skipped)
+    double lr = 0;
+    double grad_norm = 0;
+    double tokens_per_second = 0;
+    bool skipped = false;
+    std::optional<double> heldout_loss;
+};
+
+struct TrainRunResult {
+    int64_t final_step = 0;
+    double final_loss = 0;
+    std::optional<double> final_heldout_loss;
+    bool interrupted = false;  // stopped by a signal (after saving)
+    std::string out_dir;
+};
+
+// Trains per `config` into `out_dir` (a checkpoint directory, also holding log.jsonl and
+// loss_curve.png). With `resume_dir`, continues from that checkpoint: the model, optimizer, RNG,
+// data cursor and the checkpoint's own config (only run.steps may be raised by `steps_override`).
+// `on_step` (may be empty) sees every step, e.g. to draw a progress bar.
+TrainRunResult run_training(TrainConfig config, const std::string& out_dir,
+                            const std::optional<std::string>& resume_dir, std::optional<int64_t> steps_override,
+                            const std::function<void(const StepLog&)>& on_step);
+
+}  // namespace hydra
