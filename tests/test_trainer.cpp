@@ -3,6 +3,9 @@
 // checkpoints are complete, and bad config keys are clear errors.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +14,9 @@
 
 #include "core/error.h"
 #include "model_paths.h"
+#include "model/llama_model.h"
+#include "train/adamw.h"
+#include "train/checkpoint.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -86,6 +92,65 @@ TEST_F(Trainer, ResumedRunIsByteIdentical) {
     run_training(TrainConfig(), (root_ / "B").string(), (root_ / "B").string(), 12, {});
     EXPECT_EQ(slurp(root_ / "A" / "model.safetensors"), slurp(root_ / "B" / "model.safetensors"));
     EXPECT_EQ(slurp(root_ / "A" / "optim.safetensors"), slurp(root_ / "B" / "optim.safetensors"));
+}
+
+TEST_F(Trainer, NonFiniteStepsAreSkippedThenTheRunStopsClearly) {
+    TrainConfig c = micro();
+    c.steps = 10;
+    c.init_std = 1e30;  // every forward overflows: every step is non-finite
+    c.max_bad_steps = 3;
+    int64_t skipped = 0;
+    try {
+        run_training(c, (root_ / "nan").string(), std::nullopt, std::nullopt,
+                     [&](const StepLog& s) { skipped += s.skipped; });
+        FAIL() << "the run should stop";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("3 consecutive steps had a non-finite loss"), std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(skipped, 2);  // the third bad step stops the run before it is reported
+}
+
+// A save that fails half-way (the file-size limit makes writes fail like a full disk) must throw
+// and leave the previous checkpoint byte-identical, with no temporary directory left behind.
+TEST_F(Trainer, FailedSaveKeepsThePreviousCheckpoint) {
+    ModelConfig mc;
+    mc.name = "ck";
+    mc.vocab_size = 64;
+    mc.hidden_size = 32;
+    mc.intermediate_size = 48;
+    mc.num_layers = 2;
+    mc.num_heads = 4;
+    mc.num_kv_heads = 2;
+    mc.head_dim = 8;
+    mc.rope_dim = 8;
+    mc.tie_word_embeddings = true;
+    LlamaModel model(mc);
+    AdamW opt(AdamWConfig{}, model.params().numel());
+    TrainState st;
+    const std::string dir = (root_ / "ck").string();
+    save_checkpoint(dir, model, opt, st, nlohmann::json::object());
+    const std::string before = slurp(root_ / "ck" / "model.safetensors");
+    model.params().data()[0] = 42.0f;  // a different model to save
+    rlimit old{};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit tiny = old;
+    tiny.rlim_cur = 4096;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &tiny), 0);
+    bool threw = false;
+    try {
+        save_checkpoint(dir, model, opt, st, nlohmann::json::object());
+    } catch (const Error& e) {
+        threw = true;
+        EXPECT_NE(std::string(e.what()).find("previous checkpoint kept"), std::string::npos) << e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_TRUE(threw);
+    EXPECT_EQ(slurp(root_ / "ck" / "model.safetensors"), before);
+    for (const auto& entry : fs::directory_iterator(root_))
+        EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
 }
 
 TEST(TrainConfigKeys, UnknownAndMistypedKeysAreClearErrors) {
