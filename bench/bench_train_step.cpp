@@ -54,17 +54,8 @@ int main(int argc, char** argv) {
             if (seq < 0) seq = 256;
         } else {
             const TrainConfig c = TrainConfig::preset(preset);
-            ModelConfig m;
+            ModelConfig m = c.model_config(260, 256);  // the byte tokenizer's vocabulary and eos
             m.name = preset;
-            m.vocab_size = 260;  // the byte tokenizer's vocabulary
-            m.hidden_size = c.hidden_size;
-            m.intermediate_size = c.intermediate_size;
-            m.num_layers = c.num_layers;
-            m.num_heads = c.num_heads;
-            m.num_kv_heads = c.num_kv_heads;
-            m.head_dim = c.hidden_size / c.num_heads;
-            m.rope_dim = m.head_dim;
-            m.tie_word_embeddings = c.tie_word_embeddings;
             model = std::make_unique<LlamaModel>(m);
             Rng init(1);
             for (int64_t i = 0; i < model->params().numel(); ++i) model->params().data()[i] = 0.02f * init.normal();

@@ -196,6 +196,26 @@ json TrainConfig::to_json() const {
     return out;
 }
 
+ModelConfig TrainConfig::model_config(int32_t vocab_size, int32_t eos_id) const {
+    ModelConfig m;
+    m.architecture = "llama";
+    m.name = "hydra-train";
+    m.vocab_size = vocab_size;
+    m.hidden_size = hidden_size;
+    m.intermediate_size = intermediate_size;
+    m.num_layers = num_layers;
+    m.num_heads = num_heads;
+    m.num_kv_heads = num_kv_heads;
+    m.head_dim = hidden_size / num_heads;
+    m.rope_dim = m.head_dim;
+    m.rope_theta = float(rope_theta);
+    m.rms_norm_eps = 1e-5f;
+    m.max_position_embeddings = seq_len;
+    m.tie_word_embeddings = tie_word_embeddings;
+    if (eos_id >= 0) m.eos_token_ids = {eos_id};
+    return m;
+}
+
 TrainConfig TrainConfig::preset(const std::string& name) {
     TrainConfig c;
     if (name == "tiny-cpu") return c;  // the defaults: ~6M parameters, byte-level, trains in minutes

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/model_config.h"
+
 namespace hydra {
 
 struct TrainConfig {
@@ -62,6 +64,8 @@ struct TrainConfig {
     // Checks ranges and cross-field consistency.
     void validate() const;
     nlohmann::json to_json() const;
+    // The llama-family ModelConfig these settings describe, for a tokenizer of `vocab_size` ids.
+    ModelConfig model_config(int32_t vocab_size, int32_t eos_id) const;
 
     static TrainConfig preset(const std::string& name);  // "tiny-cpu", "test-micro"
     static std::vector<std::string> preset_names();

@@ -58,26 +58,6 @@ std::vector<std::string> expand_sources(const TrainConfig& c, const std::string&
     return files;
 }
 
-ModelConfig model_config_for(const TrainConfig& c, int32_t vocab_size, int32_t eos_id) {
-    ModelConfig m;
-    m.architecture = "llama";
-    m.name = "hydra-train";
-    m.vocab_size = vocab_size;
-    m.hidden_size = c.hidden_size;
-    m.intermediate_size = c.intermediate_size;
-    m.num_layers = c.num_layers;
-    m.num_heads = c.num_heads;
-    m.num_kv_heads = c.num_kv_heads;
-    m.head_dim = c.hidden_size / c.num_heads;
-    m.rope_dim = m.head_dim;
-    m.rope_theta = float(c.rope_theta);
-    m.rms_norm_eps = 1e-5f;
-    m.max_position_embeddings = c.seq_len;
-    m.tie_word_embeddings = c.tie_word_embeddings;
-    if (eos_id >= 0) m.eos_token_ids = {eos_id};
-    return m;
-}
-
 // Normal(0, std) for matrices and the embedding, ones for norms.
 void init_weights(LlamaModel& model, double std, Rng& rng) {
     for (size_t i = 0; i < model.params().entries().size(); ++i) {
@@ -166,7 +146,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     DataLoader loader(shards.train, cfg.seq_len, cfg.data_seed);
 
     // Model and optimizer.
-    LlamaModel model(model_config_for(cfg, encoder->vocab_size(), encoder->eos_id()));
+    LlamaModel model(cfg.model_config(encoder->vocab_size(), encoder->eos_id()));
     const int64_t n = model.params().numel();
     AdamWConfig ac;
     ac.lr = float(cfg.lr);
