@@ -2,11 +2,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cli/model_load_report.h"
+#include "model/model_loader.h"
 #include "core/error.h"
-#include "io/gguf.h"
 #include "tokenizer/bpe_tokenizer.h"
-#include "tokenizer/vocab_from_gguf.h"
 
 namespace hydra::cli {
 
@@ -40,13 +38,7 @@ void register_tokenize(CLI::App& app) {
     cmd->add_flag("--ids-only", o->ids_only, "print only the ids, space-separated");
     cmd->add_flag("--no-special", o->no_special, "treat special-token text as plain text");
     cmd->callback([o] {
-        // Only the tokenizer is needed: for a GGUF, skip loading the weights.
-        std::optional<TokenizerVocab> vocab;
-        if (o->model.size() > 5 && o->model.ends_with(".gguf")) {
-            vocab = vocab_from_gguf(GgufFile::open(o->model));
-        } else {
-            vocab = load_model_reported(o->model, false).vocab;
-        }
+        std::optional<TokenizerVocab> vocab = load_vocab(o->model);  // the weights are not needed
         HYDRA_CHECK(vocab.has_value(), "{}: the model has no tokenizer", o->model);
         Tokenizer tok(*vocab, o->model);
         std::vector<int32_t> ids = tok.encode(o->text, !o->no_special);

@@ -1,17 +1,20 @@
-// Dense f32 matrix products on the CPU through OpenBLAS (row-major everywhere).
+// Dense matrix products on the CPU through OpenBLAS (row-major everywhere): the one BLAS wrapper
+// the project uses. float -> sgemm/sgemv, double -> dgemm/dgemv (gradient checks).
 #pragma once
 
 #include <cstdint>
 
 namespace hydra {
 
-// C (M, N) = alpha * op(A) * op(B) + beta * C, row-major, with op = transpose when the flag is set.
-// A is (M, K) or, transposed, (K, M); B is (K, N) or, transposed, (N, K).
-void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// C (M, N) = alpha * op(A) * op(B) + beta * C, with op = transpose when the flag is set.
+// A is (M, K) or, transposed, (K, M); B is (K, N) or, transposed, (N, K). Sizes must fit BLAS ints.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+          const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 
-// The linear layer: out (T, N) = x (T, K) @ W^T with W (N, K) in PyTorch [out, in] layout;
-// `accumulate` adds into out instead of overwriting it.
-void linear_f32(float* out, const float* x, const float* W, int64_t T, int64_t K, int64_t N, bool accumulate = false);
+// y (M) = alpha * A (M, K) @ x (K) + beta * y: a matrix-vector product streams A once (decode).
+void gemv(int64_t M, int64_t K, float alpha, const float* A, const float* x, float beta, float* y);
+void gemv(int64_t M, int64_t K, double alpha, const double* A, const double* x, double beta, double* y);
 
 }  // namespace hydra

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/gemm.h"
 #include "ops/cpu/attention.h"
+#include "ops/cpu/linear.h"
 #include "ops/cpu/quant_gemv.h"
 #include "ops/cpu/rmsnorm.h"
 #include "ops/cpu/rope.h"
@@ -17,21 +17,16 @@ namespace hydra {
 
 namespace {
 
-void add_bias(float* x, const Tensor& bias, int64_t T, int64_t N) {
-    if (bias.empty()) return;
-    const float* b = bias.f32();
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t n = 0; n < N; ++n) x[t * N + n] += b[n];
-}
-
-// out (T, N) = x (T, K) @ W^T, from the quantized copy for single-token steps when allowed.
+// out (T, N) = x (T, K) @ W^T (+ bias), from the quantized copy for single-token steps when allowed.
 void linear(float* out, const float* x, const Tensor& w, const QuantizedWeight& qw, int64_t T, int64_t K, int64_t N,
-            bool quantized) {
+            bool quantized, const Tensor& bias = Tensor()) {
     if (quantized && T == 1 && !qw.empty()) {
         cpu::quant_gemv(out, qw.type, qw.bytes.data(), x, N, K);
+        if (!bias.empty())
+            for (int64_t n = 0; n < N; ++n) out[n] += bias.f32()[n];
         return;
     }
-    linear_f32(out, x, w.f32(), T, K, N);
+    cpu::linear_forward(out, x, w.f32(), bias.empty() ? nullptr : bias.f32(), T, K, N);
 }
 
 void fire(const ForwardOptions& options, const char* point, int layer, Tensor& value) {
@@ -79,12 +74,9 @@ Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, 
         cpu::rmsnorm_forward(xn.f32(), (float*)nullptr, x.f32(), w.attn_norm.f32(), T, C, cfg.rms_norm_eps);
         fire(options, "attn_norm", li, xn);
 
-        linear(q.f32(), xn.f32(), w.wq, w.qwq, T, C, Dq, qd);
-        linear(k.f32(), xn.f32(), w.wk, w.qwk, T, C, Dkv, qd);
-        linear(v.f32(), xn.f32(), w.wv, w.qwv, T, C, Dkv, qd);
-        add_bias(q.f32(), w.bq, T, Dq);
-        add_bias(k.f32(), w.bk, T, Dkv);
-        add_bias(v.f32(), w.bv, T, Dkv);
+        linear(q.f32(), xn.f32(), w.wq, w.qwq, T, C, Dq, qd, w.bq);
+        linear(k.f32(), xn.f32(), w.wk, w.qwk, T, C, Dkv, qd, w.bk);
+        linear(v.f32(), xn.f32(), w.wv, w.qwv, T, C, Dkv, qd, w.bv);
         if (cfg.qk_norm) {
             cpu::rmsnorm_forward(q.f32(), (float*)nullptr, q.f32(), w.q_norm.f32(), T * H, Dh, cfg.rms_norm_eps);
             cpu::rmsnorm_forward(k.f32(), (float*)nullptr, k.f32(), w.k_norm.f32(), T * Hkv, Dh, cfg.rms_norm_eps);

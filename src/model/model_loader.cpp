@@ -59,4 +59,18 @@ LoadedModel load_model(const std::string& path) {
     return out;
 }
 
+std::optional<TokenizerVocab> load_vocab(const std::string& path) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    HYDRA_CHECK(fs::exists(st), "{}: no such file or directory (expected a .gguf file or a model directory)", path);
+    if (fs::is_directory(st)) {
+        const fs::path tok = fs::path(path) / "tokenizer.json";
+        if (!fs::exists(tok)) return std::nullopt;
+        return vocab_from_tokenizer_json(tok.string());
+    }
+    GgufFile gguf = GgufFile::open(path);
+    if (!gguf.has("tokenizer.ggml.model")) return std::nullopt;
+    return vocab_from_gguf(gguf);
+}
+
 }  // namespace hydra

@@ -24,4 +24,7 @@ struct LoadedModel {
 // Throws hydra::Error with a message naming the path and what is wrong or missing.
 LoadedModel load_model(const std::string& path);
 
+// Only the tokenizer of MODEL (GGUF metadata or tokenizer.json), without reading any weights.
+std::optional<TokenizerVocab> load_vocab(const std::string& path);
+
 }  // namespace hydra

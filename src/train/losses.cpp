@@ -66,14 +66,14 @@ Tiling make_tiling(int64_t T, int64_t V, const LossChunking& ck, int64_t matrice
 // logits tile (nb, nv) at `out` (leading dim ld) = alpha * h (nb, C) @ W[v0 : v0 + nv]^T.
 void logits_tile(const float* h, const float* W, int64_t nb, int64_t C, int64_t v0, int64_t nv, float alpha,
                  float* out, int64_t ld) {
-    gemm_f32(false, true, nb, nv, C, alpha, h, C, W + v0 * C, C, 0.0f, out, ld);
+    gemm(false, true, nb, nv, C, alpha, h, C, W + v0 * C, C, 0.0f, out, ld);
 }
 
 // dhidden (nb, C) += G (nb, nv) @ W_c (nv, C);  dW_c (nv, C) += G^T @ h (nb, C).
 void backprop_tile(const float* G, int64_t ld, const float* h, const float* W, int64_t nb, int64_t C,
                    int64_t v0, int64_t nv, float* dh, float* dW) {
-    if (dh) gemm_f32(false, false, nb, C, nv, 1.0f, G, ld, W + v0 * C, C, 1.0f, dh, C);
-    if (dW) gemm_f32(true, false, nv, C, nb, 1.0f, G, ld, h, C, 1.0f, dW + v0 * C, C);
+    if (dh) gemm(false, false, nb, C, nv, 1.0f, G, ld, W + v0 * C, C, 1.0f, dh, C);
+    if (dW) gemm(true, false, nv, C, nb, 1.0f, G, ld, h, C, 1.0f, dW + v0 * C, C);
 }
 
 // OpenMP pays off only for tiles with real work in them.

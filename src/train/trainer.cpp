@@ -84,9 +84,9 @@ LrSchedule schedule_for(const TrainConfig& c) {
 
 std::unique_ptr<TextEncoder> make_encoder(const TrainConfig& c, std::unique_ptr<Tokenizer>& bpe_holder) {
     if (c.tokenizer == "byte") return std::make_unique<ByteEncoder>();
-    LoadedModel m = load_model(c.tokenizer);
-    HYDRA_CHECK(m.vocab.has_value(), "data.tokenizer: {} has no tokenizer", c.tokenizer);
-    bpe_holder = std::make_unique<Tokenizer>(*m.vocab, c.tokenizer);
+    std::optional<TokenizerVocab> vocab = load_vocab(c.tokenizer);  // no weights needed
+    HYDRA_CHECK(vocab.has_value(), "data.tokenizer: {} has no tokenizer", c.tokenizer);
+    bpe_holder = std::make_unique<Tokenizer>(*vocab, c.tokenizer);
     return std::make_unique<BpeEncoder>(*bpe_holder);
 }
 

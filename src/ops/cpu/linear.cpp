@@ -1,39 +1,14 @@
 // Linear forward/backward (see linear.h) on OpenBLAS: sgemm for float, dgemm for double.
 #include "ops/cpu/linear.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/gemm.h"
 
 namespace hydra::cpu {
-
-namespace {
-
-// BLAS takes 32-bit sizes (blasint); larger matrices would silently wrap.
-void check_blas_dims(int64_t m, int64_t n, int64_t k) {
-    HYDRA_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX,
-                 "GEMM size ({}, {}, {}) exceeds the BLAS int range", m, n, k);
-}
-
-// Row-major C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-    check_blas_dims(m, n, k);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blasint(m),
-                blasint(n), blasint(k), alpha, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
-}
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-    check_blas_dims(m, n, k);
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blasint(m),
-                blasint(n), blasint(k), alpha, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
-}
-
-}  // namespace
 
 template <typename T>
 void linear_forward(T* out, const T* x, const T* W, const T* bias_or_null, int64_t N, int64_t K, int64_t M) {
@@ -44,6 +19,10 @@ void linear_forward(T* out, const T* x, const T* W, const T* bias_or_null, int64
         std::fill(out, out + N * M, T(0));
     }
     if (K <= 0) return;  // BLAS needs leading dimensions >= 1
+    if (N == 1) {  // decode: a matrix-vector product streams W once
+        gemv(M, K, T(1), W, x, bias_or_null ? T(1) : T(0), out);
+        return;
+    }
     // out (N, M) = x (N, K) @ W^T (K, M) [+ out, which holds the broadcast bias]
     gemm(false, true, N, M, K, T(1), x, K, W, K, bias_or_null ? T(1) : T(0), out, M);
 }
