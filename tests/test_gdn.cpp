@@ -18,7 +18,11 @@
 
 #include <omp.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "io/safetensors.h"
+#include "model/gdn_block.h"
 #include "ops/cpu/gated_rmsnorm.h"
 #include "ops/cpu/gdn_gates.h"
 #include "ops/cpu/gdn_recurrence.h"
@@ -117,12 +121,6 @@ double check_fd(const std::string& what, Vec& param, const Vec& grad, const std:
     std::printf("  %-34s %5zu elements, worst rel err %.2e (element %zu = %.3e)\n", what.c_str(), param.size(),
                 worst, worst_i, param.empty() ? 0.0 : grad[worst_i]);
     return worst;
-}
-
-Vec concat(std::initializer_list<const Vec*> parts) {
-    Vec out;
-    for (const Vec* p : parts) out.insert(out.end(), p->begin(), p->end());
-    return out;
 }
 
 // ---- the reference: §2.1 written out in float64 with S = (K x V) per value head -------------------
@@ -596,6 +594,305 @@ TEST(GdnCore, ThreadCountDoesNotChangeResults) {
     }
     ASSERT_EQ(one.size(), many.size());
     EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)));
+}
+
+
+// ---- GdnBlock -------------------------------------------------------------------------------------
+
+// One block's inputs, parameters and entering state, in T.
+template <typename T>
+struct BlockCase {
+    GdnConfig cfg;
+    int64_t Tn = 0;
+    std::vector<T> q_raw, k_raw, v_raw, a_raw, b_raw, z;
+    std::vector<T> conv_q, conv_k, conv_v, A_log, dt_bias, norm_w;
+    GdnState<T> state;  // entering state (used when with_state)
+    bool with_state = true;
+
+    GdnParams<T> params() const {
+        return {conv_q.data(), conv_k.data(), conv_v.data(), A_log.data(), dt_bias.data(), norm_w.data()};
+    }
+    GdnInputs<T> inputs(int64_t t0 = 0) const {
+        const int64_t Dk = cfg.key_dim(), Dv = cfg.value_dim(), HV = cfg.HV;
+        return {q_raw.data() + t0 * Dk, k_raw.data() + t0 * Dk, v_raw.data() + t0 * Dv,
+                a_raw.data() + t0 * HV, b_raw.data() + t0 * HV, z.data() + t0 * Dv};
+    }
+    // The fields in a fixed order (inputs, params, state), for loops over all of them.
+    std::vector<std::vector<T>*> fields() {
+        return {&q_raw, &k_raw, &v_raw, &a_raw, &b_raw, &z, &conv_q, &conv_k, &conv_v, &A_log, &dt_bias, &norm_w,
+                &state.conv_q, &state.conv_k, &state.conv_v, &state.ssm};
+    }
+};
+const char* kFieldNames[] = {"in.q_raw",      "in.k_raw",      "in.v_raw",      "in.a_raw",
+                             "in.b_raw",      "in.z",          "param.conv_q",  "param.conv_k",
+                             "param.conv_v",  "param.A_log",   "param.dt_bias", "param.norm_w",
+                             "state_in.conv_q", "state_in.conv_k", "state_in.conv_v", "state_in.ssm"};
+const char* kStateNames[] = {"conv_q", "conv_k", "conv_v", "ssm"};
+
+template <typename T, typename S>
+BlockCase<T> convert(const BlockCase<S>& c) {
+    BlockCase<T> out;
+    out.cfg = c.cfg, out.Tn = c.Tn, out.with_state = c.with_state;
+    auto cv = [](const std::vector<S>& x) { return std::vector<T>(x.begin(), x.end()); };
+    out.q_raw = cv(c.q_raw), out.k_raw = cv(c.k_raw), out.v_raw = cv(c.v_raw), out.a_raw = cv(c.a_raw);
+    out.b_raw = cv(c.b_raw), out.z = cv(c.z), out.conv_q = cv(c.conv_q), out.conv_k = cv(c.conv_k);
+    out.conv_v = cv(c.conv_v), out.A_log = cv(c.A_log), out.dt_bias = cv(c.dt_bias), out.norm_w = cv(c.norm_w);
+    out.state.conv_q = cv(c.state.conv_q), out.state.conv_k = cv(c.state.conv_k);
+    out.state.conv_v = cv(c.state.conv_v), out.state.ssm = cv(c.state.ssm);
+    return out;
+}
+
+BlockCase<double> random_block(const GdnConfig& cfg, int64_t Tn, uint32_t seed) {
+    BlockCase<double> c;
+    c.cfg = cfg, c.Tn = Tn;
+    const int64_t Dk = cfg.key_dim(), Dv = cfg.value_dim(), HV = cfg.HV, W = cfg.conv_width;
+    c.q_raw = randn(size_t(Tn * Dk), seed);
+    c.k_raw = randn(size_t(Tn * Dk), seed + 1);
+    c.v_raw = randn(size_t(Tn * Dv), seed + 2);
+    c.a_raw = randn(size_t(Tn * HV), seed + 3);
+    c.b_raw = randn(size_t(Tn * HV), seed + 4, 1.5);
+    c.z = randn(size_t(Tn * Dv), seed + 5);
+    c.conv_q = randn(size_t(Dk * W), seed + 6, 0.5);
+    c.conv_k = randn(size_t(Dk * W), seed + 7, 0.5);
+    c.conv_v = randn(size_t(Dv * W), seed + 8, 0.5);
+    c.A_log = uniform(size_t(HV), seed + 9, std::log(0.5), std::log(8.0));
+    c.dt_bias = uniform(size_t(HV), seed + 10, -2.0, 0.5);
+    c.norm_w = uniform(size_t(HV * cfg.V), seed + 11, 0.5, 1.5);
+    c.state.resize(cfg);
+    c.state.conv_q = randn(c.state.conv_q.size(), seed + 12);
+    c.state.conv_k = randn(c.state.conv_k.size(), seed + 13);
+    c.state.conv_v = randn(c.state.conv_v.size(), seed + 14);
+    c.state.ssm = randn(c.state.ssm.size(), seed + 15, 0.3);
+    return c;
+}
+
+template <typename T>
+struct BlockRun {
+    std::vector<T> out;
+    GdnState<T> state_out;
+    GdnSaved<T> saved;
+};
+
+template <typename T>
+BlockRun<T> run_block(BlockCase<T>& c) {
+    BlockRun<T> r;
+    r.out.assign(size_t(c.Tn * c.cfg.value_dim()), T(NAN));
+    r.state_out.resize(c.cfg);
+    GdnStateView<T> in = c.state.view(), out = r.state_out.view();
+    gdn_block_forward(r.out.data(), c.cfg, c.params(), c.inputs(), c.Tn, c.with_state ? &in : nullptr, &out,
+                      &r.saved);
+    return r;
+}
+
+// Gradients of sum(out * R_out) + sum over the leaving state's parts of (part * R_part), in the order
+// of BlockCase::fields(); parameter gradients start at zero.
+template <typename T>
+std::vector<std::vector<T>> block_grads(BlockCase<T>& c, const BlockRun<T>& run, const std::vector<T>& R_out,
+                                        GdnState<T>& R_state) {
+    BlockCase<T> g;  // same shapes as c
+    g.cfg = c.cfg;
+    std::vector<std::vector<T>*> src = c.fields();
+    g.state.resize(c.cfg);
+    std::vector<std::vector<T>*> dst = g.fields();
+    for (size_t i = 0; i < src.size(); ++i)
+        dst[i]->assign(src[i]->size(), i >= 6 && i < 12 ? T(0) : T(NAN));  // params accumulate
+    GdnInputGrads<T> di{g.q_raw.data(), g.k_raw.data(), g.v_raw.data(), g.a_raw.data(), g.b_raw.data(), g.z.data()};
+    GdnParamGrads<T> dp{g.conv_q.data(), g.conv_k.data(), g.conv_v.data(), g.A_log.data(), g.dt_bias.data(),
+                        g.norm_w.data()};
+    GdnStateView<T> dsi = g.state.view(), dso = R_state.view();
+    gdn_block_backward(di, dp, &dsi, R_out.data(), &dso, c.cfg, c.params(), c.inputs(), c.Tn, run.saved);
+    std::vector<std::vector<T>> out;
+    for (auto* x : dst) out.push_back(*x);
+    return out;
+}
+
+Vec flatten_run(const BlockRun<double>& r) {
+    Vec all = r.out;
+    for (const Vec* x : {&r.state_out.conv_q, &r.state_out.conv_k, &r.state_out.conv_v, &r.state_out.ssm})
+        all.insert(all.end(), x->begin(), x->end());
+    return all;
+}
+
+void check_block_fd(const GdnConfig& cfg, int64_t Tn, uint32_t seed, const std::string& tag) {
+    BlockCase<double> c = random_block(cfg, Tn, seed);
+    BlockRun<double> run = run_block(c);
+    const Vec R = randn(flatten_run(run).size(), seed + 100);
+    // Split R into d_out and the leaving-state weights.
+    Vec R_out(R.begin(), R.begin() + long(run.out.size()));
+    GdnState<double> R_state(cfg);
+    size_t off = run.out.size();
+    for (Vec* x : {&R_state.conv_q, &R_state.conv_k, &R_state.conv_v, &R_state.ssm}) {
+        std::copy(R.begin() + long(off), R.begin() + long(off + x->size()), x->begin());
+        off += x->size();
+    }
+    const std::vector<Vec> grads = block_grads(c, run, R_out, R_state);
+    auto fwd = [&] { return flatten_run(run_block(c)); };
+    std::vector<Vec*> fields = c.fields();
+    // Half the usual step: a conv weight moves every token's q or k through SiLU, the L2 norm and the
+    // recurrence, and at h = 1e-3 the O(h^4) truncation alone reached 3.6e-6 on a small element
+    // (2.3e-7 at h = 5e-4, the expected factor 16).
+    for (size_t i = 0; i < fields.size(); ++i)
+        check_fd(tag + " " + kFieldNames[i], *fields[i], grads[i], fwd, R, kRelTol, 5e-4);
+}
+
+GdnConfig small_config(bool chunked, bool neg) {
+    GdnConfig cfg;
+    cfg.H = 1, cfg.HV = 2, cfg.K = 4, cfg.V = 3, cfg.conv_width = 4;
+    cfg.use_chunked = chunked, cfg.chunk_size = 4, cfg.allow_neg_eigval = neg, cfg.norm_eps = 1e-5;
+    return cfg;
+}
+
+TEST(GdnBlock, FiniteDifferencesChunked) { check_block_fd(small_config(true, false), 9, 500, "chunked"); }
+
+TEST(GdnBlock, FiniteDifferencesRecurrentNegEigval) {
+    check_block_fd(small_config(false, true), 9, 600, "recurrent neg");
+}
+
+GdnConfig mid_config(bool chunked) {
+    GdnConfig cfg;
+    cfg.H = 2, cfg.HV = 4, cfg.K = 16, cfg.V = 16, cfg.conv_width = 4, cfg.use_chunked = chunked;
+    return cfg;
+}
+
+TEST(GdnBlock, ChunkedEqualsRecurrent) {
+    BlockCase<double> c = random_block(mid_config(true), 150, 700);
+    BlockCase<double> r = c;
+    r.cfg.use_chunked = false;
+    BlockRun<double> rc = run_block(c), rr = run_block(r);
+    EXPECT_LT(rel_rms(flatten_run(rc), flatten_run(rr)), 1e-12);
+    const Vec R_out = randn(rc.out.size(), 701);
+    GdnState<double> R_state(c.cfg);
+    R_state.ssm = randn(R_state.ssm.size(), 702);
+    R_state.conv_v = randn(R_state.conv_v.size(), 703);
+    const std::vector<Vec> gc = block_grads(c, rc, R_out, R_state), gr = block_grads(r, rr, R_out, R_state);
+    for (size_t i = 0; i < gc.size(); ++i) EXPECT_LT(rel_rms(gc[i], gr[i]), 1e-10) << kFieldNames[i];
+}
+
+// Runs the block over consecutive pieces with the state carried in place; returns outputs and the
+// final state flattened.
+template <typename T>
+std::vector<T> run_pieces(BlockCase<T>& c, const std::vector<int64_t>& pieces) {
+    GdnState<T> st = c.state;
+    if (!c.with_state) st = GdnState<T>(c.cfg);
+    GdnStateView<T> view = st.view();
+    std::vector<T> out(size_t(c.Tn * c.cfg.value_dim()));
+    int64_t t0 = 0;
+    for (int64_t n : pieces) {
+        gdn_block_forward(out.data() + t0 * c.cfg.value_dim(), c.cfg, c.params(), c.inputs(t0), n, &view, &view,
+                          (GdnSaved<T>*)nullptr);
+        t0 += n;
+    }
+    EXPECT_EQ(t0, c.Tn);
+    for (const std::vector<T>* x : {&st.conv_q, &st.conv_k, &st.conv_v, &st.ssm}) out.insert(out.end(), x->begin(), x->end());
+    return out;
+}
+
+TEST(GdnBlock, PrefillInPiecesAndDecodeMatchOneShot) {
+    for (bool with_state : {false, true}) {
+        BlockCase<double> c = random_block(mid_config(true), 201, 800);
+        c.with_state = with_state;
+        const Vec whole = run_pieces(c, {201});
+        const std::vector<int64_t> ones(201, 1);
+        EXPECT_LT(rel_rms(run_pieces(c, {37, 64, 100}), whole), 1e-12) << "double pieces";
+        EXPECT_LT(rel_rms(run_pieces(c, ones), whole), 1e-12) << "double decode";
+        BlockCase<double> rec = c;
+        rec.cfg.use_chunked = false;
+        EXPECT_LT(rel_rms(run_pieces(rec, {37, 64, 100}), whole), 1e-12) << "double recurrent pieces";
+        // float: pieces and token-by-token decode against the one-shot float prefill
+        BlockCase<float> f = convert<float>(c);
+        const FVec fwhole = run_pieces(f, {201});
+        const Vec fwhole_d(fwhole.begin(), fwhole.end());
+        const double e1 = rel_rms(run_pieces(f, {37, 64, 100}), fwhole_d);
+        const double e2 = rel_rms(run_pieces(f, ones), fwhole_d);
+        const double e3 = rel_rms(fwhole, whole);
+        EXPECT_LT(e1, 1e-6) << "float pieces";
+        EXPECT_LT(e2, 1e-6) << "float decode";
+        EXPECT_LT(e3, 1e-5) << "float vs double";
+        std::printf("  state=%d float: pieces %.2e, decode %.2e, vs double %.2e\n", int(with_state), e1, e2, e3);
+    }
+}
+
+TEST(GdnBlock, StateBytes) {
+    GdnConfig cfg;  // the LA heads of one SmolLM2-135M layer at 7:1
+    cfg.H = 8, cfg.HV = 8, cfg.K = 64, cfg.V = 64;
+    const GdnState<float> s(cfg);
+    EXPECT_EQ(GdnState<float>::numel(cfg), 3 * (512 + 512 + 512) + 8 * 64 * 64);
+    EXPECT_EQ(int64_t(s.bytes()), GdnState<float>::fp32_bytes(cfg));
+    EXPECT_EQ(GdnState<float>::fp32_bytes(cfg), 149504);
+    for (float x : s.ssm) ASSERT_EQ(x, 0.0f);
+    GdnConfig bad = cfg;
+    bad.HV = 12;
+    EXPECT_THROW(bad.validate(), Error);
+}
+
+// ---- golden: tools/make_gdn_golden.py (independent PyTorch float64 implementation) -----------------
+
+Vec read_f64(const SafetensorsFile& f, const std::string& name) {
+    const SafetensorsTensorInfo& info = f.tensor(name);
+    EXPECT_EQ(info.dtype, StDType::F64) << name;
+    Vec out(size_t(info.numel));
+    std::memcpy(out.data(), f.raw(info), out.size() * sizeof(double));
+    return out;
+}
+
+TEST(GdnBlock, GoldenPyTorch) {
+    const SafetensorsFile f = SafetensorsFile::open(HYDRA_SOURCE_DIR "/tests/data/gdn_golden.safetensors");
+    for (const std::string prefix : {"a", "b"}) {
+        const auto j = nlohmann::json::parse(f.metadata().at(prefix + ".config"));
+        GdnConfig cfg;
+        cfg.H = j["H"], cfg.HV = j["HV"], cfg.K = j["K"], cfg.V = j["V"], cfg.conv_width = j["W"];
+        cfg.allow_neg_eigval = j["allow_neg_eigval"], cfg.norm_eps = j["norm_eps"];
+        BlockCase<double> c;
+        c.cfg = cfg, c.Tn = j["T"];
+        c.state.resize(cfg);
+        std::vector<Vec*> fields = c.fields();
+        for (size_t i = 0; i < fields.size(); ++i) *fields[i] = read_f64(f, prefix + "." + kFieldNames[i]);
+        Vec ref_run = read_f64(f, prefix + ".out");
+        for (const char* s : kStateNames) {
+            const Vec x = read_f64(f, prefix + ".state_out." + s);
+            ref_run.insert(ref_run.end(), x.begin(), x.end());
+        }
+        const Vec R_out = read_f64(f, prefix + ".R.out");
+        GdnState<double> R_state(cfg);
+        R_state.conv_q = read_f64(f, prefix + ".R.state.conv_q");
+        R_state.conv_k = read_f64(f, prefix + ".R.state.conv_k");
+        R_state.conv_v = read_f64(f, prefix + ".R.state.conv_v");
+        R_state.ssm = read_f64(f, prefix + ".R.state.ssm");
+
+        for (bool chunked : {true, false}) {
+            c.cfg.use_chunked = chunked;
+            const std::string tag = prefix + (chunked ? " chunked" : " recurrent");
+            BlockRun<double> run = run_block(c);
+            EXPECT_LT(rel_rms(flatten_run(run), ref_run), 1e-10) << tag << " double outputs";
+            const std::vector<Vec> grads = block_grads(c, run, R_out, R_state);
+            for (size_t i = 0; i < grads.size(); ++i) {
+                const Vec ref = read_f64(f, prefix + ".grad." + kFieldNames[i]);
+                EXPECT_LT(rel_rms(grads[i], ref), 1e-10) << tag << " double grad " << kFieldNames[i];
+            }
+        }
+        // The float training path (chunked), inputs are float32 values in the file.
+        c.cfg.use_chunked = true;
+        BlockCase<float> fc = convert<float>(c);
+        BlockRun<float> frun = run_block(fc);
+        FVec fall = frun.out;
+        for (const FVec* x : {&frun.state_out.conv_q, &frun.state_out.conv_k, &frun.state_out.conv_v,
+                              &frun.state_out.ssm})
+            fall.insert(fall.end(), x->begin(), x->end());
+        double worst = rel_rms(fall, ref_run);
+        EXPECT_LT(worst, 1e-5) << prefix << " float outputs";
+        GdnState<float> fR_state = convert<float>(c).state;  // shapes; values below
+        fR_state.conv_q = FVec(R_state.conv_q.begin(), R_state.conv_q.end());
+        fR_state.conv_k = FVec(R_state.conv_k.begin(), R_state.conv_k.end());
+        fR_state.conv_v = FVec(R_state.conv_v.begin(), R_state.conv_v.end());
+        fR_state.ssm = FVec(R_state.ssm.begin(), R_state.ssm.end());
+        const std::vector<FVec> fgrads = block_grads(fc, frun, to_float(R_out), fR_state);
+        for (size_t i = 0; i < fgrads.size(); ++i) {
+            const double e = rel_rms(fgrads[i], read_f64(f, prefix + ".grad." + kFieldNames[i]));
+            EXPECT_LT(e, 1e-5) << prefix << " float grad " << kFieldNames[i];
+            worst = std::max(worst, e);
+        }
+        std::printf("  golden %s: float chunked worst relative RMS error %.2e\n", prefix.c_str(), worst);
+    }
 }
 
 }  // namespace
