@@ -36,24 +36,47 @@ T* init_state(T* state_out, const T* state_in, std::vector<T>& scratch, int64_t 
     return M;
 }
 
-// One token of §2.1 on one head's state M (V x K), fused row by row: each row of M is decayed, read
-// with k, written and read with q in one pass while it is in cache.
+// One token of §2.1 on one head's state M (V x K), row by row: e_i = alpha (m_i . k) reads the row,
+// then m_i <- alpha m_i + delta_i k and o_i = m_i . q in a second pass, so each row is written once
+// while it is in cache. Rows go four at a time so the four dot products are independent chains (a
+// single row is latency-bound on its reductions).
 template <typename T>
 void recurrent_step(T* M, T* o, const T* q, const T* k, const T* v, T alpha, T beta, T scale, int64_t K,
                     int64_t V) {
-    for (int64_t i = 0; i < V; ++i) {
+    int64_t i = 0;
+    for (; i + 4 <= V; i += 4) {
+        T* m0 = M + i * K;
+        T* m1 = m0 + K;
+        T* m2 = m1 + K;
+        T* m3 = m2 + K;
+        T e0 = 0, e1 = 0, e2 = 0, e3 = 0;
+#pragma omp simd reduction(+ : e0, e1, e2, e3)
+        for (int64_t c = 0; c < K; ++c) {
+            const T kc = k[c];
+            e0 += m0[c] * kc, e1 += m1[c] * kc, e2 += m2[c] * kc, e3 += m3[c] * kc;
+        }
+        const T d0 = beta * (v[i] - alpha * e0), d1 = beta * (v[i + 1] - alpha * e1),
+                d2 = beta * (v[i + 2] - alpha * e2), d3 = beta * (v[i + 3] - alpha * e3);
+        T o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+#pragma omp simd reduction(+ : o0, o1, o2, o3)
+        for (int64_t c = 0; c < K; ++c) {
+            const T kc = k[c], qc = q[c];
+            m0[c] = alpha * m0[c] + d0 * kc, m1[c] = alpha * m1[c] + d1 * kc;
+            m2[c] = alpha * m2[c] + d2 * kc, m3[c] = alpha * m3[c] + d3 * kc;
+            o0 += m0[c] * qc, o1 += m1[c] * qc, o2 += m2[c] * qc, o3 += m3[c] * qc;
+        }
+        if (o) o[i] = scale * o0, o[i + 1] = scale * o1, o[i + 2] = scale * o2, o[i + 3] = scale * o3;
+    }
+    for (; i < V; ++i) {
         T* m = M + i * K;
         T e = 0;
 #pragma omp simd reduction(+ : e)
-        for (int64_t c = 0; c < K; ++c) {
-            m[c] *= alpha;
-            e += m[c] * k[c];
-        }
-        const T delta = beta * (v[i] - e);
+        for (int64_t c = 0; c < K; ++c) e += m[c] * k[c];
+        const T delta = beta * (v[i] - alpha * e);
         T out = 0;
 #pragma omp simd reduction(+ : out)
         for (int64_t c = 0; c < K; ++c) {
-            m[c] += delta * k[c];
+            m[c] = alpha * m[c] + delta * k[c];
             out += m[c] * q[c];
         }
         if (o) o[i] = scale * out;
@@ -62,12 +85,6 @@ void recurrent_step(T* M, T* o, const T* q, const T* k, const T* v, T alpha, T b
 
 // dq, dk of value head j go straight to (T, H, K) when each key head has one value head; otherwise to
 // per-value-head scratch (T, HV, K) that reduce_group sums afterwards in a fixed order.
-template <typename T>
-struct GroupGrad {
-    T* dst;      // base pointer for value head j
-    int64_t ld;  // row stride (per token)
-};
-
 template <typename T>
 void reduce_group(T* dq, const T* scratch, const GdnDims& d) {
     const int64_t r = d.HV / d.H;
@@ -83,29 +100,44 @@ void reduce_group(T* dq, const T* scratch, const GdnDims& d) {
 }
 
 // ---- chunked form: per-head scratch and the chunk recomputation shared by forward and backward ----
+//
+// Matrix products are merged where operands can share a buffer, so each chunk makes few, larger BLAS
+// calls (a 64x64x64 product spends a good part of its time packing operands): the chunk's keys and
+// queries are copied into one buffer `big` with rows [K; Q; W|U], so K K^T and Q K^T are one
+// product, and so are Q M0^T and W M0^T.
 
 template <typename T>
 struct ChunkWork {
-    int64_t C, K, V;
-    std::vector<double> gam, ea, eb, dgam, dbet;  // (C)
-    std::vector<T> Gam, dec, bet;                 // (C): exp(gamma_r), exp(gamma_last - gamma_r), beta_r
-    std::vector<T> E, KK, A, Tm, P;               // (C, C)
-    std::vector<T> X, W;                          // (C, K)
-    std::vector<T> Y, U;                          // (C, V); U becomes delta
+    int64_t C, K, V, KV;                  // KV = K + V, the row length of XY, big, dWD, dXY
+    std::vector<double> gam, ea, eb, dgam, dbet, colsum;  // (C)
+    std::vector<T> Gam, dec, bet;                         // (C): exp(gamma_r), exp(gamma_last - gamma_r), beta_r
+    std::vector<T> E;      // (C, C) exp(gamma_r - gamma_c) for c <= r
+    std::vector<T> S2;     // (2C, C) rows [0, L): K K^T; rows [L, 2L): P = (Q K^T) o E, causal
+    std::vector<T> A, Tm;  // (C, C) strictly lower A; T = (I + A)^-1
+    std::vector<T> XY;     // (C, K+V) [diag(beta Gamma) K | diag(beta) V]
+    std::vector<T> big;    // (3C, K+V) rows [0, L): K; [L, 2L): Q (first K columns); [2L, 3L): [W | U]
+    std::vector<T> R;      // (2C, V) [Q M0^T; W M0^T]
+    std::vector<T> D;      // (C, V) delta = U - W M0^T
     // backward only
-    std::vector<T> dD, dY;                        // (C, V)
-    std::vector<T> dW, dX, QG, tK;                // (C, K)
-    std::vector<T> dP, dT, tLL, dA;               // (C, C)
+    std::vector<T> OD;            // (2C, V) [dO; d delta]
+    std::vector<T> RK;            // (2C, K) [dO M0; d delta M0]
+    std::vector<T> GP;            // (C, C) G_P = (scale dO delta^T) o E, causal
+    std::vector<T> tK;            // (C, K) the elementwise parts of dk
+    std::vector<T> QGW;           // (2C, K) [scale diag(Gamma) Q; -W]
+    std::vector<T> dWD, dXY;      // (C, K+V) [dW | d delta]; T^T [dW | d delta] = [dX | dY]
+    std::vector<T> dT, tLL, dA;   // (C, C)
+    std::vector<T> LG;            // (C, 2C) [Gb + Gb^T | G_P^T]
 
-    ChunkWork(int64_t C_, int64_t K_, int64_t V_, bool backward) : C(C_), K(K_), V(V_) {
-        const size_t c = size_t(C), cc = size_t(C * C), ck = size_t(C * K), cv = size_t(C * V);
+    ChunkWork(int64_t C_, int64_t K_, int64_t V_, bool backward) : C(C_), K(K_), V(V_), KV(K_ + V_) {
+        const size_t c = size_t(C), cc = size_t(C * C);
         gam.resize(c), ea.resize(c), eb.resize(c), Gam.resize(c), dec.resize(c), bet.resize(c);
-        E.resize(cc), KK.resize(cc), A.resize(cc), Tm.resize(cc), P.resize(cc);
-        X.resize(ck), W.resize(ck), Y.resize(cv), U.resize(cv);
+        E.resize(cc), S2.resize(2 * cc), A.resize(cc), Tm.resize(cc);
+        XY.resize(size_t(C * KV)), big.resize(size_t(3 * C * KV)), R.resize(size_t(2 * C * V)), D.resize(size_t(C * V));
         if (backward) {
-            dgam.resize(c), dbet.resize(c);
-            dD.resize(cv), dY.resize(cv), dW.resize(ck), dX.resize(ck), QG.resize(ck), tK.resize(ck);
-            dP.resize(cc), dT.resize(cc), tLL.resize(cc), dA.resize(cc);
+            dgam.resize(c), dbet.resize(c), colsum.resize(c);
+            OD.resize(size_t(2 * C * V)), RK.resize(size_t(2 * C * K)), GP.resize(cc), tK.resize(size_t(C * K));
+            QGW.resize(size_t(2 * C * K)), dWD.resize(size_t(C * KV)), dXY.resize(size_t(C * KV));
+            dT.resize(cc), tLL.resize(cc), dA.resize(cc), LG.resize(2 * cc);
         }
     }
 };
@@ -119,12 +151,12 @@ struct ChunkView {
 };
 
 // Recomputes everything of a chunk that depends only on its inputs and the entering state M0:
-// gamma (chunk-local inclusive cumsum of g, double), the decay matrix E[r,c] = exp(gamma_r - gamma_c)
-// (c <= r), A, T = (I + A)^-1, X = diag(beta Gamma) K, Y = diag(beta) V, W = T X and
-// U = T Y - W M0^T, which is delta (the effective write of every token, §2.2 step 4).
+// gamma (chunk-local inclusive cumsum of g, double), the decay matrix E, K K^T and the scores P, A,
+// T = (I + A)^-1, X, Y, W = T X, U = T Y, and delta = U - W M0^T (the effective write of every token,
+// §2.2 step 4). With q_state, also Q M0^T (rows [0, L) of R) for the outputs.
 template <typename T>
-void chunk_prepare(ChunkWork<T>& w, const ChunkView<T>& cv, const T* M0) {
-    const int64_t C = w.C, K = w.K, V = w.V, L = cv.L;
+void chunk_prepare(ChunkWork<T>& w, const ChunkView<T>& cv, const T* M0, bool q_state) {
+    const int64_t C = w.C, K = w.K, V = w.V, KV = w.KV, L = cv.L;
     double acc = 0;
     for (int64_t r = 0; r < L; ++r) {
         acc += double(cv.g[r * cv.HV]);
@@ -146,21 +178,35 @@ void chunk_prepare(ChunkWork<T>& w, const ChunkView<T>& cv, const T* M0) {
             w.ea[size_t(r)] = std::exp(w.gam[size_t(r)] - s);
             w.eb[size_t(r)] = std::exp(s - w.gam[size_t(r)]);
         }
-        for (int64_t r = 0; r < L; ++r)
-            for (int64_t c = 0; c <= r; ++c) w.E[size_t(r * C + c)] = T(w.ea[size_t(r)] * w.eb[size_t(c)]);
+        for (int64_t r = 0; r < L; ++r) {
+            const double ar = w.ea[size_t(r)];
+            T* e = w.E.data() + r * C;
+            for (int64_t c = 0; c <= r; ++c) e[c] = T(ar * w.eb[size_t(c)]);
+        }
     } else {
         for (int64_t r = 0; r < L; ++r)
             for (int64_t c = 0; c <= r; ++c)
                 w.E[size_t(r * C + c)] = T(std::exp(w.gam[size_t(r)] - w.gam[size_t(c)]));
     }
-    // A = strict_lower(diag(beta) (K K^T) o E)
-    gemm(false, true, L, L, K, T(1), cv.k, cv.ldk, cv.k, cv.ldk, T(0), w.KK.data(), C);
+    T* Kc = w.big.data();
+    T* Qc = Kc + L * KV;
+    T* WU = Kc + 2 * L * KV;
+    for (int64_t r = 0; r < L; ++r) {
+        std::memcpy(Kc + r * KV, cv.k + r * cv.ldk, size_t(K) * sizeof(T));
+        std::memcpy(Qc + r * KV, cv.q + r * cv.ldk, size_t(K) * sizeof(T));
+    }
+    // [K; Q] K^T: K K^T on top, Q K^T below (then decayed and masked into P)
+    gemm(false, true, 2 * L, L, K, T(1), Kc, KV, Kc, KV, T(0), w.S2.data(), C);
     for (int64_t r = 0; r < L; ++r) {
         T* a = w.A.data() + r * C;
-        const T* kk = w.KK.data() + r * C;
+        const T* kk = w.S2.data() + r * C;
+        T* p = w.S2.data() + (L + r) * C;
         const T* e = w.E.data() + r * C;
-        for (int64_t c = 0; c < r; ++c) a[c] = w.bet[size_t(r)] * kk[c] * e[c];
+        const T b = w.bet[size_t(r)];
+        for (int64_t c = 0; c < r; ++c) a[c] = b * kk[c] * e[c];
         for (int64_t c = r; c < L; ++c) a[c] = 0;
+        for (int64_t c = 0; c <= r; ++c) p[c] *= e[c];
+        for (int64_t c = r + 1; c < L; ++c) p[c] = 0;
     }
     // T = (I + A)^-1 by forward substitution, row by row: T_r = e_r - sum_{m<r} A[r,m] T_m
     // (row m of T is zero beyond column m).
@@ -178,28 +224,22 @@ void chunk_prepare(ChunkWork<T>& w, const ChunkView<T>& cv, const T* M0) {
     }
     for (int64_t r = 0; r < L; ++r) {
         const T sx = w.bet[size_t(r)] * w.Gam[size_t(r)], sy = w.bet[size_t(r)];
-        const T* kr = cv.k + r * cv.ldk;
+        const T* kr = Kc + r * KV;
         const T* vr = cv.v + r * cv.ldv;
-        T* x = w.X.data() + r * K;
-        T* y = w.Y.data() + r * V;
-        for (int64_t c = 0; c < K; ++c) x[c] = sx * kr[c];
-        for (int64_t c = 0; c < V; ++c) y[c] = sy * vr[c];
+        T* xy = w.XY.data() + r * KV;
+        for (int64_t c = 0; c < K; ++c) xy[c] = sx * kr[c];
+        for (int64_t c = 0; c < V; ++c) xy[K + c] = sy * vr[c];
     }
-    gemm(false, false, L, K, L, T(1), w.Tm.data(), C, w.X.data(), K, T(0), w.W.data(), K);
-    gemm(false, false, L, V, L, T(1), w.Tm.data(), C, w.Y.data(), V, T(0), w.U.data(), V);
-    gemm(false, true, L, V, K, T(-1), w.W.data(), K, M0, K, T(1), w.U.data(), V);
-}
-
-// P = (Q K^T) o E on and below the diagonal, zero above (unscaled).
-template <typename T>
-void chunk_scores(ChunkWork<T>& w, const ChunkView<T>& cv) {
-    const int64_t C = w.C, L = cv.L;
-    gemm(false, true, L, L, w.K, T(1), cv.q, cv.ldk, cv.k, cv.ldk, T(0), w.P.data(), C);
+    // [W | U] = T [X | Y]
+    gemm(false, false, L, KV, L, T(1), w.Tm.data(), C, w.XY.data(), KV, T(0), WU, KV);
+    // [Q; W] M0^T (or only W M0^T), then delta = U - W M0^T
+    if (q_state) gemm(false, true, 2 * L, V, K, T(1), Qc, KV, M0, K, T(0), w.R.data(), V);
+    else gemm(false, true, L, V, K, T(1), WU, KV, M0, K, T(0), w.R.data() + L * V, V);
     for (int64_t r = 0; r < L; ++r) {
-        T* p = w.P.data() + r * C;
-        const T* e = w.E.data() + r * C;
-        for (int64_t c = 0; c <= r; ++c) p[c] *= e[c];
-        for (int64_t c = r + 1; c < L; ++c) p[c] = 0;
+        const T* u = WU + r * KV + K;
+        const T* wm = w.R.data() + (L + r) * V;
+        T* dl = w.D.data() + r * V;
+        for (int64_t c = 0; c < V; ++c) dl[c] = u[c] - wm[c];
     }
 }
 
@@ -226,36 +266,35 @@ ChunkView<T> chunk_view(const T* q, const T* k, const T* v, const T* g, const T*
 template <typename T>
 void chunk_forward_head(ChunkWork<T>& w, T* M, T* o, T* chunk_states, T* head_states, const T* q, const T* k,
                         const T* v, const T* g, const T* beta, const GdnDims& d, int64_t j, T scale) {
-    const int64_t C = w.C, K = d.K, V = d.V, VK = V * K;
+    const int64_t C = w.C, K = d.K, V = d.V, VK = V * K, KV = w.KV;
     const int64_t NT = gdn_num_chunks(d.T, C);
     for (int64_t n = 0; n < NT; ++n) {
         if (chunk_states) std::memcpy(chunk_states + (n * d.HV + j) * VK, M, size_t(VK) * sizeof(T));
         if (head_states) std::memcpy(head_states + n * VK, M, size_t(VK) * sizeof(T));
         const ChunkView<T> cv = chunk_view(q, k, v, g, beta, d, j, n, C);
         const int64_t L = cv.L;
-        chunk_prepare(w, cv, M);
+        chunk_prepare(w, cv, M, o != nullptr);
         if (o) {
             // O = scale [diag(Gamma) Q M0^T + P delta]
             T* oc = o + (cv.t0 * d.HV + j) * V;
             const int64_t ldo = d.HV * V;
-            gemm(false, true, L, V, K, scale, cv.q, cv.ldk, M, K, T(0), oc, ldo);
             for (int64_t r = 0; r < L; ++r) {
-                const T s = w.Gam[size_t(r)];
+                const T s = scale * w.Gam[size_t(r)];
+                const T* qm = w.R.data() + r * V;
                 T* orow = oc + r * ldo;
-                for (int64_t c = 0; c < V; ++c) orow[c] *= s;
+                for (int64_t c = 0; c < V; ++c) orow[c] = s * qm[c];
             }
-            chunk_scores(w, cv);
-            gemm(false, false, L, V, L, scale, w.P.data(), C, w.U.data(), V, T(1), oc, ldo);
+            gemm(false, false, L, V, L, scale, w.S2.data() + L * C, C, w.D.data(), V, T(1), oc, ldo);
         }
         // M1 = Gamma_last M0 + (diag(dec) delta)^T K
         for (int64_t r = 0; r < L; ++r) {
             const T s = w.dec[size_t(r)];
-            T* u = w.U.data() + r * V;
-            for (int64_t c = 0; c < V; ++c) u[c] *= s;
+            T* dl = w.D.data() + r * V;
+            for (int64_t c = 0; c < V; ++c) dl[c] *= s;
         }
         const T gl = w.Gam[size_t(L - 1)];
         for (int64_t i = 0; i < VK; ++i) M[i] *= gl;
-        gemm(true, false, V, K, L, T(1), w.U.data(), V, cv.k, cv.ldk, T(1), M, K);
+        gemm(true, false, V, K, L, T(1), w.D.data(), V, w.big.data(), KV, T(1), M, K);
     }
 }
 
@@ -407,8 +446,8 @@ void gdn_chunked_forward(T* o, T* state_out, T* chunk_states, const T* q, const 
 //   d delta = diag(dec) K dM^T + scale P^T dO
 //   dq      = scale diag(Gamma) dO M0 + G_P K,    G_P = (scale dO delta^T) o E (causal),
 //   dk      = G_P^T Q + diag(dec) delta dM + diag(beta Gamma) dX + (Gb + Gb^T) K
-//   dW      = -d delta M0;  dX = T^T dW;  dY = T^T d delta;  dT = dW X^T + d delta Y^T
-//   dA      = -T^T dT T^T (strictly lower);  Gb = diag(beta) (dA o E)
+//   dW      = -d delta M0;  [dX | dY] = T^T [dW | d delta];  dT = [dW | d delta] [X | Y]^T
+//   dA      = -T^T dT T^T (strictly lower);  Gb = diag(beta) (dA o E);  dv = diag(beta) dY
 //   dM0     = Gamma_last dM + scale dO^T diag(Gamma) Q - d delta^T W
 // and d gamma collects every place gamma enters (E, Gamma, dec, Gamma_last), then dg is its reverse
 // chunk-local cumsum.
@@ -418,7 +457,7 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                           const T* chunk_states, const GdnDims& d, double scale, int64_t chunk_size) {
     check_dims(d);
     HYDRA_ASSERT(chunk_size >= 1, "gdn: chunk_size {}", chunk_size);
-    const int64_t r = d.HV / d.H, K = d.K, V = d.V, VK = V * K, C = chunk_size;
+    const int64_t r = d.HV / d.H, K = d.K, V = d.V, VK = V * K, C = chunk_size, KV = K + V;
     const int64_t NT = gdn_num_chunks(d.T, C);
     const bool grouped = r > 1;
     std::vector<T> sq(grouped ? size_t(d.T * d.HV * K) : 0), sk(sq.size());
@@ -441,100 +480,124 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
             T* dq_base = grouped ? sq.data() + j * K : dq + h * K;
             T* dk_base = grouped ? sk.data() + j * K : dk + h * K;
             const int64_t ldg = grouped ? d.HV * K : d.H * K;
-            const int64_t ldo = d.HV * V;
             for (int64_t n = NT - 1; n >= 0; --n) {
                 const T* M0 = chunk_states ? chunk_states + (n * d.HV + j) * VK : own_states.data() + n * VK;
                 const ChunkView<T> cv = chunk_view(q, k, v, g, beta, d, j, n, C);
                 const int64_t L = cv.L, t0 = cv.t0;
-                chunk_prepare(w, cv, M0);
-                chunk_scores(w, cv);
-                const T* dO = d_o + (t0 * d.HV + j) * V;
+                chunk_prepare(w, cv, M0, false);
+                const T* Kc = w.big.data();  // [K; Q] rows of stride KV
+                const T* Qc = Kc + L * KV;
+                const T* WU = Kc + 2 * L * KV;
+                const T* P = w.S2.data() + L * C;
                 T* dqc = dq_base + t0 * ldg;
                 T* dkc = dk_base + t0 * ldg;
+                double* dgam = w.dgam.data();
                 std::fill(w.dgam.begin(), w.dgam.begin() + L, 0.0);
                 std::fill(w.dbet.begin(), w.dbet.begin() + L, 0.0);
-                double* dgam = w.dgam.data();
+                T* dO = w.OD.data();
+                T* dD = w.OD.data() + L * V;
+                for (int64_t i = 0; i < L; ++i)
+                    std::memcpy(dO + i * V, d_o + ((t0 + i) * d.HV + j) * V, size_t(V) * sizeof(T));
 
                 // d delta = diag(dec) K dM^T + scale P^T dO
-                gemm(false, true, L, V, K, T(1), cv.k, cv.ldk, dM, K, T(0), w.dD.data(), V);
+                gemm(false, true, L, V, K, T(1), Kc, KV, dM, K, T(0), dD, V);
                 for (int64_t i = 0; i < L; ++i) {
                     const T sd = w.dec[size_t(i)];
-                    T* row = w.dD.data() + i * V;
+                    T* row = dD + i * V;
                     for (int64_t c = 0; c < V; ++c) row[c] *= sd;
                 }
-                gemm(true, false, L, V, L, s, w.P.data(), C, dO, ldo, T(1), w.dD.data(), V);
+                gemm(true, false, L, V, L, s, P, C, dO, V, T(1), dD, V);
 
-                // dq, inter-chunk part (and its gamma term: d gamma_r += q_r . dq_r)
-                gemm(false, false, L, K, V, s, dO, ldo, M0, K, T(0), dqc, ldg);
+                // [dO; d delta] M0: the inter-chunk dq (and its gamma term d gamma_r += q_r . dq_r), and -dW
+                gemm(false, false, 2 * L, K, V, T(1), w.OD.data(), V, M0, K, T(0), w.RK.data(), K);
                 for (int64_t i = 0; i < L; ++i) {
+                    const T sg = s * w.Gam[size_t(i)];
+                    const T* src = w.RK.data() + i * K;
+                    const T* qr = Qc + i * KV;
                     T* row = dqc + i * ldg;
-                    const T sg = w.Gam[size_t(i)];
-                    for (int64_t c = 0; c < K; ++c) row[c] *= sg;
-                    dgam[i] += double(dot(cv.q + i * cv.ldk, row, K));
-                }
-                // intra-chunk scores: dP = scale dO delta^T, gamma terms, then G_P = dP o E
-                gemm(false, true, L, L, V, s, dO, ldo, w.U.data(), V, T(0), w.dP.data(), C);
-                for (int64_t i = 0; i < L; ++i) {
-                    T* dp = w.dP.data() + i * C;
-                    const T* p = w.P.data() + i * C;
-                    const T* e = w.E.data() + i * C;
-                    for (int64_t c = 0; c <= i; ++c) {
-                        const double hh = double(dp[c]) * double(p[c]);
-                        dgam[i] += hh;
-                        dgam[c] -= hh;
-                        dp[c] *= e[c];
+                    T acc = 0;
+                    for (int64_t c = 0; c < K; ++c) {
+                        row[c] = sg * src[c];
+                        acc += qr[c] * row[c];
                     }
-                    for (int64_t c = i + 1; c < L; ++c) dp[c] = 0;
+                    dgam[i] += double(acc);
                 }
-                gemm(false, false, L, K, L, T(1), w.dP.data(), C, cv.k, cv.ldk, T(1), dqc, ldg);
-                gemm(true, false, L, K, L, T(1), w.dP.data(), C, cv.q, cv.ldk, T(0), dkc, ldg);
+                // intra-chunk scores: dP = scale dO delta^T; gamma terms (row sums minus column sums of
+                // dP o P), then G_P = dP o E
+                gemm(false, true, L, L, V, s, dO, V, w.D.data(), V, T(0), w.GP.data(), C);
+                std::fill(w.colsum.begin(), w.colsum.begin() + L, 0.0);
+                for (int64_t i = 0; i < L; ++i) {
+                    T* gp = w.GP.data() + i * C;
+                    const T* p = P + i * C;
+                    const T* e = w.E.data() + i * C;
+                    double* cs = w.colsum.data();
+                    double rs = 0;
+#pragma omp simd reduction(+ : rs)
+                    for (int64_t c = 0; c <= i; ++c) {
+                        const double hh = double(gp[c]) * double(p[c]);
+                        rs += hh;
+                        cs[c] += hh;
+                        gp[c] *= e[c];
+                    }
+                    for (int64_t c = i + 1; c < L; ++c) gp[c] = 0;
+                    dgam[i] += rs;
+                }
+                for (int64_t c = 0; c < L; ++c) dgam[c] -= w.colsum[size_t(c)];
+                gemm(false, false, L, K, L, T(1), w.GP.data(), C, Kc, KV, T(1), dqc, ldg);
 
                 // dk through the leaving state: diag(dec) delta dM; gamma terms of dec and Gamma_last
-                gemm(false, false, L, K, V, T(1), w.U.data(), V, dM, K, T(0), w.tK.data(), K);
+                gemm(false, false, L, K, V, T(1), w.D.data(), V, dM, K, T(0), w.tK.data(), K);
                 double glast = 0;
                 for (int64_t i = 0; i < L; ++i) {
                     T* row = w.tK.data() + i * K;
+                    const T* kr = Kc + i * KV;
                     const T sd = w.dec[size_t(i)];
-                    for (int64_t c = 0; c < K; ++c) row[c] *= sd;
-                    const double sc = double(dot(cv.k + i * cv.ldk, row, K));
-                    glast += sc;
-                    dgam[i] -= sc;
-                    T* dkr = dkc + i * ldg;
-                    for (int64_t c = 0; c < K; ++c) dkr[c] += row[c];
+                    T acc = 0;
+                    for (int64_t c = 0; c < K; ++c) {
+                        row[c] *= sd;
+                        acc += kr[c] * row[c];
+                    }
+                    glast += double(acc);
+                    dgam[i] -= double(acc);
                 }
                 glast += double(w.Gam[size_t(L - 1)]) * double(dot(M0, dM, VK));
                 dgam[L - 1] += glast;
 
-                // dW = -d delta M0, then the state gradient for the previous chunk
-                gemm(false, false, L, K, V, T(-1), w.dD.data(), V, M0, K, T(0), w.dW.data(), K);
+                // the state gradient for the previous chunk: Gamma_last dM + [dO; d delta]^T [scale
+                // diag(Gamma) Q; -W]
                 for (int64_t i = 0; i < L; ++i) {
-                    const T sg = w.Gam[size_t(i)];
-                    const T* qr = cv.q + i * cv.ldk;
-                    T* row = w.QG.data() + i * K;
-                    for (int64_t c = 0; c < K; ++c) row[c] = sg * qr[c];
+                    const T sg = s * w.Gam[size_t(i)];
+                    const T* qr = Qc + i * KV;
+                    const T* wr = WU + i * KV;
+                    T* a = w.QGW.data() + i * K;
+                    T* b = w.QGW.data() + (L + i) * K;
+                    for (int64_t c = 0; c < K; ++c) a[c] = sg * qr[c], b[c] = -wr[c];
                 }
                 const T gl = w.Gam[size_t(L - 1)];
                 for (int64_t i = 0; i < VK; ++i) dM[i] *= gl;
-                gemm(true, false, V, K, L, s, dO, ldo, w.QG.data(), K, T(1), dM, K);
-                gemm(true, false, V, K, L, T(-1), w.dD.data(), V, w.W.data(), K, T(1), dM, K);
+                gemm(true, false, V, K, 2 * L, T(1), w.OD.data(), V, w.QGW.data(), K, T(1), dM, K);
 
-                // back through W = T X and U = T Y
-                gemm(false, true, L, L, K, T(1), w.dW.data(), K, w.X.data(), K, T(0), w.dT.data(), C);
-                gemm(false, true, L, L, V, T(1), w.dD.data(), V, w.Y.data(), V, T(1), w.dT.data(), C);
-                gemm(true, false, L, K, L, T(1), w.Tm.data(), C, w.dW.data(), K, T(0), w.dX.data(), K);
-                gemm(true, false, L, V, L, T(1), w.Tm.data(), C, w.dD.data(), V, T(0), w.dY.data(), V);
+                // back through [W | U] = T [X | Y]
                 for (int64_t i = 0; i < L; ++i) {
-                    const T* kr = cv.k + i * cv.ldk;
+                    T* row = w.dWD.data() + i * KV;
+                    const T* nw = w.RK.data() + (L + i) * K;  // d delta M0 = -dW
+                    for (int64_t c = 0; c < K; ++c) row[c] = -nw[c];
+                    std::memcpy(row + K, dD + i * V, size_t(V) * sizeof(T));
+                }
+                gemm(false, true, L, L, KV, T(1), w.dWD.data(), KV, w.XY.data(), KV, T(0), w.dT.data(), C);
+                gemm(true, false, L, KV, L, T(1), w.Tm.data(), C, w.dWD.data(), KV, T(0), w.dXY.data(), KV);
+                for (int64_t i = 0; i < L; ++i) {
+                    const T* kr = Kc + i * KV;
                     const T* vr = cv.v + i * cv.ldv;
-                    const T* dx = w.dX.data() + i * K;
-                    const T* dy = w.dY.data() + i * V;
+                    const T* dx = w.dXY.data() + i * KV;
+                    const T* dy = dx + K;
                     const T b = w.bet[size_t(i)], sg = w.Gam[size_t(i)];
                     const double px = double(dot(dx, kr, K));
                     w.dbet[size_t(i)] += double(sg) * px + double(dot(dy, vr, V));
                     dgam[i] += double(b) * double(sg) * px;
-                    T* dkr = dkc + i * ldg;
+                    T* tk = w.tK.data() + i * K;
                     const T bg = b * sg;
-                    for (int64_t c = 0; c < K; ++c) dkr[c] += bg * dx[c];
+                    for (int64_t c = 0; c < K; ++c) tk[c] += bg * dx[c];
                     T* dvr = dv + ((t0 + i) * d.HV + j) * V;
                     for (int64_t c = 0; c < V; ++c) dvr[c] = b * dy[c];
                 }
@@ -542,26 +605,47 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                 // back through T = (I + A)^-1: dA = -T^T dT T^T, kept strictly lower
                 gemm(false, true, L, L, L, T(1), w.dT.data(), C, w.Tm.data(), C, T(0), w.tLL.data(), C);
                 gemm(true, false, L, L, L, T(-1), w.Tm.data(), C, w.tLL.data(), C, T(0), w.dA.data(), C);
+                std::fill(w.colsum.begin(), w.colsum.begin() + L, 0.0);
                 for (int64_t i = 0; i < L; ++i) {
                     T* da = w.dA.data() + i * C;
                     const T* a = w.A.data() + i * C;
                     const T* e = w.E.data() + i * C;
-                    const T* kk = w.KK.data() + i * C;
+                    const T* kk = w.S2.data() + i * C;
+                    double* cs = w.colsum.data();
                     const T b = w.bet[size_t(i)];
-                    double db = 0;
+                    double rs = 0;
+                    T db = 0;
+#pragma omp simd reduction(+ : rs, db)
                     for (int64_t c = 0; c < i; ++c) {
                         const double hh = double(da[c]) * double(a[c]);
-                        dgam[i] += hh;
-                        dgam[c] -= hh;
+                        rs += hh;
+                        cs[c] += hh;
                         const T G = da[c] * e[c];
-                        db += double(G) * double(kk[c]);
-                        da[c] = b * G;
+                        db += G * kk[c];
+                        da[c] = b * G;  // Gb
                     }
-                    for (int64_t c = i; c < L; ++c) da[c] = 0;
-                    w.dbet[size_t(i)] += db;
+                    dgam[i] += rs;
+                    w.dbet[size_t(i)] += double(db);
                 }
-                gemm(false, false, L, K, L, T(1), w.dA.data(), C, cv.k, cv.ldk, T(1), dkc, ldg);
-                gemm(true, false, L, K, L, T(1), w.dA.data(), C, cv.k, cv.ldk, T(1), dkc, ldg);
+                for (int64_t c = 0; c < L; ++c) dgam[c] -= w.colsum[size_t(c)];
+
+                // dk = [Gb + Gb^T | G_P^T] [K; Q] + the elementwise parts
+                const int64_t ldlg = 2 * C;
+                for (int64_t i = 0; i < L; ++i) {
+                    T* lg = w.LG.data() + i * ldlg;
+                    for (int64_t c = 0; c < i; ++c) lg[c] = w.dA[size_t(i * C + c)];  // Gb strictly lower
+                    lg[i] = 0;
+                    for (int64_t c = i + 1; c < L; ++c) lg[c] = w.dA[size_t(c * C + i)];
+                    T* lt = lg + L;
+                    for (int64_t c = 0; c < i; ++c) lt[c] = 0;
+                    for (int64_t c = i; c < L; ++c) lt[c] = w.GP[size_t(c * C + i)];
+                }
+                gemm(false, false, L, K, 2 * L, T(1), w.LG.data(), ldlg, Kc, KV, T(0), dkc, ldg);
+                for (int64_t i = 0; i < L; ++i) {
+                    T* row = dkc + i * ldg;
+                    const T* tk = w.tK.data() + i * K;
+                    for (int64_t c = 0; c < K; ++c) row[c] += tk[c];
+                }
 
                 // dg_t = sum of d gamma_r over r >= t in the chunk
                 double acc = 0;
