@@ -99,6 +99,16 @@ void reduce_group(T* dq, const T* scratch, const GdnDims& d) {
         }
 }
 
+// C (M, N) = alpha op(A) op(B), overwriting C. OpenBLAS scales C by beta in a separate pass that
+// for beta = 0 costs about a quarter of a 64x64x64 product; zeroing C here and accumulating with
+// beta = 1 gives the same bits (0 + x = x) for a fraction of that.
+template <typename T>
+void gemm_set(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+              int64_t ldb, T* C, int64_t ldc) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, T(1), C, ldc);
+}
+
 // ---- chunked form: per-head scratch and the chunk recomputation shared by forward and backward ----
 //
 // Matrix products are merged where operands can share a buffer, so each chunk makes few, larger BLAS
@@ -196,7 +206,7 @@ void chunk_prepare(ChunkWork<T>& w, const ChunkView<T>& cv, const T* M0, bool q_
         std::memcpy(Qc + r * KV, cv.q + r * cv.ldk, size_t(K) * sizeof(T));
     }
     // [K; Q] K^T: K K^T on top, Q K^T below (then decayed and masked into P)
-    gemm(false, true, 2 * L, L, K, T(1), Kc, KV, Kc, KV, T(0), w.S2.data(), C);
+    gemm_set(false, true, 2 * L, L, K, T(1), Kc, KV, Kc, KV, w.S2.data(), C);
     for (int64_t r = 0; r < L; ++r) {
         T* a = w.A.data() + r * C;
         const T* kk = w.S2.data() + r * C;
@@ -231,10 +241,10 @@ void chunk_prepare(ChunkWork<T>& w, const ChunkView<T>& cv, const T* M0, bool q_
         for (int64_t c = 0; c < V; ++c) xy[K + c] = sy * vr[c];
     }
     // [W | U] = T [X | Y]
-    gemm(false, false, L, KV, L, T(1), w.Tm.data(), C, w.XY.data(), KV, T(0), WU, KV);
+    gemm_set(false, false, L, KV, L, T(1), w.Tm.data(), C, w.XY.data(), KV, WU, KV);
     // [Q; W] M0^T (or only W M0^T), then delta = U - W M0^T
-    if (q_state) gemm(false, true, 2 * L, V, K, T(1), Qc, KV, M0, K, T(0), w.R.data(), V);
-    else gemm(false, true, L, V, K, T(1), WU, KV, M0, K, T(0), w.R.data() + L * V, V);
+    if (q_state) gemm_set(false, true, 2 * L, V, K, T(1), Qc, KV, M0, K, w.R.data(), V);
+    else gemm_set(false, true, L, V, K, T(1), WU, KV, M0, K, w.R.data() + L * V, V);
     for (int64_t r = 0; r < L; ++r) {
         const T* u = WU + r * KV + K;
         const T* wm = w.R.data() + (L + r) * V;
@@ -500,7 +510,7 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                     std::memcpy(dO + i * V, d_o + ((t0 + i) * d.HV + j) * V, size_t(V) * sizeof(T));
 
                 // d delta = diag(dec) K dM^T + scale P^T dO
-                gemm(false, true, L, V, K, T(1), Kc, KV, dM, K, T(0), dD, V);
+                gemm_set(false, true, L, V, K, T(1), Kc, KV, dM, K, dD, V);
                 for (int64_t i = 0; i < L; ++i) {
                     const T sd = w.dec[size_t(i)];
                     T* row = dD + i * V;
@@ -509,7 +519,7 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                 gemm(true, false, L, V, L, s, P, C, dO, V, T(1), dD, V);
 
                 // [dO; d delta] M0: the inter-chunk dq (and its gamma term d gamma_r += q_r . dq_r), and -dW
-                gemm(false, false, 2 * L, K, V, T(1), w.OD.data(), V, M0, K, T(0), w.RK.data(), K);
+                gemm_set(false, false, 2 * L, K, V, T(1), w.OD.data(), V, M0, K, w.RK.data(), K);
                 for (int64_t i = 0; i < L; ++i) {
                     const T sg = s * w.Gam[size_t(i)];
                     const T* src = w.RK.data() + i * K;
@@ -524,7 +534,7 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                 }
                 // intra-chunk scores: dP = scale dO delta^T; gamma terms (row sums minus column sums of
                 // dP o P), then G_P = dP o E
-                gemm(false, true, L, L, V, s, dO, V, w.D.data(), V, T(0), w.GP.data(), C);
+                gemm_set(false, true, L, L, V, s, dO, V, w.D.data(), V, w.GP.data(), C);
                 std::fill(w.colsum.begin(), w.colsum.begin() + L, 0.0);
                 for (int64_t i = 0; i < L; ++i) {
                     T* gp = w.GP.data() + i * C;
@@ -546,7 +556,7 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                 gemm(false, false, L, K, L, T(1), w.GP.data(), C, Kc, KV, T(1), dqc, ldg);
 
                 // dk through the leaving state: diag(dec) delta dM; gamma terms of dec and Gamma_last
-                gemm(false, false, L, K, V, T(1), w.D.data(), V, dM, K, T(0), w.tK.data(), K);
+                gemm_set(false, false, L, K, V, T(1), w.D.data(), V, dM, K, w.tK.data(), K);
                 double glast = 0;
                 for (int64_t i = 0; i < L; ++i) {
                     T* row = w.tK.data() + i * K;
@@ -584,8 +594,8 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                     for (int64_t c = 0; c < K; ++c) row[c] = -nw[c];
                     std::memcpy(row + K, dD + i * V, size_t(V) * sizeof(T));
                 }
-                gemm(false, true, L, L, KV, T(1), w.dWD.data(), KV, w.XY.data(), KV, T(0), w.dT.data(), C);
-                gemm(true, false, L, KV, L, T(1), w.Tm.data(), C, w.dWD.data(), KV, T(0), w.dXY.data(), KV);
+                gemm_set(false, true, L, L, KV, T(1), w.dWD.data(), KV, w.XY.data(), KV, w.dT.data(), C);
+                gemm_set(true, false, L, KV, L, T(1), w.Tm.data(), C, w.dWD.data(), KV, w.dXY.data(), KV);
                 for (int64_t i = 0; i < L; ++i) {
                     const T* kr = Kc + i * KV;
                     const T* vr = cv.v + i * cv.ldv;
@@ -603,8 +613,8 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                 }
 
                 // back through T = (I + A)^-1: dA = -T^T dT T^T, kept strictly lower
-                gemm(false, true, L, L, L, T(1), w.dT.data(), C, w.Tm.data(), C, T(0), w.tLL.data(), C);
-                gemm(true, false, L, L, L, T(-1), w.Tm.data(), C, w.tLL.data(), C, T(0), w.dA.data(), C);
+                gemm_set(false, true, L, L, L, T(1), w.dT.data(), C, w.Tm.data(), C, w.tLL.data(), C);
+                gemm_set(true, false, L, L, L, T(-1), w.Tm.data(), C, w.tLL.data(), C, w.dA.data(), C);
                 std::fill(w.colsum.begin(), w.colsum.begin() + L, 0.0);
                 for (int64_t i = 0; i < L; ++i) {
                     T* da = w.dA.data() + i * C;
@@ -640,7 +650,7 @@ void gdn_chunked_backward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dstate_in, co
                     for (int64_t c = 0; c < i; ++c) lt[c] = 0;
                     for (int64_t c = i; c < L; ++c) lt[c] = w.GP[size_t(c * C + i)];
                 }
-                gemm(false, false, L, K, 2 * L, T(1), w.LG.data(), ldlg, Kc, KV, T(0), dkc, ldg);
+                gemm_set(false, false, L, K, 2 * L, T(1), w.LG.data(), ldlg, Kc, KV, dkc, ldg);
                 for (int64_t i = 0; i < L; ++i) {
                     T* row = dkc + i * ldg;
                     const T* tk = w.tK.data() + i * K;
