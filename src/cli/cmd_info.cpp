@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_load_report.h"
+#include "model/hybrid_plan.h"
 #ifdef HYDRA_WITH_CUDA
 #include "ops/cuda/device_info.h"
 #endif
@@ -33,11 +34,28 @@ void register_info(CLI::App& app) {
         std::string types;
         for (const auto& [name, count] : m.tensor_types) types += fmt::format("{}{}x{}", types.empty() ? "" : ", ", count, name);
         fmt::print("tensor types {}\n", types);
-        fmt::print("plan         all {} heads full attention ({} FA / 0 LA)\n", c.num_layers * c.num_heads,
-                   c.num_layers * c.num_heads);
-        const int64_t kv_elems = 2 * c.num_layers * c.kv_dim();
-        fmt::print("KV cache     {} bytes/token fp32, {} bytes/token bf16; recurrent state 0 bytes\n", kv_elems * 4,
-                   kv_elems * 2);
+        const HybridPlan& plan = m.model->plan();
+        const HybridPlan teacher = HybridPlan::all_fa(c);
+        fmt::print("plan         {}", plan.ratio_summary());
+        if (!plan.is_all_fa())
+            fmt::print(" [{}; {} granularity; fusion {}; FA KV groups {} of {}]", plan.selection, plan.granularity,
+                       fusion_name(plan.fusion), plan.total_fa_kv_groups(c), c.num_layers * c.num_kv_heads);
+        fmt::print("\n");
+        if (!plan.is_all_fa()) {
+            std::string per_layer;
+            for (const LayerPlan& lp : plan.layers) per_layer += fmt::format("{}{}", per_layer.empty() ? "" : " ", lp.num_fa());
+            fmt::print("FA heads     per layer: {}\n", per_layer);
+        }
+        // KV bytes grow with the sequence; the GDN state does not. bf16 is what the GPU stores, fp32 the CPU.
+        const int64_t kv2 = plan.kv_bytes_per_token(c, 2), kv4 = plan.kv_bytes_per_token(c, 4);
+        const int64_t t2 = teacher.kv_bytes_per_token(c, 2);
+        fmt::print("KV cache     {} bytes/token bf16 ({} fp32); teacher {} bytes/token bf16 ({:.4f}x)\n", kv2, kv4, t2,
+                   double(kv2) / double(t2));
+        fmt::print("GDN state    {} bytes per sequence (fp32 recurrent + conv state)\n", plan.state_bytes(c));
+        auto mib = [](double b) { return b / (1024.0 * 1024.0); };
+        for (int64_t n : {int64_t(4096), int64_t(32768), int64_t(131072)})
+            fmt::print("cache @{:>4}K {:>10.2f} MiB per sequence bf16 KV + state (teacher {:.2f} MiB)\n", n / 1024,
+                       mib(double(kv2 * n + plan.state_bytes(c))), mib(double(t2 * n)));
         if (m.vocab)
             fmt::print("tokenizer    {} ({}), {} tokens, {} merges, bos {}, eos {}\n", m.vocab->model, m.vocab->pre,
                        m.vocab->tokens.size(), m.vocab->merges.size(), m.vocab->bos_id, m.vocab->eos_id);

@@ -12,6 +12,7 @@ void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_ppl(CLI::App& app);
 void register_train(CLI::App& app);
+void register_convert(CLI::App& app);
 
 // The MODEL argument's default: $HYDRA_MODEL, else the default model fetched by tools/setup.sh.
 std::string default_model_path();

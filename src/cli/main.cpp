@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     hydra::cli::register_generate(app);
     hydra::cli::register_ppl(app);
     hydra::cli::register_train(app);
+    hydra::cli::register_convert(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -22,7 +22,7 @@ PerplexityResult perplexity(const LlamaModel& model, std::span<const int32_t> to
     int64_t windows = (int64_t(tokens.size()) + ctx - 1) / ctx;
     if (max_windows > 0) windows = std::min(windows, max_windows);
     PerplexityResult r;
-    KVCache cache(model.config(), ctx);
+    KVCache cache(model, ctx);
     constexpr int64_t kRowBlock = 128;
     for (int64_t w = 0; w < windows; ++w) {
         const int64_t begin = w * ctx;

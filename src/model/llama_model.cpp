@@ -9,30 +9,62 @@ std::string LlamaModel::layer_name(int64_t layer, const std::string& suffix) {
     return fmt::format("model.layers.{}.{}", layer, suffix);
 }
 
-LlamaModel::LlamaModel(const ModelConfig& config) : config_(config) {
+LlamaModel::LlamaModel(const ModelConfig& config, const HybridPlan* plan)
+    : config_(config), plan_(plan ? *plan : HybridPlan::all_fa(config)) {
     config_.validate(config_.name.empty() ? "model config" : config_.name);
+    plan_.validate(config_, "hybrid plan");
     const int64_t C = config.hidden_size, F = config.intermediate_size, V = config.vocab_size;
-    const int64_t Dq = config.q_dim(), Dkv = config.kv_dim(), Dh = config.head_dim;
+    const int64_t Dq = config.q_dim(), Dh = config.head_dim, W = plan_.gdn.conv_size;
     params_.declare("model.embed_tokens.weight", {V, C});
     for (int64_t l = 0; l < config.num_layers; ++l) {
-        params_.declare(layer_name(l, "input_layernorm.weight"), {C});
-        params_.declare(layer_name(l, "self_attn.q_proj.weight"), {Dq, C});
-        params_.declare(layer_name(l, "self_attn.k_proj.weight"), {Dkv, C});
-        params_.declare(layer_name(l, "self_attn.v_proj.weight"), {Dkv, C});
-        params_.declare(layer_name(l, "self_attn.o_proj.weight"), {C, Dq});
-        if (config.attention_bias) {
-            params_.declare(layer_name(l, "self_attn.q_proj.bias"), {Dq});
-            params_.declare(layer_name(l, "self_attn.k_proj.bias"), {Dkv});
-            params_.declare(layer_name(l, "self_attn.v_proj.bias"), {Dkv});
+        const LayerPlan& lp = plan_.layers[size_t(l)];
+        const int64_t fa = lp.num_fa(), la = lp.num_la();
+        const int64_t fa_kv = int64_t(plan_.fa_kv_groups(config_, l).size());
+        auto name = [&](const char* suffix) { return layer_name(l, suffix); };
+        params_.declare(name("input_layernorm.weight"), {C});
+        if (fa > 0) {
+            params_.declare(name("self_attn.q_proj.weight"), {fa * Dh, C});
+            params_.declare(name("self_attn.k_proj.weight"), {fa_kv * Dh, C});
+            params_.declare(name("self_attn.v_proj.weight"), {fa_kv * Dh, C});
         }
-        if (config.qk_norm) {
-            params_.declare(layer_name(l, "self_attn.q_norm.weight"), {Dh});
-            params_.declare(layer_name(l, "self_attn.k_norm.weight"), {Dh});
+        params_.declare(name("self_attn.o_proj.weight"), {C, Dq});
+        if (fa > 0 && config.attention_bias) {
+            params_.declare(name("self_attn.q_proj.bias"), {fa * Dh});
+            params_.declare(name("self_attn.k_proj.bias"), {fa_kv * Dh});
+            params_.declare(name("self_attn.v_proj.bias"), {fa_kv * Dh});
         }
-        params_.declare(layer_name(l, "post_attention_layernorm.weight"), {C});
-        params_.declare(layer_name(l, "mlp.gate_proj.weight"), {F, C});
-        params_.declare(layer_name(l, "mlp.up_proj.weight"), {F, C});
-        params_.declare(layer_name(l, "mlp.down_proj.weight"), {C, F});
+        if (fa > 0 && config.qk_norm) {
+            params_.declare(name("self_attn.q_norm.weight"), {Dh});
+            params_.declare(name("self_attn.k_norm.weight"), {Dh});
+        }
+        if (la > 0) {
+            for (const char* p : {"linear_attn.q_proj.weight", "linear_attn.k_proj.weight", "linear_attn.v_proj.weight"})
+                params_.declare(name(p), {la * Dh, C});
+            if (config.attention_bias)
+                for (const char* p : {"linear_attn.q_proj.bias", "linear_attn.k_proj.bias", "linear_attn.v_proj.bias"})
+                    params_.declare(name(p), {la * Dh});
+            params_.declare(name("linear_attn.a_proj.weight"), {la, C});
+            params_.declare(name("linear_attn.b_proj.weight"), {la, C});
+            params_.declare(name("linear_attn.g_proj.weight"), {la * Dh, C});
+            for (const char* p : {"linear_attn.q_conv1d.weight", "linear_attn.k_conv1d.weight", "linear_attn.v_conv1d.weight"})
+                params_.declare(name(p), {la * Dh, W});
+            params_.declare(name("linear_attn.A_log"), {la});
+            params_.declare(name("linear_attn.dt_bias"), {la});
+            params_.declare(name("linear_attn.o_norm.weight"), {la, Dh});
+            switch (plan_.fusion) {
+                case FusionKind::ScaleNorm: params_.declare(name("fusion.head_scale"), {fa + la, Dh}); break;
+                case FusionKind::LaOnly: params_.declare(name("fusion.head_scale"), {la, Dh}); break;
+                case FusionKind::Hymba:
+                    if (fa > 0) params_.declare(name("fusion.fa_scale"), {fa * Dh});
+                    params_.declare(name("fusion.la_scale"), {la * Dh});
+                    break;
+                case FusionKind::None: break;
+            }
+        }
+        params_.declare(name("post_attention_layernorm.weight"), {C});
+        params_.declare(name("mlp.gate_proj.weight"), {F, C});
+        params_.declare(name("mlp.up_proj.weight"), {F, C});
+        params_.declare(name("mlp.down_proj.weight"), {C, F});
     }
     params_.declare("model.norm.weight", {C});
     if (!config.tie_word_embeddings) params_.declare("lm_head.weight", {V, C});
@@ -41,26 +73,48 @@ LlamaModel::LlamaModel(const ModelConfig& config) : config_(config) {
     embed_ = params_.get("model.embed_tokens.weight");
     lm_head_ = config.tie_word_embeddings ? embed_ : params_.get("lm_head.weight");
     final_norm_ = params_.get("model.norm.weight");
+    auto opt = [&](const std::string& n) { return params_.has(n) ? params_.get(n) : Tensor(); };
     for (int64_t l = 0; l < config.num_layers; ++l) {
+        auto get = [&](const char* suffix) { return opt(layer_name(l, suffix)); };
         LayerWeights w;
-        w.attn_norm = params_.get(layer_name(l, "input_layernorm.weight"));
-        w.wq = params_.get(layer_name(l, "self_attn.q_proj.weight"));
-        w.wk = params_.get(layer_name(l, "self_attn.k_proj.weight"));
-        w.wv = params_.get(layer_name(l, "self_attn.v_proj.weight"));
-        w.wo = params_.get(layer_name(l, "self_attn.o_proj.weight"));
-        if (config.attention_bias) {
-            w.bq = params_.get(layer_name(l, "self_attn.q_proj.bias"));
-            w.bk = params_.get(layer_name(l, "self_attn.k_proj.bias"));
-            w.bv = params_.get(layer_name(l, "self_attn.v_proj.bias"));
-        }
-        if (config.qk_norm) {
-            w.q_norm = params_.get(layer_name(l, "self_attn.q_norm.weight"));
-            w.k_norm = params_.get(layer_name(l, "self_attn.k_norm.weight"));
-        }
-        w.ffn_norm = params_.get(layer_name(l, "post_attention_layernorm.weight"));
-        w.w_gate = params_.get(layer_name(l, "mlp.gate_proj.weight"));
-        w.w_up = params_.get(layer_name(l, "mlp.up_proj.weight"));
-        w.w_down = params_.get(layer_name(l, "mlp.down_proj.weight"));
+        const LayerPlan& lp = plan_.layers[size_t(l)];
+        w.n_fa = lp.num_fa();
+        w.n_la = lp.num_la();
+        w.n_fa_kv = int64_t(plan_.fa_kv_groups(config_, l).size());
+        w.fa_kv_index = plan_.fa_kv_index(config_, l);
+        w.attn_norm = get("input_layernorm.weight");
+        w.wq = get("self_attn.q_proj.weight");
+        w.wk = get("self_attn.k_proj.weight");
+        w.wv = get("self_attn.v_proj.weight");
+        w.wo = get("self_attn.o_proj.weight");
+        w.bq = get("self_attn.q_proj.bias");
+        w.bk = get("self_attn.k_proj.bias");
+        w.bv = get("self_attn.v_proj.bias");
+        w.q_norm = get("self_attn.q_norm.weight");
+        w.k_norm = get("self_attn.k_norm.weight");
+        GdnWeights& g = w.la;
+        g.wq = get("linear_attn.q_proj.weight");
+        g.wk = get("linear_attn.k_proj.weight");
+        g.wv = get("linear_attn.v_proj.weight");
+        g.bq = get("linear_attn.q_proj.bias");
+        g.bk = get("linear_attn.k_proj.bias");
+        g.bv = get("linear_attn.v_proj.bias");
+        g.wa = get("linear_attn.a_proj.weight");
+        g.wb = get("linear_attn.b_proj.weight");
+        g.wg = get("linear_attn.g_proj.weight");
+        g.conv_q = get("linear_attn.q_conv1d.weight");
+        g.conv_k = get("linear_attn.k_conv1d.weight");
+        g.conv_v = get("linear_attn.v_conv1d.weight");
+        g.A_log = get("linear_attn.A_log");
+        g.dt_bias = get("linear_attn.dt_bias");
+        g.o_norm = get("linear_attn.o_norm.weight");
+        w.fusion_head_scale = get("fusion.head_scale");
+        w.fusion_fa_scale = get("fusion.fa_scale");
+        w.fusion_la_scale = get("fusion.la_scale");
+        w.ffn_norm = get("post_attention_layernorm.weight");
+        w.w_gate = get("mlp.gate_proj.weight");
+        w.w_up = get("mlp.up_proj.weight");
+        w.w_down = get("mlp.down_proj.weight");
         layers_.push_back(std::move(w));
     }
 }
@@ -78,6 +132,8 @@ bool LlamaModel::attach_quantized(const std::string& hf_name, QuantizedWeight we
     if (l < 0 || l >= config_.num_layers) return false;
     const std::string suffix = hf_name.substr(dot + 1);
     LayerWeights& w = layers_[size_t(l)];
+    // Quantized copies only make sense for the teacher's full-width matrices.
+    if (w.n_la > 0) return false;
     QuantizedWeight* slot = suffix == "self_attn.q_proj.weight"   ? &w.qwq
                             : suffix == "self_attn.k_proj.weight" ? &w.qwk
                             : suffix == "self_attn.v_proj.weight" ? &w.qwv

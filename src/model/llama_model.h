@@ -1,6 +1,9 @@
-// LlamaModel: the weights of a llama-family decoder (Llama, Qwen2, Qwen3, SmolLM2) in one
-// ParamArena under Hugging Face tensor names, with typed per-layer views. All linear weights are
-// PyTorch [out, in] row-major; q/k rows are in HF order (NEOX RoPE), whatever the source file.
+// LlamaModel: the weights of a llama-family decoder (Llama, Qwen2, Qwen3, SmolLM2), or of a HydraHead
+// hybrid made from one, in one ParamArena under Hugging Face tensor names, with typed per-layer
+// views. All linear weights are PyTorch [out, in] row-major; q/k rows are in HF order (NEOX RoPE),
+// whatever the source file. The HybridPlan decides each layer's shapes: the FA heads keep
+// self_attn.{q,k,v}_proj rows (only their KV groups), the LA heads get linear_attn.* GDN weights, and
+// mixed layers get fusion.* scales. The teacher (all-FA plan) has exactly the HF layout.
 #pragma once
 
 #include <string>
@@ -8,6 +11,7 @@
 
 #include "core/param_arena.h"
 #include "io/ggml_types.h"
+#include "model/hybrid_plan.h"
 #include "model/model_config.h"
 
 namespace hydra {
@@ -21,11 +25,29 @@ struct QuantizedWeight {
     bool empty() const { return bytes.empty(); }
 };
 
+// The Gated DeltaNet weights of a layer's n_la LA heads (research/gdn.md §1; K = V = Dh, one q/k
+// head per value head). Empty tensors when the layer has no LA head.
+struct GdnWeights {
+    Tensor wq, wk, wv;                 // (n_la*Dh, C) each
+    Tensor bq, bk, bv;                 // (n_la*Dh); empty unless attention_bias
+    Tensor wa, wb;                     // (n_la, C): decay and beta logits
+    Tensor wg;                         // (n_la*Dh, C): output gate z
+    Tensor conv_q, conv_k, conv_v;     // (n_la*Dh, W) depthwise causal convolutions
+    Tensor A_log, dt_bias;             // (n_la)
+    Tensor o_norm;                     // (n_la, Dh) gated RMSNorm weight
+};
+
 struct LayerWeights {
+    int64_t n_fa = 0, n_la = 0;  // FA / LA query heads (n_fa + n_la = H); FA heads come first
+    int64_t n_fa_kv = 0;         // KV groups read by the FA heads (the layer's KV cache rows)
+    std::vector<int32_t> fa_kv_index;  // (n_fa) KV slot of each FA head, for the attention kernel
     Tensor attn_norm;            // (C)
-    Tensor wq, wk, wv, wo;       // (H*Dh, C), (Hkv*Dh, C), (Hkv*Dh, C), (C, H*Dh)
-    Tensor bq, bk, bv;           // (H*Dh), (Hkv*Dh), (Hkv*Dh); empty unless attention_bias
+    Tensor wq, wk, wv, wo;       // (n_fa*Dh, C), (n_fa_kv*Dh, C), (n_fa_kv*Dh, C), (C, H*Dh)
+    Tensor bq, bk, bv;           // (n_fa*Dh), (n_fa_kv*Dh), (n_fa_kv*Dh); empty unless attention_bias
     Tensor q_norm, k_norm;       // (Dh); empty unless qk_norm
+    GdnWeights la;               // the LA heads
+    Tensor fusion_head_scale;    // scale-norm (H, Dh) / la-only (n_la, Dh); see model/fusion.h
+    Tensor fusion_fa_scale, fusion_la_scale;  // hymba: (n_fa*Dh), (n_la*Dh)
     Tensor ffn_norm;             // (C)
     Tensor w_gate, w_up, w_down; // (F, C), (F, C), (C, F)
     // Optional quantized copies of the linear weights (empty unless loaded from a quantized GGUF).
@@ -34,10 +56,11 @@ struct LayerWeights {
 
 class LlamaModel {
 public:
-    // Declares and allocates zeroed parameters for `config`.
-    explicit LlamaModel(const ModelConfig& config);
+    // Declares and allocates zeroed parameters for `config` and `plan` (null: the all-FA teacher).
+    explicit LlamaModel(const ModelConfig& config, const HybridPlan* plan = nullptr);
 
     const ModelConfig& config() const { return config_; }
+    const HybridPlan& plan() const { return plan_; }
     ParamArena& params() { return params_; }
     const ParamArena& params() const { return params_; }
 
@@ -56,6 +79,7 @@ public:
 
 private:
     ModelConfig config_;
+    HybridPlan plan_;
     ParamArena params_;
     Tensor embed_, lm_head_, final_norm_;
     std::vector<LayerWeights> layers_;

@@ -2,6 +2,9 @@
 #include "model/model_loader.h"
 
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -21,10 +24,20 @@ LoadedModel load_hf_directory(const std::string& dir) {
     LoadedModel out;
     out.source = dir;
     out.format = "hf-safetensors";
-    ModelConfig cfg = load_hf_config((fs::path(dir) / "config.json").string());
+    const std::string config_path = (fs::path(dir) / "config.json").string();
+    ModelConfig cfg = load_hf_config(config_path);
     if (cfg.name.empty()) cfg.name = fs::path(dir).filename().string();
+    // A hydra checkpoint or converted hybrid names its plan under "hydra"; plain HF models are teachers.
+    std::optional<HybridPlan> plan;
+    nlohmann::json hydra_section;
+    {
+        std::ifstream in(config_path);
+        nlohmann::json root = nlohmann::json::parse(in, nullptr, false);
+        if (root.is_object() && root.contains("hydra") && root["hydra"].is_object()) hydra_section = root["hydra"];
+    }
+    if (hydra_section.contains("plan")) plan = HybridPlan::from_json(hydra_section["plan"], cfg, config_path + ": hydra.plan");
     SafetensorsShards shards = SafetensorsShards::open_dir(dir);
-    out.model = std::make_unique<LlamaModel>(cfg);
+    out.model = std::make_unique<LlamaModel>(cfg, plan ? &*plan : nullptr);
     for (const ArenaEntry& e : out.model->params().entries()) {
         const SafetensorsTensorInfo& info = shards.tensor(e.name);
         HYDRA_CHECK(info.shape == e.shape, "{}: tensor '{}' has shape {}, expected {} from config.json", dir, e.name,
@@ -34,8 +47,7 @@ LoadedModel load_hf_directory(const std::string& dir) {
         std::copy(src.f32(), src.f32() + src.numel(), dst.f32());
         out.tensor_types[std::string(st_dtype_name(info.dtype))]++;
     }
-    const fs::path tok = fs::path(dir) / "tokenizer.json";
-    if (fs::exists(tok)) out.vocab = vocab_from_tokenizer_json(tok.string());
+    out.vocab = load_vocab(dir);
     return out;
 }
 

@@ -4,9 +4,12 @@
 //
 // Names: global points "embed" (T, C), "final_norm" (T, C); per-layer points "blk.<L>.<point>" with
 //   attn_norm (T, C)   input of the mixer after RMSNorm
-//   q (T, H, Dh), k (T, Hkv, Dh)   after RoPE;  v (T, Hkv, Dh)
-//   head_out (T, H, Dh)   per-head attention output, before o_proj (patch heads here)
-//   attn_probs (T, H, S)  attention weights; only computed when a hook asks for it (read-only)
+//   q (T, n_fa, Dh), k (T, n_kv, Dh)   after RoPE;  v (T, n_kv, Dh)   (FA heads only; the teacher
+//                 has n_fa = H, n_kv = Hkv)
+//   head_out (T, H, Dh)   per-head mixer output (FA heads first, then LA heads), before the fusion and
+//                 o_proj (patch heads here; HybridPlan maps positions back to teacher heads)
+//   fused_out (T, H, Dh)  after the fusion (only in layers that have LA heads)
+//   attn_probs (T, n_fa, S)  attention weights; only computed when a hook asks for it (read-only)
 //   attn_out (T, C)   after o_proj;  resid_mid (T, C)   residual after attention
 //   ffn_norm (T, C);  ffn_out (T, C);  resid_out (T, C)   the layer's output hidden state
 // A hook registered for "blk.*.<point>" fires for every layer. Hooks may modify the tensor in place.

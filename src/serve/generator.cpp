@@ -22,7 +22,7 @@ GenerationResult generate(const LlamaModel& model, const Tokenizer& tokenizer, s
     HYDRA_CHECK(int64_t(prompt.size()) < limit, "the prompt has {} tokens but the context holds {}", prompt.size(),
                 limit);
     const int64_t capacity = std::min<int64_t>(limit, int64_t(prompt.size()) + max_new_tokens);
-    KVCache cache(cfg, std::max<int64_t>(capacity, int64_t(prompt.size())));
+    KVCache cache(model, std::max<int64_t>(capacity, int64_t(prompt.size())));
 
     GenerationResult result;
     result.prompt_tokens = int64_t(prompt.size());

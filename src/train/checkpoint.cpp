@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/atomic_dir.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 
@@ -17,56 +18,10 @@ namespace hydra {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-void write_text_file(const fs::path& path, const std::string& text) {
-    const std::string tmp = path.string() + ".part";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        HYDRA_CHECK(out.good(), "{}: cannot create file", tmp);
-        out.write(text.data(), std::streamsize(text.size()));
-        out.flush();
-        HYDRA_CHECK(out.good(), "{}: write failed (disk full?)", tmp);
-    }
-    int fd = ::open(tmp.c_str(), O_RDONLY);
-    if (fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-    }
-    fs::rename(tmp, path);
-}
-
-void fsync_dir(const fs::path& dir) {
-    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-    }
-}
-
-std::string read_text_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    HYDRA_CHECK(in.good(), "{}: cannot open (is this a hydra checkpoint directory?)", path.string());
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return buf.str();
-}
-
-}  // namespace
-
 void save_checkpoint(const std::string& dir, const LlamaModel& model, const AdamW& optimizer,
                      const TrainState& state, const nlohmann::json& hydra_section,
                      const std::map<std::string, std::string>& extra_files) {
-    const fs::path target = fs::absolute(fs::path(dir).lexically_normal());
-    const fs::path parent = target.parent_path();
-    const fs::path tmp = parent / (target.filename().string() + ".tmp-" + std::to_string(::getpid()));
-    const fs::path old = parent / (target.filename().string() + ".old-" + std::to_string(::getpid()));
-    std::error_code ec;
-    fs::create_directories(parent, ec);
-    fs::remove_all(tmp, ec);
-    try {
-        HYDRA_CHECK(fs::create_directory(tmp, ec) && !ec, "{}: cannot create checkpoint directory: {}", tmp.string(),
-                    ec.message());
+    write_directory_atomically(dir, "checkpoint", [&](const fs::path& tmp) {
         const ParamArena& params = model.params();
         std::vector<SafetensorsEntry> weights, optim;
         for (size_t i = 0; i < params.entries().size(); ++i) {
@@ -95,32 +50,12 @@ void save_checkpoint(const std::string& dir, const LlamaModel& model, const Adam
         st["format_version"] = 1;
         write_text_file(tmp / "state.json", st.dump(2) + "\n");
         for (const auto& [name, content] : extra_files) write_text_file(tmp / name, content);
-        fsync_dir(tmp);
-    } catch (const std::exception& e) {
-        fs::remove_all(tmp, ec);
-        fail("saving checkpoint {} failed, previous checkpoint kept: {}", target.string(), e.what());
-    }
-    // Swap in: the old checkpoint is moved aside first and removed only once the new one is in place.
-    const bool had_old = fs::exists(target);
-    if (had_old) fs::rename(target, old, ec);
-    if (ec) {
-        fs::remove_all(tmp);
-        fail("saving checkpoint {} failed, previous checkpoint kept: cannot move it aside: {}", target.string(),
-             ec.message());
-    }
-    fs::rename(tmp, target, ec);
-    if (ec) {
-        if (had_old) fs::rename(old, target);
-        fs::remove_all(tmp);
-        fail("saving checkpoint {} failed, previous checkpoint kept: {}", target.string(), ec.message());
-    }
-    fsync_dir(parent);
-    if (had_old) fs::remove_all(old, ec);
+    });
 }
 
 nlohmann::json read_checkpoint_config(const std::string& dir) {
     const fs::path path = fs::path(dir) / "config.json";
-    nlohmann::json config = nlohmann::json::parse(read_text_file(path), nullptr, false);
+    nlohmann::json config = nlohmann::json::parse(read_text_file(path, "is this a hydra checkpoint directory?"), nullptr, false);
     HYDRA_CHECK(!config.is_discarded() && config.is_object(), "{}: not a JSON object", path.string());
     return config;
 }

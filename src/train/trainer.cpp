@@ -170,7 +170,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     nlohmann::json section;
     section["train_config"] = cfg.to_json();
     section["tokenizer"] = encoder->name();
-    section["plan"] = {{"kind", "teacher"}, {"fa_heads_per_layer", cfg.num_heads}};
+    section["plan"] = model.plan().to_json();
 
     fs::create_directories(out_dir);
     const std::string log_path = out_dir + "/log.jsonl";
