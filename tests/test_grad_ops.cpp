@@ -239,10 +239,11 @@ TEST(GradAttention, MultiQueryAndMultiHead) {
     check_attention({6, 4, 1, 3}, 30);
     check_attention({4, 3, 3, 5}, 40);
 }
-// More than one 16-key block of the dk/dv pass, including a partial last block.
+// Longer sequences; 70 rows span two 64-row query blocks (the second one partial).
 TEST(GradAttention, SeveralKeyBlocks) {
     check_attention({37, 6, 2, 5}, 50);
     check_attention({35, 4, 2, 3}, 150);
+    check_attention({70, 2, 1, 3}, 160);
 }
 
 // ---- swiglu ---------------------------------------------------------------------------------------

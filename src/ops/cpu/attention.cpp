@@ -1,189 +1,245 @@
-// Causal GQA attention forward and backward (see attention.h). Forward: one pass per (token, head)
-// with a max-subtracted softmax; parallel over tokens x heads. Backward: two passes, described below.
+// Causal GQA attention forward and backward on GEMMs (see attention.h).
+//
+// Forward, per (query head h, block of up to kQueryBlock queries [t0, t1)): the scores of the block
+// against keys [0, pos0 + t1) come from one GEMM (written straight into `probs` when it is given), a
+// masked row softmax turns them into weights (entries past a row's last key set to 0), and one more
+// GEMM multiplies them into V. Causality costs at most one partly masked block per row.
+//
+// Backward, per query head (pos0 = 0), query blocks from last to first; with P the block's weights
+// (saved or recomputed) and dO its output gradient rows:
+//   dP = dO V^T,  D_t = sum_s P_ts dP_ts (= dO_t . O_t),  dS = scale P * (dP - D)
+//   dQ = dS K,  dK_h += dS^T Q,  dV_h += P^T dO
+// dK_h / dV_h are the head's own contributions (per-head scratch); a second parallel pass sums them over
+// the query heads of every KV head in head order, so no two threads ever add into the same element.
 #include "ops/cpu/attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
+#include "core/gemm.h"
 
 namespace hydra::cpu {
 
-template <typename T>
-void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int64_t num_tokens,
-                              int64_t pos0, int64_t H, int64_t Hkv, int64_t Dh, double scale) {
-    const int64_t group = H / Hkv;
-    const int64_t S = pos0 + num_tokens;
-#pragma omp parallel
-    {
-        std::vector<T> scores(static_cast<size_t>(S));
-        std::vector<T> acc(static_cast<size_t>(Dh));
-#pragma omp for schedule(dynamic, 4) collapse(2)
-        for (int64_t t = 0; t < num_tokens; ++t) {
-            for (int64_t h = 0; h < H; ++h) {
-                const int64_t kvh = h / group;
-                const int64_t n_keys = pos0 + t + 1;
-                const T* qv = q + (t * H + h) * Dh;
-                T max_score = -INFINITY;
-                for (int64_t s = 0; s < n_keys; ++s) {
-                    const T* kv = k + (s * Hkv + kvh) * Dh;
-                    T dot = 0;
-#pragma omp simd reduction(+ : dot)
-                    for (int64_t d = 0; d < Dh; ++d) dot += qv[d] * kv[d];
-                    dot *= T(scale);
-                    scores[size_t(s)] = dot;
-                    if (dot > max_score) max_score = dot;
-                }
-                T sum = 0;
-                for (int64_t s = 0; s < n_keys; ++s) {
-                    const T e = std::exp(scores[size_t(s)] - max_score);
-                    scores[size_t(s)] = e;
-                    sum += e;
-                }
-                const T inv = T(1) / sum;
-                for (int64_t d = 0; d < Dh; ++d) acc[size_t(d)] = 0;
-                for (int64_t s = 0; s < n_keys; ++s) {
-                    const T p = scores[size_t(s)] * inv;
-                    const T* vv = v + (s * Hkv + kvh) * Dh;
-#pragma omp simd
-                    for (int64_t d = 0; d < Dh; ++d) acc[size_t(d)] += p * vv[d];
-                    if (probs) probs[(t * H + h) * S + s] = p;
-                }
-                if (probs)
-                    for (int64_t s = n_keys; s < S; ++s) probs[(t * H + h) * S + s] = 0;
-                T* o = out + (t * H + h) * Dh;
-                for (int64_t d = 0; d < Dh; ++d) o[d] = acc[size_t(d)];
-            }
-        }
-    }
-}
-
-template void causal_attention_forward<float>(float*, float*, const float*, const float*, const float*,
-                                              int64_t, int64_t, int64_t, int64_t, int64_t, double);
-template void causal_attention_forward<double>(double*, double*, const double*, const double*, const double*,
-                                               int64_t, int64_t, int64_t, int64_t, int64_t, double);
-
-// ---- backward -------------------------------------------------------------------------------------
-//
-// Per query row (t, h) with p_s = softmax_s(scale q_t.k_s) over s <= t and out_t = sum_s p_s v_s:
-//   dp_s = dout_t . v_s,  D_t = sum_s p_s dp_s,  ds_s = p_s (dp_s - D_t)
-//   dq_t = scale sum_s ds_s k_s,  dk_s += scale ds_s q_t,  dv_s += p_s dout_t.
-// Pass 1 owns rows (t, h): it writes dq and keeps D_t (and, when recomputing, the row's log-sum-exp).
-// Pass 2 owns key blocks of one KV head: it rebuilds p_s and ds_s from those row statistics and sums
-// over every query row and every query head of the group, so dk/dv need no atomics.
-
 namespace {
 
+constexpr int64_t kQueryBlock = 64;
+
+// Grow-only scratch buffer of the calling thread (OpenMP workers persist, so steady state allocates
+// nothing).
 template <typename T>
-inline T dot(const T* a, const T* b, int64_t n) {
-    T acc = 0;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-    return acc;
+T* scratch(std::vector<T>& buf, int64_t n) {
+    if (buf.size() < size_t(n)) buf.resize(size_t(n));
+    return buf.data();
+}
+
+void check_map(const int32_t* kv_head_of, int64_t H, int64_t Hkv) {
+    HYDRA_ASSERT(H > 0 && Hkv > 0, "attention: H = {} and Hkv = {} must be positive", H, Hkv);
+    if (!kv_head_of) {
+        HYDRA_ASSERT(H % Hkv == 0, "attention: H = {} is not a multiple of Hkv = {}", H, Hkv);
+        return;
+    }
+    for (int64_t h = 0; h < H; ++h)
+        HYDRA_ASSERT(kv_head_of[h] >= 0 && kv_head_of[h] < Hkv, "attention: kv_head_of[{}] = {} is outside [0, {})",
+                     h, kv_head_of[h], Hkv);
+}
+
+inline int64_t kv_head(const int32_t* kv_head_of, int64_t h, int64_t group) {
+    return kv_head_of ? int64_t(kv_head_of[h]) : h / group;
+}
+
+// exp for softmax arguments (x - max <= 0). float: a branch-free Cephes-style exp the compiler
+// vectorises (|relative error| ~ 2e-7, inputs clamped to [-87.3, 88]; NaN propagates); double:
+// std::exp (the double path is the finite-difference reference).
+inline float exp_approx(float x) {
+    x = x < -87.33654f ? -87.33654f : x;
+    x = x > 88.0f ? 88.0f : x;
+    // n = round(x / ln 2) by the 1.5 * 2^23 trick; its low mantissa bits are n as an integer.
+    const float shifted = x * 1.44269504088896341f + 12582912.0f;
+    const float n = shifted - 12582912.0f;
+    const int32_t ni = std::bit_cast<int32_t>(shifted) - 0x4B400000;
+    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * std::bit_cast<float>((ni + 127) << 23);
+}
+
+// Row softmax in place over x[0, n) (scores already scaled); x[n, n_zero) set to 0.
+inline void softmax_row(float* x, int64_t n, int64_t n_zero) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t s = 0; s < n; ++s) mx = std::max(mx, x[s]);
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t s = 0; s < n; ++s) {
+        const float e = exp_approx(x[s] - mx);
+        x[s] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t s = 0; s < n; ++s) x[s] *= inv;
+    if (n_zero > n) std::memset(x + n, 0, sizeof(float) * size_t(n_zero - n));
+}
+
+inline void softmax_row(double* x, int64_t n, int64_t n_zero) {
+    double mx = -INFINITY;
+    for (int64_t s = 0; s < n; ++s) mx = std::max(mx, x[s]);
+    double sum = 0;
+    for (int64_t s = 0; s < n; ++s) {
+        x[s] = std::exp(x[s] - mx);
+        sum += x[s];
+    }
+    const double inv = 1.0 / sum;
+    for (int64_t s = 0; s < n; ++s) x[s] *= inv;
+    for (int64_t s = n; s < n_zero; ++s) x[s] = 0;
+}
+
+// Scores of queries [t0, t0 + nq) of head h (absolute positions pos0 + t0 ...) against keys [0, nk) of
+// KV head g, then the masked softmax: P (nq, ld) holds the weights of the block, zero past each row's
+// last key up to column nk.
+template <typename T>
+void block_softmax(T* P, int64_t ld, const T* q, const T* k, int64_t t0, int64_t nq, int64_t nk, int64_t pos0,
+                   int64_t h, int64_t g, int64_t H, int64_t Hkv, int64_t Dh, double scale) {
+    gemm(false, true, nq, nk, Dh, T(scale), q + (t0 * H + h) * Dh, H * Dh, k + g * Dh, Hkv * Dh, T(0), P, ld);
+    for (int64_t i = 0; i < nq; ++i) softmax_row(P + i * ld, pos0 + t0 + i + 1, nk);
 }
 
 }  // namespace
 
 template <typename T>
+void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int64_t num_tokens,
+                              int64_t pos0, int64_t H, int64_t Hkv, int64_t Dh, double scale,
+                              const int32_t* kv_head_of) {
+    check_map(kv_head_of, H, Hkv);
+    if (num_tokens <= 0 || Dh <= 0) return;
+    const int64_t group = H / std::max<int64_t>(Hkv, 1);
+    const int64_t S = pos0 + num_tokens;
+    const int64_t n_blocks = (num_tokens + kQueryBlock - 1) / kQueryBlock;
+    const int64_t items = n_blocks * H;
+    // Item i = (block i / H, head i % H); round-robin hands every thread blocks of every length.
+#pragma omp parallel for schedule(static, 1) if (items > 1 && num_tokens * S * Dh > 32768)
+    for (int64_t i = 0; i < items; ++i) {
+        static thread_local std::vector<T> ws;
+        const int64_t qb = i / H, h = i % H, g = kv_head(kv_head_of, h, group);
+        const int64_t t0 = qb * kQueryBlock, nq = std::min(kQueryBlock, num_tokens - t0);
+        const int64_t nk = pos0 + t0 + nq;  // keys any row of the block may see
+        T* P;
+        int64_t ld;
+        if (probs) {
+            P = probs + (t0 * H + h) * S;
+            ld = H * S;
+        } else {
+            P = scratch(ws, nq * nk);
+            ld = nk;
+        }
+        block_softmax(P, ld, q, k, t0, nq, nk, pos0, h, g, H, Hkv, Dh, scale);
+        if (probs && nk < S)
+            for (int64_t r = 0; r < nq; ++r) std::fill(P + r * ld + nk, P + r * ld + S, T(0));
+        gemm(false, false, nq, Dh, nk, T(1), P, ld, v + g * Dh, Hkv * Dh, T(0), out + (t0 * H + h) * Dh, H * Dh);
+    }
+}
+
+template void causal_attention_forward<float>(float*, float*, const float*, const float*, const float*,
+                                              int64_t, int64_t, int64_t, int64_t, int64_t, double,
+                                              const int32_t*);
+template void causal_attention_forward<double>(double*, double*, const double*, const double*, const double*,
+                                               int64_t, int64_t, int64_t, int64_t, int64_t, double,
+                                               const int32_t*);
+
+template <typename T>
 void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                                const T* probs, int64_t num_tokens, int64_t H, int64_t Hkv, int64_t Dh,
-                               double scale) {
-    HYDRA_ASSERT(Hkv > 0 && H % Hkv == 0, "H = {} is not a multiple of Hkv = {}", H, Hkv);
+                               double scale, const int32_t* kv_head_of) {
+    check_map(kv_head_of, H, Hkv);
     const int64_t NT = num_tokens;
-    if (NT <= 0 || H <= 0 || Dh <= 0) return;
+    if (NT <= 0 || Dh <= 0) return;
     const int64_t group = H / Hkv;
     const T sc = T(scale);
-    std::vector<T> row_D(static_cast<size_t>(NT * H));
-    std::vector<T> row_lse(probs ? 0 : static_cast<size_t>(NT * H));
+    const int64_t n_blocks = (NT + kQueryBlock - 1) / kQueryBlock;
+    // Per-head dK / dV contributions, (H, NT, Dh) each.
+    static thread_local std::vector<T> part;
+    T* dk_part = scratch(part, 2 * H * NT * Dh);
+    T* dv_part = dk_part + H * NT * Dh;
 
-    // Pass 1: rows (t, h) -> dq, D, lse.
-#pragma omp parallel
-    {
-        std::vector<T> p(static_cast<size_t>(NT)), dp(static_cast<size_t>(NT)), acc(static_cast<size_t>(Dh));
-#pragma omp for schedule(dynamic, 4) collapse(2)
-        for (int64_t t = 0; t < NT; ++t) {
-            for (int64_t h = 0; h < H; ++h) {
-                const int64_t kvh = h / group, n_keys = t + 1, row = t * H + h;
-                const T* qv = q + row * Dh;
-                const T* gv = dout + row * Dh;
-                if (probs) {
-                    for (int64_t s = 0; s < n_keys; ++s) p[size_t(s)] = probs[row * NT + s];
-                } else {
-                    T mx = -INFINITY;
-                    for (int64_t s = 0; s < n_keys; ++s) {
-                        const T sv = sc * dot(qv, k + (s * Hkv + kvh) * Dh, Dh);
-                        p[size_t(s)] = sv;
-                        mx = std::max(mx, sv);
-                    }
-                    T sum = 0;
-                    for (int64_t s = 0; s < n_keys; ++s) {
-                        p[size_t(s)] = std::exp(p[size_t(s)] - mx);
-                        sum += p[size_t(s)];
-                    }
-                    const T inv = T(1) / sum;
-                    for (int64_t s = 0; s < n_keys; ++s) p[size_t(s)] *= inv;
-                    row_lse[size_t(row)] = mx + std::log(sum);
-                }
-                T D = 0;
-                for (int64_t s = 0; s < n_keys; ++s) {
-                    dp[size_t(s)] = dot(gv, v + (s * Hkv + kvh) * Dh, Dh);
-                    D += p[size_t(s)] * dp[size_t(s)];
-                }
-                row_D[size_t(row)] = D;
-                std::fill(acc.begin(), acc.end(), T(0));
-                for (int64_t s = 0; s < n_keys; ++s) {
-                    const T ds = p[size_t(s)] * (dp[size_t(s)] - D);
-                    const T* kv = k + (s * Hkv + kvh) * Dh;
-#pragma omp simd
-                    for (int64_t d = 0; d < Dh; ++d) acc[size_t(d)] += ds * kv[d];
-                }
-                T* o = dq + row * Dh;
-                for (int64_t d = 0; d < Dh; ++d) o[d] = sc * acc[size_t(d)];
+#pragma omp parallel for schedule(static, 1) if (H > 1 && NT * NT * Dh > 32768)
+    for (int64_t h = 0; h < H; ++h) {
+        static thread_local std::vector<T> ws;
+        const int64_t g = kv_head(kv_head_of, h, group);
+        T* dkh = dk_part + h * NT * Dh;
+        T* dvh = dv_part + h * NT * Dh;
+        T* buf = scratch(ws, (probs ? 1 : 2) * kQueryBlock * NT);
+        T* dS = buf;
+        // The last block sees every key, so it initialises dkh / dvh (beta = 0) for all rows.
+        for (int64_t qb = n_blocks - 1; qb >= 0; --qb) {
+            const int64_t t0 = qb * kQueryBlock, nq = std::min(kQueryBlock, NT - t0), nk = t0 + nq;
+            const T* qb_rows = q + (t0 * H + h) * Dh;
+            const T* go_rows = dout + (t0 * H + h) * Dh;
+            const T* P;
+            int64_t ldp;
+            if (probs) {
+                P = probs + (t0 * H + h) * NT;
+                ldp = H * NT;
+            } else {
+                T* Pw = buf + kQueryBlock * NT;
+                block_softmax(Pw, nk, q, k, t0, nq, nk, int64_t(0), h, g, H, Hkv, Dh, scale);
+                P = Pw;
+                ldp = nk;
             }
+            // dP (nq, nk) = dO V^T, then dS = scale P (dP - D) in place; P is 0 past each row's last key.
+            gemm(false, true, nq, nk, Dh, T(1), go_rows, H * Dh, v + g * Dh, Hkv * Dh, T(0), dS, nk);
+            for (int64_t r = 0; r < nq; ++r) {
+                const T* pr = P + r * ldp;
+                T* dr = dS + r * nk;
+                const int64_t n = t0 + r + 1;
+                T D = 0;
+#pragma omp simd reduction(+ : D)
+                for (int64_t s = 0; s < n; ++s) D += pr[s] * dr[s];
+#pragma omp simd
+                for (int64_t s = 0; s < n; ++s) dr[s] = sc * pr[s] * (dr[s] - D);
+                for (int64_t s = n; s < nk; ++s) dr[s] = T(0);
+            }
+            const T beta = qb == n_blocks - 1 ? T(0) : T(1);
+            gemm(false, false, nq, Dh, nk, T(1), dS, nk, k + g * Dh, Hkv * Dh, T(0), dq + (t0 * H + h) * Dh, H * Dh);
+            gemm(true, false, nk, Dh, nq, T(1), dS, nk, qb_rows, H * Dh, beta, dkh, Dh);
+            gemm(true, false, nk, Dh, nq, T(1), P, ldp, go_rows, H * Dh, beta, dvh, Dh);
         }
     }
 
-    // Pass 2: blocks of kBlock keys of one KV head -> dk, dv. A block reuses each q_t / dout_t row it
-    // loads for all of its keys.
-    constexpr int64_t kBlock = 16;
-    const int64_t n_blocks = (NT + kBlock - 1) / kBlock;
-#pragma omp parallel
-    {
-        std::vector<T> dk_acc(static_cast<size_t>(kBlock * Dh)), dv_acc(static_cast<size_t>(kBlock * Dh));
-#pragma omp for schedule(dynamic, 1) collapse(2)
-        for (int64_t b = 0; b < n_blocks; ++b) {
-            for (int64_t g = 0; g < Hkv; ++g) {
-                const int64_t s0 = b * kBlock, s1 = std::min(NT, s0 + kBlock);
-                std::fill(dk_acc.begin(), dk_acc.end(), T(0));
-                std::fill(dv_acc.begin(), dv_acc.end(), T(0));
-                for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-                    for (int64_t t = s0; t < NT; ++t) {
-                        const int64_t row = t * H + h;
-                        const T* qv = q + row * Dh;
-                        const T* gv = dout + row * Dh;
-                        const T D = row_D[size_t(row)];
-                        const int64_t s_end = std::min(s1, t + 1);
-                        for (int64_t s = s0; s < s_end; ++s) {
-                            const T* kv = k + (s * Hkv + g) * Dh;
-                            const T* vv = v + (s * Hkv + g) * Dh;
-                            const T p = probs ? probs[row * NT + s]
-                                              : std::exp(sc * dot(qv, kv, Dh) - row_lse[size_t(row)]);
-                            const T ds = sc * p * (dot(gv, vv, Dh) - D);
-                            T* dka = dk_acc.data() + (s - s0) * Dh;
-                            T* dva = dv_acc.data() + (s - s0) * Dh;
+    // dk / dv of KV head g = sum over the query heads mapped to g, in head order.
+#pragma omp parallel for schedule(static) if (NT * Hkv * Dh > 32768)
+    for (int64_t t = 0; t < NT; ++t) {
+        for (int64_t g = 0; g < Hkv; ++g) {
+            T* dko = dk + (t * Hkv + g) * Dh;
+            T* dvo = dv + (t * Hkv + g) * Dh;
+            bool first = true;
+            for (int64_t h = 0; h < H; ++h) {
+                if (kv_head(kv_head_of, h, group) != g) continue;
+                const T* a = dk_part + (h * NT + t) * Dh;
+                const T* b = dv_part + (h * NT + t) * Dh;
+                if (first) {
+                    std::memcpy(dko, a, sizeof(T) * size_t(Dh));
+                    std::memcpy(dvo, b, sizeof(T) * size_t(Dh));
+                    first = false;
+                } else {
 #pragma omp simd
-                            for (int64_t d = 0; d < Dh; ++d) {
-                                dka[d] += ds * qv[d];
-                                dva[d] += p * gv[d];
-                            }
-                        }
+                    for (int64_t d = 0; d < Dh; ++d) {
+                        dko[d] += a[d];
+                        dvo[d] += b[d];
                     }
                 }
-                for (int64_t s = s0; s < s1; ++s) {
-                    std::copy_n(dk_acc.data() + (s - s0) * Dh, Dh, dk + (s * Hkv + g) * Dh);
-                    std::copy_n(dv_acc.data() + (s - s0) * Dh, Dh, dv + (s * Hkv + g) * Dh);
-                }
+            }
+            if (first) {
+                std::fill(dko, dko + Dh, T(0));
+                std::fill(dvo, dvo + Dh, T(0));
             }
         }
     }
@@ -191,9 +247,9 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
 
 template void causal_attention_backward<float>(float*, float*, float*, const float*, const float*,
                                                const float*, const float*, const float*, int64_t, int64_t,
-                                               int64_t, int64_t, double);
+                                               int64_t, int64_t, double, const int32_t*);
 template void causal_attention_backward<double>(double*, double*, double*, const double*, const double*,
                                                 const double*, const double*, const double*, int64_t, int64_t,
-                                                int64_t, int64_t, double);
+                                                int64_t, int64_t, double, const int32_t*);
 
 }  // namespace hydra::cpu
