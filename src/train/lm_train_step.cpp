@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/gemm.h"
 #include "model/llama_model.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/embedding.h"
@@ -24,11 +25,6 @@ namespace {
 
 template <typename T>
 using Buf = std::vector<T>;
-
-template <typename T>
-Buf<T> zeros(int64_t n) {
-    return Buf<T>(static_cast<size_t>(n), T(0));
-}
 
 // Pointers to one layer's parameters (or gradients) inside a flat buffer.
 template <typename P>
@@ -60,20 +56,37 @@ LayerPtrs<P> layer_ptrs(const ModelConfig& cfg, const ParamArena& layout, P* bas
     return p;
 }
 
-// Activations one layer saves for its backward pass. N = B * S tokens.
+// Activations one layer keeps for its backward pass (N = B * S tokens). The residual stream itself
+// (layer input and x_mid) lives in Workspace::resid / mid.
 template <typename T>
 struct LayerActs {
-    Buf<T> x_in;              // (N, C) layer input (residual stream)
-    Buf<T> rstd1;             // (N)
+    Buf<T> xn1, rstd1;        // (N, C) normed attention input, (N)
     Buf<T> q_pre, k_pre;      // (N, H*Dh), (N, Hkv*Dh) before q/k norm (qk_norm only)
     Buf<T> rstd_q, rstd_k;    // (N*H), (N*Hkv) (qk_norm only)
     Buf<T> q, k, v;           // after RoPE: (N, H, Dh), (N, Hkv, Dh), (N, Hkv, Dh)
-    Buf<T> probs;             // (B, S, H, S) unless recomputed
+    Buf<T> probs;             // (B, S, H, S) unless recomputed (or forward only)
     Buf<T> heads;             // (N, H, Dh) attention output before o_proj
-    Buf<T> x_mid;             // (N, C) after the attention residual
-    Buf<T> rstd2;             // (N)
+    Buf<T> xn2, rstd2;        // (N, C) normed MLP input, (N)
     Buf<T> gate, up, act;     // (N, F)
 };
+
+// Every buffer of a step. Kept per calling thread between steps (see lm_train_step.h): only growing
+// vectors, so a steady training loop neither allocates nor touches fresh pages.
+template <typename T>
+struct Workspace {
+    std::vector<LayerActs<T>> acts;
+    std::vector<Buf<T>> resid;  // resid[l]: input of layer l; resid[L]: input of the final norm
+    std::vector<Buf<T>> mid;    // mid[l]: x_mid of layer l (after the attention residual)
+    Buf<T> rope_cos, rope_sin;  // (S, rope_dim / 2)
+    Buf<T> rstd_f, hidden, dh, dx, dxn, dact, dq, dk, dv, dheads, dpre_q, dpre_k;
+};
+
+// Resizes without zeroing what is already there; every user overwrites its buffer completely.
+template <typename T>
+T* sized(Buf<T>& b, int64_t n) {
+    if (b.size() != size_t(n)) b.resize(size_t(n));
+    return b.data();
+}
 
 // Mean cross-entropy through the LM head. float uses the vocabulary-chunked loss; double (tiny
 // gradient checks only) a direct row loop.
@@ -141,126 +154,136 @@ TrainStepResult lm_train_step(const ModelConfig& cfg, const ParamArena& layout, 
     const T* embed = params + layout.entry("model.embed_tokens.weight").offset;
     const T* final_norm = params + layout.entry("model.norm.weight").offset;
     const T* lm_head = cfg.tie_word_embeddings ? embed : params + layout.entry("lm_head.weight").offset;
+    const bool train = grads != nullptr;
+    // Without a backward pass nothing is kept per layer: one set of buffers and two residual rows serve all.
+    const bool keep_probs = train && !options.recompute_attention;
+
+    static thread_local Workspace<T> ws;
+    ws.acts.resize(size_t(train ? L : 1));
+    ws.resid.resize(size_t(train ? L + 1 : 2));
+    ws.mid.resize(size_t(train ? L : 1));
+    auto act_of = [&](int64_t l) -> LayerActs<T>& { return ws.acts[size_t(train ? l : 0)]; };
+    auto resid = [&](int64_t l) -> T* { return sized(ws.resid[size_t(train ? l : l % 2)], N * C); };
+    auto mid = [&](int64_t l) -> T* { return sized(ws.mid[size_t(train ? l : 0)], N * C); };
+    const int64_t half = cfg.rope_dim / 2;
+    T* rope_cos = sized(ws.rope_cos, S * half);
+    T* rope_sin = sized(ws.rope_sin, S * half);
+    cpu::rope_table(rope_cos, rope_sin, S, cfg.rope_dim, 0, cfg.rope_theta);
 
     // ---- forward -------------------------------------------------------------------------------
-    std::vector<LayerActs<T>> acts(static_cast<size_t>(L));
-    Buf<T> x = zeros<T>(N * C), xn = zeros<T>(N * C), tmp = zeros<T>(N * C);
-    cpu::embedding_forward(x.data(), batch.inputs, embed, N, C);
+    cpu::embedding_forward(resid(0), batch.inputs, embed, N, C);
     for (int64_t l = 0; l < L; ++l) {
         const LayerPtrs<const T> w = layer_ptrs(cfg, layout, params, l);
-        LayerActs<T>& a = acts[size_t(l)];
-        a.x_in = x;
-        a.rstd1 = zeros<T>(N);
-        cpu::rmsnorm_forward(xn.data(), a.rstd1.data(), x.data(), w.attn_norm, N, C, eps);
-        a.q = zeros<T>(N * Dq);
-        a.k = zeros<T>(N * Dkv);
-        a.v = zeros<T>(N * Dkv);
-        cpu::linear_forward(a.q.data(), xn.data(), w.wq, w.bq, N, C, Dq);
-        cpu::linear_forward(a.k.data(), xn.data(), w.wk, w.bk, N, C, Dkv);
-        cpu::linear_forward(a.v.data(), xn.data(), w.wv, w.bv, N, C, Dkv);
+        LayerActs<T>& a = act_of(l);
+        const T* x_in = resid(l);
+        T* xn1 = sized(a.xn1, N * C);
+        cpu::rmsnorm_forward(xn1, sized(a.rstd1, N), x_in, w.attn_norm, N, C, eps);
+        T* q = sized(a.q, N * Dq);
+        T* k = sized(a.k, N * Dkv);
+        T* v = sized(a.v, N * Dkv);
         if (cfg.qk_norm) {
-            a.q_pre = a.q;
-            a.k_pre = a.k;
-            a.rstd_q = zeros<T>(N * H);
-            a.rstd_k = zeros<T>(N * Hkv);
-            cpu::rmsnorm_forward(a.q.data(), a.rstd_q.data(), a.q_pre.data(), w.q_norm, N * H, Dh, eps);
-            cpu::rmsnorm_forward(a.k.data(), a.rstd_k.data(), a.k_pre.data(), w.k_norm, N * Hkv, Dh, eps);
+            T* q_pre = sized(a.q_pre, N * Dq);
+            T* k_pre = sized(a.k_pre, N * Dkv);
+            cpu::linear_forward(q_pre, xn1, w.wq, w.bq, N, C, Dq);
+            cpu::linear_forward(k_pre, xn1, w.wk, w.bk, N, C, Dkv);
+            cpu::rmsnorm_forward(q, sized(a.rstd_q, N * H), q_pre, w.q_norm, N * H, Dh, eps);
+            cpu::rmsnorm_forward(k, sized(a.rstd_k, N * Hkv), k_pre, w.k_norm, N * Hkv, Dh, eps);
+        } else {
+            cpu::linear_forward(q, xn1, w.wq, w.bq, N, C, Dq);
+            cpu::linear_forward(k, xn1, w.wk, w.bk, N, C, Dkv);
         }
-        a.heads = zeros<T>(N * Dq);
-        if (!options.recompute_attention) a.probs = zeros<T>(B * S * H * S);
+        cpu::linear_forward(v, xn1, w.wv, w.bv, N, C, Dkv);
+        T* heads = sized(a.heads, N * Dq);
+        T* probs = keep_probs ? sized(a.probs, B * S * H * S) : nullptr;
         for (int64_t b = 0; b < B; ++b) {
-            T* qb = a.q.data() + b * S * Dq;
-            T* kb = a.k.data() + b * S * Dkv;
-            cpu::rope_forward(qb, S, H, Dh, cfg.rope_dim, 0, cfg.rope_theta);
-            cpu::rope_forward(kb, S, Hkv, Dh, cfg.rope_dim, 0, cfg.rope_theta);
-            cpu::causal_attention_forward(a.heads.data() + b * S * Dq,
-                                          a.probs.empty() ? (T*)nullptr : a.probs.data() + b * S * H * S, qb, kb,
-                                          a.v.data() + b * S * Dkv, S, int64_t(0), H, Hkv, Dh, scale);
+            T* qb = q + b * S * Dq;
+            T* kb = k + b * S * Dkv;
+            cpu::rope_forward(qb, S, H, Dh, cfg.rope_dim, (const T*)rope_cos, (const T*)rope_sin);
+            cpu::rope_forward(kb, S, Hkv, Dh, cfg.rope_dim, (const T*)rope_cos, (const T*)rope_sin);
+            cpu::causal_attention_forward(heads + b * S * Dq, probs ? probs + b * S * H * S : nullptr, qb, kb,
+                                          v + b * S * Dkv, S, int64_t(0), H, Hkv, Dh, scale);
         }
-        cpu::linear_forward(tmp.data(), a.heads.data(), w.wo, (const T*)nullptr, N, Dq, C);
-        for (int64_t i = 0; i < N * C; ++i) x[size_t(i)] += tmp[size_t(i)];
-        a.x_mid = x;
-        a.rstd2 = zeros<T>(N);
-        cpu::rmsnorm_forward(xn.data(), a.rstd2.data(), x.data(), w.ffn_norm, N, C, eps);
-        a.gate = zeros<T>(N * F);
-        a.up = zeros<T>(N * F);
-        a.act = zeros<T>(N * F);
-        cpu::linear_forward(a.gate.data(), xn.data(), w.w_gate, (const T*)nullptr, N, C, F);
-        cpu::linear_forward(a.up.data(), xn.data(), w.w_up, (const T*)nullptr, N, C, F);
-        cpu::swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), N * F);
-        cpu::linear_forward(tmp.data(), a.act.data(), w.w_down, (const T*)nullptr, N, F, C);
-        for (int64_t i = 0; i < N * C; ++i) x[size_t(i)] += tmp[size_t(i)];
+        // x_mid = x_in + heads @ Wo^T: the GEMM adds onto a copy of the residual (beta = 1).
+        T* x_mid = mid(l);
+        std::memcpy(x_mid, x_in, sizeof(T) * size_t(N * C));
+        gemm(false, true, N, C, Dq, T(1), heads, Dq, w.wo, Dq, T(1), x_mid, C);
+        T* xn2 = sized(a.xn2, N * C);
+        cpu::rmsnorm_forward(xn2, sized(a.rstd2, N), x_mid, w.ffn_norm, N, C, eps);
+        T* gate = sized(a.gate, N * F);
+        T* up = sized(a.up, N * F);
+        T* act = sized(a.act, N * F);
+        cpu::linear_forward(gate, xn2, w.w_gate, (const T*)nullptr, N, C, F);
+        cpu::linear_forward(up, xn2, w.w_up, (const T*)nullptr, N, C, F);
+        cpu::swiglu_forward(act, gate, up, N * F);
+        T* x_out = resid(l + 1);
+        std::memcpy(x_out, x_mid, sizeof(T) * size_t(N * C));
+        gemm(false, true, N, C, F, T(1), act, F, w.w_down, F, T(1), x_out, C);
     }
-    Buf<T> rstd_f = zeros<T>(N), hidden = zeros<T>(N * C);
-    cpu::rmsnorm_forward(hidden.data(), rstd_f.data(), x.data(), final_norm, N, C, eps);
+    const T* x_last = resid(L);
+    T* rstd_f = sized(ws.rstd_f, N);
+    T* hidden = sized(ws.hidden, N * C);
+    cpu::rmsnorm_forward(hidden, rstd_f, x_last, final_norm, N, C, eps);
 
     // ---- loss (+ LM head backward) ---------------------------------------------------------------
-    Buf<T> dh = grads ? zeros<T>(N * C) : Buf<T>();
+    T* dh = train ? sized(ws.dh, N * C) : nullptr;
     T* d_lm_head = nullptr;
-    if (grads)
+    if (train)
         d_lm_head = grads + (cfg.tie_word_embeddings ? layout.entry("model.embed_tokens.weight").offset
                                                      : layout.entry("lm_head.weight").offset);
-    const LossResult lr = lm_head_ce<T>(hidden.data(), lm_head, batch.targets, N, C, V,
-                                        grads ? dh.data() : nullptr, d_lm_head, scored);
+    const LossResult lr = lm_head_ce<T>(hidden, lm_head, batch.targets, N, C, V, dh, d_lm_head, scored);
     TrainStepResult result{scored ? lr.loss / double(scored) : 0.0, scored};
-    if (!grads) return result;
+    if (!train) return result;
 
     // ---- backward ------------------------------------------------------------------------------
-    Buf<T> dx = zeros<T>(N * C), dxn = zeros<T>(N * C), dtmp = zeros<T>(N * C);
-    cpu::rmsnorm_backward(dx.data(), grads + layout.entry("model.norm.weight").offset, dh.data(), x.data(),
-                          final_norm, rstd_f.data(), N, C);
-    Buf<T> dact = zeros<T>(N * F), dgate = zeros<T>(N * F), dup = zeros<T>(N * F);
-    Buf<T> dq = zeros<T>(N * Dq), dk = zeros<T>(N * Dkv), dv = zeros<T>(N * Dkv), dheads = zeros<T>(N * Dq);
-    Buf<T> dpre_q, dpre_k;
+    // dx is the gradient of the residual stream at the current point, walking back through the layers.
+    T* dx = sized(ws.dx, N * C);
+    T* dxn = sized(ws.dxn, N * C);
+    T* dact = sized(ws.dact, N * F);
+    T* dq = sized(ws.dq, N * Dq);
+    T* dk = sized(ws.dk, N * Dkv);
+    T* dv = sized(ws.dv, N * Dkv);
+    T* dheads = sized(ws.dheads, N * Dq);
+    T* dpre_q = cfg.qk_norm ? sized(ws.dpre_q, N * Dq) : nullptr;
+    T* dpre_k = cfg.qk_norm ? sized(ws.dpre_k, N * Dkv) : nullptr;
+    cpu::rmsnorm_backward(dx, grads + layout.entry("model.norm.weight").offset, dh, x_last, final_norm, rstd_f, N, C);
     for (int64_t l = L - 1; l >= 0; --l) {
         const LayerPtrs<const T> w = layer_ptrs(cfg, layout, params, l);
         const LayerPtrs<T> g = layer_ptrs(cfg, layout, grads, l);
-        LayerActs<T>& a = acts[size_t(l)];
+        LayerActs<T>& a = act_of(l);
         // x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
-        cpu::rmsnorm_forward(xn.data(), (T*)nullptr, a.x_mid.data(), w.ffn_norm, N, C, eps);  // recompute n2
-        cpu::linear_backward(dact.data(), g.w_down, (T*)nullptr, dx.data(), a.act.data(), w.w_down, N, F, C);
-        cpu::swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(), N * F);
-        cpu::linear_backward(dxn.data(), g.w_gate, (T*)nullptr, dgate.data(), xn.data(), w.w_gate, N, C, F);
-        cpu::linear_backward(dtmp.data(), g.w_up, (T*)nullptr, dup.data(), xn.data(), w.w_up, N, C, F);
-        for (int64_t i = 0; i < N * C; ++i) dxn[size_t(i)] += dtmp[size_t(i)];
-        cpu::rmsnorm_backward(dtmp.data(), g.ffn_norm, dxn.data(), a.x_mid.data(), w.ffn_norm, a.rstd2.data(), N, C);
-        for (int64_t i = 0; i < N * C; ++i) dx[size_t(i)] += dtmp[size_t(i)];  // dx = d x_mid
+        cpu::linear_backward(dact, g.w_down, (T*)nullptr, dx, a.act.data(), w.w_down, N, F, C);
+        // dgate overwrites dact, dup overwrites the saved `up` (both read elementwise before written).
+        T* dgate = dact;
+        T* dup = a.up.data();
+        cpu::swiglu_backward(dgate, dup, dact, a.gate.data(), a.up.data(), N * F);
+        cpu::linear_backward(dxn, g.w_gate, (T*)nullptr, dgate, a.xn2.data(), w.w_gate, N, C, F);
+        cpu::linear_backward(dxn, g.w_up, (T*)nullptr, dup, a.xn2.data(), w.w_up, N, C, F, true);
+        cpu::rmsnorm_backward(dx, g.ffn_norm, dxn, mid(l), w.ffn_norm, a.rstd2.data(), N, C, true);  // d x_mid
         // x_mid = x_in + o_proj(attention(rope(q), rope(k), v))
-        cpu::linear_backward(dheads.data(), g.wo, (T*)nullptr, dx.data(), a.heads.data(), w.wo, N, Dq, C);
+        cpu::linear_backward(dheads, g.wo, (T*)nullptr, dx, a.heads.data(), w.wo, N, Dq, C);
         for (int64_t b = 0; b < B; ++b) {
             const int64_t qo = b * S * Dq, ko = b * S * Dkv;
-            cpu::causal_attention_backward(dq.data() + qo, dk.data() + ko, dv.data() + ko, dheads.data() + qo,
-                                           a.q.data() + qo, a.k.data() + ko, a.v.data() + ko,
-                                           a.probs.empty() ? (const T*)nullptr : a.probs.data() + b * S * H * S, S, H,
-                                           Hkv, Dh, scale);
-            cpu::rope_backward(dq.data() + qo, S, H, Dh, cfg.rope_dim, 0, cfg.rope_theta);
-            cpu::rope_backward(dk.data() + ko, S, Hkv, Dh, cfg.rope_dim, 0, cfg.rope_theta);
+            cpu::causal_attention_backward(dq + qo, dk + ko, dv + ko, dheads + qo, a.q.data() + qo, a.k.data() + ko,
+                                           a.v.data() + ko, keep_probs ? a.probs.data() + b * S * H * S : nullptr,
+                                           S, H, Hkv, Dh, scale);
+            cpu::rope_backward(dq + qo, S, H, Dh, cfg.rope_dim, (const T*)rope_cos, (const T*)rope_sin);
+            cpu::rope_backward(dk + ko, S, Hkv, Dh, cfg.rope_dim, (const T*)rope_cos, (const T*)rope_sin);
         }
+        const T* dq_in = dq;
+        const T* dk_in = dk;
         if (cfg.qk_norm) {
-            dpre_q = zeros<T>(N * Dq);
-            dpre_k = zeros<T>(N * Dkv);
-            cpu::rmsnorm_backward(dpre_q.data(), g.q_norm, dq.data(), a.q_pre.data(), w.q_norm, a.rstd_q.data(), N * H,
-                                  Dh);
-            cpu::rmsnorm_backward(dpre_k.data(), g.k_norm, dk.data(), a.k_pre.data(), w.k_norm, a.rstd_k.data(),
-                                  N * Hkv, Dh);
-            dq.swap(dpre_q);
-            dk.swap(dpre_k);
+            cpu::rmsnorm_backward(dpre_q, g.q_norm, dq, a.q_pre.data(), w.q_norm, a.rstd_q.data(), N * H, Dh);
+            cpu::rmsnorm_backward(dpre_k, g.k_norm, dk, a.k_pre.data(), w.k_norm, a.rstd_k.data(), N * Hkv, Dh);
+            dq_in = dpre_q;
+            dk_in = dpre_k;
         }
-        cpu::rmsnorm_forward(xn.data(), (T*)nullptr, a.x_in.data(), w.attn_norm, N, C, eps);  // recompute n1
-        cpu::linear_backward(dxn.data(), g.wq, g.bq, dq.data(), xn.data(), w.wq, N, C, Dq);
-        cpu::linear_backward(dtmp.data(), g.wk, g.bk, dk.data(), xn.data(), w.wk, N, C, Dkv);
-        for (int64_t i = 0; i < N * C; ++i) dxn[size_t(i)] += dtmp[size_t(i)];
-        cpu::linear_backward(dtmp.data(), g.wv, g.bv, dv.data(), xn.data(), w.wv, N, C, Dkv);
-        for (int64_t i = 0; i < N * C; ++i) dxn[size_t(i)] += dtmp[size_t(i)];
-        cpu::rmsnorm_backward(dtmp.data(), g.attn_norm, dxn.data(), a.x_in.data(), w.attn_norm, a.rstd1.data(), N, C);
-        for (int64_t i = 0; i < N * C; ++i) dx[size_t(i)] += dtmp[size_t(i)];  // dx = d x_in
-        if (cfg.qk_norm) {
-            dq.swap(dpre_q);
-            dk.swap(dpre_k);
-        }
-        a = LayerActs<T>();  // free this layer's activations early
+        const T* xn1 = a.xn1.data();
+        cpu::linear_backward(dxn, g.wq, g.bq, dq_in, xn1, w.wq, N, C, Dq);
+        cpu::linear_backward(dxn, g.wk, g.bk, dk_in, xn1, w.wk, N, C, Dkv, true);
+        cpu::linear_backward(dxn, g.wv, g.bv, dv, xn1, w.wv, N, C, Dkv, true);
+        cpu::rmsnorm_backward(dx, g.attn_norm, dxn, resid(l), w.attn_norm, a.rstd1.data(), N, C, true);  // d x_in
     }
-    cpu::embedding_backward(grads + layout.entry("model.embed_tokens.weight").offset, dx.data(), batch.inputs, N, C);
+    cpu::embedding_backward(grads + layout.entry("model.embed_tokens.weight").offset, dx, batch.inputs, N, C);
     return result;
 }
 

@@ -32,6 +32,11 @@ struct TrainStepResult {
 
 // Forward, loss, and (when grads != nullptr) backward: grads += d(mean loss)/d(params).
 // params/grads: layout.numel() elements each, in `layout`'s offsets. Throws on bad token ids.
+// Activations and scratch live in a workspace kept per calling thread and per T between calls (sized by
+// the largest step so far), so a training loop does not allocate or fault in fresh pages every step.
+// Without grads only one layer's buffers are used and no attention probabilities are stored.
+// Results depend on the OpenMP thread count only through OpenBLAS; every loop of ours uses a static
+// schedule with fixed-order sums.
 template <typename T>
 TrainStepResult lm_train_step(const ModelConfig& config, const ParamArena& layout, const T* params, T* grads,
                               const TrainBatch& batch, const TrainStepOptions& options = {});

@@ -29,14 +29,14 @@ void linear_forward(T* out, const T* x, const T* W, const T* bias_or_null, int64
 
 template <typename T>
 void linear_backward(T* dx_or_null, T* dW, T* dbias_or_null, const T* dout, const T* x, const T* W, int64_t N,
-                     int64_t K, int64_t M) {
+                     int64_t K, int64_t M, bool accumulate_dx) {
     if (N <= 0) return;
     if (dx_or_null) {
         if (M <= 0 || K <= 0) {
-            std::fill(dx_or_null, dx_or_null + N * std::max<int64_t>(K, 0), T(0));
+            if (!accumulate_dx) std::fill(dx_or_null, dx_or_null + N * std::max<int64_t>(K, 0), T(0));
         } else {
-            // dx (N, K) = dout (N, M) @ W (M, K)
-            gemm(false, false, N, K, M, T(1), dout, M, W, K, T(0), dx_or_null, K);
+            // dx (N, K) (+)= dout (N, M) @ W (M, K)
+            gemm(false, false, N, K, M, T(1), dout, M, W, K, accumulate_dx ? T(1) : T(0), dx_or_null, K);
         }
     }
     if (M <= 0) return;
@@ -62,8 +62,8 @@ template void linear_forward<float>(float*, const float*, const float*, const fl
 template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int64_t,
                                      int64_t);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                     int64_t, int64_t, int64_t);
+                                     int64_t, int64_t, int64_t, bool);
 template void linear_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                      int64_t, int64_t, int64_t);
+                                      int64_t, int64_t, int64_t, bool);
 
 }  // namespace hydra::cpu

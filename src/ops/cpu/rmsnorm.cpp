@@ -24,7 +24,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int64_t
 // dx_c = r w_c dy_c - x_c r^3 / C * sum_j dy_j w_j x_j;   dw_c = sum_n dy_nc x_nc r_n.
 template <typename T>
 void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t N,
-                      int64_t C) {
+                      int64_t C, bool accumulate_dx) {
     if (dw) {
         // Column blocks keep every thread on its own slice of dw (no races, no per-thread copies)
         // while each row segment it reads stays contiguous.
@@ -52,7 +52,10 @@ void rmsnorm_backward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T
         double dot = 0;  // sum_j dy_j w_j x_j
         for (int64_t c = 0; c < C; ++c) dot += double(dyr[c]) * double(w[c]) * double(xr[c]);
         const T a = T(r), b = T(dot * r * r * r / double(C));
-        for (int64_t c = 0; c < C; ++c) dxr[c] = a * w[c] * dyr[c] - b * xr[c];
+        if (accumulate_dx)
+            for (int64_t c = 0; c < C; ++c) dxr[c] += a * w[c] * dyr[c] - b * xr[c];
+        else
+            for (int64_t c = 0; c < C; ++c) dxr[c] = a * w[c] * dyr[c] - b * xr[c];
     }
 }
 
@@ -60,8 +63,8 @@ template void rmsnorm_forward<float>(float*, float*, const float*, const float*,
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int64_t,
                                       double);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*,
-                                      int64_t, int64_t);
+                                      int64_t, int64_t, bool);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*, const double*,
-                                       const double*, int64_t, int64_t);
+                                       const double*, int64_t, int64_t, bool);
 
 }  // namespace hydra::cpu

@@ -19,4 +19,16 @@ template <typename T>
 void rope_backward(T* dx, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
                    double theta);
 
+// The rotation factors of positions pos0 .. pos0+T-1 once, for callers that rotate several tensors at the
+// same positions (the train step: q and k of every sequence, forward and backward). cos, sin: (T, rope_dim/2)
+// OVERWRITTEN with T(cos(angle)), T(sin(angle)) computed in double, the values rope_forward uses.
+template <typename T>
+void rope_table(T* cos, T* sin, int64_t num_tokens, int64_t rope_dim, int64_t pos0, double theta);
+
+// rope_forward / rope_backward with a table from rope_table: token t uses row t (bit-identical results).
+template <typename T>
+void rope_forward(T* x, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rope_dim, const T* cos, const T* sin);
+template <typename T>
+void rope_backward(T* dx, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rope_dim, const T* cos, const T* sin);
+
 }  // namespace hydra::cpu
