@@ -1,0 +1,139 @@
+// Eval loop (see eval_runner.h).
+#include "eval/eval_runner.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+
+#include "core/error.h"
+#include "model/kv_cache.h"
+#include "model/llama_forward.h"
+#include "serve/sampler.h"
+
+namespace hydra {
+
+int64_t parse_length(const std::string& text) {
+    std::string t = text;
+    int64_t mult = 1;
+    if (!t.empty() && (t.back() == 'k' || t.back() == 'K')) {
+        mult = 1024;
+        t.pop_back();
+    }
+    HYDRA_CHECK(!t.empty() && t.size() <= 9 && std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }),
+                "bad length '{}' (expected a token count like 4096 or 4k, k = 1024)", text);
+    const int64_t v = std::stoll(t) * mult;
+    HYDRA_CHECK(v >= 1, "bad length '{}': must be at least 1 token", text);
+    return v;
+}
+
+std::vector<int64_t> parse_lengths(const std::string& list) {
+    std::vector<int64_t> out;
+    size_t b = 0;
+    while (b <= list.size()) {
+        size_t e = list.find(',', b);
+        if (e == std::string::npos) e = list.size();
+        const int64_t v = parse_length(list.substr(b, e - b));
+        if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+        b = e + 1;
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text, const std::vector<int32_t>& prompt,
+                             int64_t max_new, int64_t context_limit,
+                             const std::function<bool(const std::string&)>& done) {
+    using clock = std::chrono::steady_clock;
+    const ModelConfig& cfg = model.config();
+    const int64_t limit = context_limit > 0 ? context_limit : (cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 8192);
+    HYDRA_CHECK(int64_t(prompt.size()) < limit, "the prompt has {} tokens but the model's context holds {}",
+                prompt.size(), limit);
+    const int64_t capacity = std::min<int64_t>(limit, int64_t(prompt.size()) + max_new);
+    KVCache cache(model, capacity);  // hybrid layout: FA KV rows + GDN state
+    GreedyResult r;
+    const auto t0 = clock::now();
+    Tensor logits = forward_last_logits(model, prompt, cache);
+    const auto t1 = clock::now();
+    r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+    for (int64_t i = 0; i < max_new; ++i) {
+        const int32_t next = argmax({logits.f32(), size_t(cfg.vocab_size)});
+        if (std::find(text.stop_ids.begin(), text.stop_ids.end(), next) != text.stop_ids.end()) break;
+        r.tokens.push_back(next);
+        r.text = text.encoder->decode(r.tokens);
+        if (done && done(r.text)) break;
+        if (i + 1 == max_new || cache.pos() >= cache.capacity()) break;
+        const int32_t one[1] = {next};
+        logits = forward_last_logits(model, one, cache);
+    }
+    r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+    return r;
+}
+
+void aggregate(ModelEvalResult& r) {
+    std::map<std::string, std::map<int64_t, std::pair<double, int64_t>>> acc;
+    for (const SampleOutcome& s : r.samples) {
+        auto& a = acc[s.task][s.length];
+        a.first += s.score;
+        a.second += 1;
+    }
+    r.task_scores.clear();
+    r.length_scores.clear();
+    std::map<int64_t, std::pair<double, int64_t>> per_len;
+    for (const auto& [task, m] : acc)
+        for (const auto& [len, a] : m) {
+            const double v = 100.0 * a.first / double(a.second);
+            r.task_scores[task][len] = v;
+            per_len[len].first += v;
+            per_len[len].second += 1;
+        }
+    double sum = 0;
+    for (const auto& [len, a] : per_len) {
+        r.length_scores[len] = a.first / double(a.second);
+        sum += r.length_scores[len];
+    }
+    r.overall = per_len.empty() ? 0.0 : sum / double(per_len.size());
+}
+
+ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
+                         const std::vector<const TaskGenerator*>& tasks, const ModelText& text,
+                         const EvalSettings& settings,
+                         const std::function<void(int64_t, int64_t, const std::string&)>& progress) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    ModelEvalResult r;
+    r.model = model_name;
+    const int64_t total = int64_t(settings.lengths.size() * tasks.size()) * settings.samples;
+    int64_t done = 0;
+    double score_sum = 0;
+    for (int64_t len : settings.lengths)
+        for (const TaskGenerator* task : tasks)
+            for (int64_t i = 0; i < settings.samples; ++i) {
+                const auto g0 = clock::now();
+                const TaskSample s = task->sample(len, settings.seed, i);
+                SampleOutcome o;
+                o.generate_seconds = std::chrono::duration<double>(clock::now() - g0).count();
+                o.task = s.task;
+                o.length = len;
+                o.index = i;
+                o.answers = s.answers;
+                std::function<bool(const std::string&)> full;
+                if (settings.stop_at_full_score)
+                    full = [&s](const std::string& out) { return score_output(s, out) >= 1.0; };
+                const GreedyResult g = greedy_generate(model, text, s.prompt, s.max_new_tokens, settings.context_limit, full);
+                o.output = g.text;
+                o.generated = int64_t(g.tokens.size());
+                o.prefill_seconds = g.prefill_seconds;
+                o.decode_seconds = g.decode_seconds;
+                o.score = score_output(s, g.text);
+                score_sum += o.score;
+                r.samples.push_back(std::move(o));
+                ++done;
+                if (progress)
+                    progress(done, total, fmt::format("{} {} | mean {:.1f}", s.task, len, 100.0 * score_sum / double(done)));
+            }
+    aggregate(r);
+    r.seconds = std::chrono::duration<double>(clock::now() - start).count();
+    return r;
+}
+
+}  // namespace hydra
