@@ -110,6 +110,17 @@ LayerParams<P> layer_params(const ModelConfig& cfg, const HybridPlan& plan, cons
     return p;
 }
 
+template <typename P>
+void drop_frozen(LayerParams<P>& p, const P* base, const std::unordered_set<int64_t>& frozen) {
+    if (frozen.empty()) return;
+    for (P** f : {&p.attn_norm, &p.wq,     &p.wk,      &p.wv,      &p.wo,      &p.bq,     &p.bk,
+                  &p.bv,        &p.q_norm, &p.k_norm,  &p.la_wq,   &p.la_wk,   &p.la_wv,  &p.la_bq,
+                  &p.la_bk,     &p.la_bv,  &p.la_wa,   &p.la_wb,   &p.la_wg,   &p.conv_q, &p.conv_k,
+                  &p.conv_v,    &p.A_log,  &p.dt_bias, &p.o_norm,  &p.fusion_head_scale, &p.fusion_fa_scale,
+                  &p.fusion_la_scale, &p.ffn_norm, &p.w_gate, &p.w_up, &p.w_down})
+        if (*f && frozen.count(int64_t(*f - base))) *f = nullptr;
+}
+
 template <typename T>
 void decoder_layer_forward(T* x_out, const T* x_in, const ModelConfig& cfg, const HybridPlan& plan,
                            const LayerParams<const T>& w, const LayerShape& shape, LayerActivations<T>* acts) {
@@ -306,6 +317,8 @@ template LayerParams<const float> layer_params(const ModelConfig&, const HybridP
 template LayerParams<double> layer_params(const ModelConfig&, const HybridPlan&, const ParamArena&, double*, int64_t);
 template LayerParams<const double> layer_params(const ModelConfig&, const HybridPlan&, const ParamArena&,
                                                 const double*, int64_t);
+template void drop_frozen(LayerParams<float>&, const float*, const std::unordered_set<int64_t>&);
+template void drop_frozen(LayerParams<double>&, const double*, const std::unordered_set<int64_t>&);
 template void decoder_layer_forward<float>(float*, const float*, const ModelConfig&, const HybridPlan&,
                                            const LayerParams<const float>&, const LayerShape&,
                                            LayerActivations<float>*);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_set>
 #include <vector>
 
 #include "core/param_arena.h"
@@ -39,6 +40,11 @@ struct LayerParams {
 template <typename P>
 LayerParams<P> layer_params(const ModelConfig& cfg, const HybridPlan& plan, const ParamArena& layout, P* base,
                             int64_t layer);
+
+// Nulls the pointers of `p` (into buffer `base`) whose arena offset is in `frozen_offsets`, so the
+// backward neither computes nor writes gradients of frozen tensors.
+template <typename P>
+void drop_frozen(LayerParams<P>& p, const P* base, const std::unordered_set<int64_t>& frozen_offsets);
 
 // What one layer keeps from its forward for the backward. N = B * S.
 template <typename T>

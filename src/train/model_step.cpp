@@ -19,16 +19,6 @@ std::vector<T> zeros(int64_t n) {
     return std::vector<T>(static_cast<size_t>(n), T(0));
 }
 
-// Every pointer member of LayerParams, so frozen tensors can be nulled in one loop.
-template <typename P>
-std::vector<P**> pointer_fields(LayerParams<P>& p) {
-    return {&p.attn_norm, &p.wq,    &p.wk,     &p.wv,     &p.wo,      &p.bq,      &p.bk,     &p.bv,
-            &p.q_norm,    &p.k_norm, &p.la_wq, &p.la_wk,  &p.la_wv,   &p.la_bq,   &p.la_bk,  &p.la_bv,
-            &p.la_wa,     &p.la_wb, &p.la_wg,  &p.conv_q, &p.conv_k,  &p.conv_v,  &p.A_log,  &p.dt_bias,
-            &p.o_norm,    &p.fusion_head_scale, &p.fusion_fa_scale, &p.fusion_la_scale, &p.ffn_norm, &p.w_gate,
-            &p.w_up,      &p.w_down};
-}
-
 // Double-precision CE through the LM head (gradient checks on tiny models only).
 double ce_double(const double* h, const double* W, const int32_t* targets, int64_t N, int64_t C, int64_t V, double* dh,
                  double* dW, double scale) {
@@ -161,8 +151,7 @@ ModelStepResult model_train_step(const ModelConfig& cfg, const HybridPlan& plan,
     for (int64_t l = L - 1; l >= 0; --l) {
         const LayerParams<const T> w = layer_params(cfg, plan, layout, params, l);
         LayerParams<T> g = layer_params(cfg, plan, layout, grads, l);
-        for (T** p : pointer_fields(g))
-            if (*p && frozen.count(int64_t(*p - grads))) *p = nullptr;
+        drop_frozen(g, grads, frozen);
         decoder_layer_backward(dx.data(), cfg, plan, w, g, shape, acts[size_t(l)]);
         acts[size_t(l)] = LayerActivations<T>();  // free early
     }

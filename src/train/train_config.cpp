@@ -87,6 +87,17 @@ const std::map<std::string, KeyDef>& key_table() {
         {"optim.eps", field(&TrainConfig::eps)},
         {"optim.weight_decay", field(&TrainConfig::weight_decay)},
         {"optim.grad_clip", field(&TrainConfig::grad_clip)},
+        {"stage.kind", field(&TrainConfig::stage)},
+        {"stage.init", field(&TrainConfig::init)},
+        {"stage.teacher", field(&TrainConfig::teacher)},
+        {"stage.trainable", field(&TrainConfig::trainable)},
+        {"stage.mixer_lr_scale", field(&TrainConfig::mixer_lr_scale)},
+        {"loss.ce_weight", field(&TrainConfig::ce_weight)},
+        {"loss.kl_weight", field(&TrainConfig::kl_weight)},
+        {"loss.temperature", field(&TrainConfig::temperature)},
+        {"loss.kl_max_position", field(&TrainConfig::kl_max_position)},
+        {"data.synthetic_fraction", field(&TrainConfig::synthetic_fraction)},
+        {"data.synthetic_tasks", field(&TrainConfig::synthetic_tasks)},
         {"run.steps", field(&TrainConfig::steps)},
         {"run.log_every", field(&TrainConfig::log_every)},
         {"run.eval_every", field(&TrainConfig::eval_every)},
@@ -176,6 +187,20 @@ void TrainConfig::validate() const {
     HYDRA_CHECK(num_heads % num_kv_heads == 0, "config: model.num_heads {} is not a multiple of model.num_kv_heads {}",
                 num_heads, num_kv_heads);
     HYDRA_CHECK(lr > 0 && lr < 1, "config: optim.lr {} out of range (0, 1)", lr);
+    HYDRA_CHECK(stage == "pretrain" || stage == "align" || stage == "distill" || stage == "longctx",
+                "config: stage.kind '{}' is not pretrain, align, distill or longctx", stage);
+    HYDRA_CHECK(stage == "pretrain" || !init.empty(),
+                "config: stage.kind {} needs stage.init (the converted hybrid or the previous stage's output)", stage);
+    HYDRA_CHECK(!(stage == "align" || stage == "distill" || kl_weight > 0) || !teacher.empty(),
+                "config: stage.kind {} needs stage.teacher (the full-attention model)", stage);
+    HYDRA_CHECK(ce_weight >= 0 && kl_weight >= 0 && ce_weight + kl_weight > 0,
+                "config: loss.ce_weight {} and loss.kl_weight {} must be >= 0 and not both 0", ce_weight, kl_weight);
+    HYDRA_CHECK(temperature > 0 && temperature < 100, "config: loss.temperature {} out of range (0, 100)", temperature);
+    HYDRA_CHECK(mixer_lr_scale > 0 && mixer_lr_scale <= 1000, "config: stage.mixer_lr_scale {} out of range",
+                mixer_lr_scale);
+    HYDRA_CHECK(synthetic_fraction >= 0 && synthetic_fraction < 1, "config: data.synthetic_fraction {} not in [0, 1)",
+                synthetic_fraction);
+    HYDRA_CHECK(kl_max_position >= 0, "config: loss.kl_max_position must be >= 0");
     HYDRA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "config: optim.min_lr_ratio {} out of range [0, 1]",
                 min_lr_ratio);
     HYDRA_CHECK(schedule == "constant" || schedule == "cosine" || schedule == "wsd",

@@ -44,6 +44,20 @@ struct TrainConfig {
     double decay_fraction = 0.2;      // wsd: fraction of steps spent decaying
     double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
     double grad_clip = 1.0;
+    // stage (HydraHead transfer, methods.md §4): pretrain trains `model.*` from scratch; align,
+    // distill and longctx start from stage.init (a converted hybrid or an earlier stage) and learn
+    // from stage.teacher.
+    std::string stage = "pretrain";           // pretrain | align | distill | longctx
+    std::string init;                         // model directory the student starts from
+    std::string teacher;                      // teacher model (align, distill; longctx when loss.kl_weight > 0)
+    std::vector<std::string> trainable;       // globs of trainable parameters (empty: all)
+    double mixer_lr_scale = 1.0;              // lr multiplier of attention-mixer parameters (self_attn, linear_attn, fusion)
+    double ce_weight = 1.0;                   // loss = ce_weight * CE + kl_weight * KL(teacher || student)
+    double kl_weight = 0.0;
+    double temperature = 1.0;
+    int64_t kl_max_position = 0;              // KL only at positions < this (0: everywhere; longctx: the teacher's window)
+    double synthetic_fraction = 0.0;          // share of rows drawn from synthetic retrieval tasks (longctx)
+    std::vector<std::string> synthetic_tasks = {"passkey", "niah_single_1", "niah_multikey_1"};
     // run
     int64_t steps = 200;
     int64_t log_every = 10;

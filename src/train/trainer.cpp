@@ -20,11 +20,15 @@
 #include "model/model_loader.h"
 #include "report/line_plot.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/vocab_to_tokenizer_json.h"
 #include "train/adamw.h"
 #include "train/byte_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
+#include "io/hf_config.h"
+#include "train/align_step.h"
 #include "train/lm_train_step.h"
+#include "train/model_step.h"
 #include "train/lr_schedule.h"
 #include "train/param_groups.h"
 #include "train/token_shards.h"
@@ -34,6 +38,10 @@ namespace hydra {
 namespace fs = std::filesystem;
 
 namespace {
+
+struct StepOutcome {
+    double loss = 0, ce = 0, kl = 0;
+};
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_signal(int sig) { g_stop_signal = sig; }
@@ -82,6 +90,32 @@ LrSchedule schedule_for(const TrainConfig& c) {
     return s;
 }
 
+// Trainable flags per arena entry and optimizer spans for the stage: stage.trainable globs select
+// what trains (everything else frozen), mixer parameters get stage.mixer_lr_scale.
+std::vector<ParamRule> stage_rules(const TrainConfig& c) {
+    std::vector<ParamRule> rules;
+    const float mixer = float(c.mixer_lr_scale);
+    auto add = [&](const std::string& pattern, bool trainable, float lr) {
+        ParamRule r;
+        r.pattern = pattern;
+        r.trainable = trainable;
+        if (lr != 1.0f) r.lr_scale = lr;
+        rules.push_back(r);
+    };
+    const std::vector<std::string> mixers = {"*.self_attn.*", "*.linear_attn.*", "*.fusion.*"};
+    if (c.trainable.empty()) {
+        for (const auto& m : mixers) add(m, true, mixer);
+        return rules;
+    }
+    for (const std::string& pattern : c.trainable) {
+        bool is_mixer = false;
+        for (const auto& m : mixers) is_mixer |= pattern.find(m.substr(1, m.size() - 2)) != std::string::npos;
+        add(pattern, true, is_mixer ? mixer : 1.0f);
+    }
+    add("*", false, 1.0f);
+    return rules;
+}
+
 std::unique_ptr<TextEncoder> make_encoder(const TrainConfig& c, std::unique_ptr<Tokenizer>& bpe_holder) {
     if (c.tokenizer == "byte") return std::make_unique<ByteEncoder>();
     std::optional<TokenizerVocab> vocab = load_vocab(c.tokenizer);  // no weights needed
@@ -97,22 +131,28 @@ double heldout_loss(const LlamaModel& model, const TokenSplit& split, const Trai
     int64_t count = 0;
     while (int64_t rows = it.next_batch(c.batch_size, in, tg)) {
         TrainBatch b{in.data(), tg.data(), rows, c.seq_len};
-        TrainStepResult r =
-            lm_train_step<float>(model.config(), model.params(), model.params().data(), nullptr, b, {c.recompute});
-        sum += r.loss * double(r.scored);
+        // Held-out loss is the student's next-token CE in every stage (comparable across stages).
+        const ModelStepResult r = model_train_step<float>(model.config(), model.plan(), model.params(),
+                                                          model.params().data(), nullptr, b, StageObjective{}, {},
+                                                          {c.recompute});
+        sum += r.ce * double(r.scored);
         count += r.scored;
     }
     return count ? sum / double(count) : NAN;
 }
 
 void write_loss_plot(const std::string& path, const std::vector<double>& steps, const std::vector<double>& losses,
-                     const std::vector<double>& eval_steps, const std::vector<double>& eval_losses) {
+                     const std::vector<double>& eval_steps, const std::vector<double>& eval_losses,
+                     const TrainConfig& c) {
     std::vector<Series> series = {{"train loss", steps, losses}};
     if (!eval_steps.empty()) series.push_back({"held-out loss", eval_steps, eval_losses});
     LinePlotOptions o;
-    o.title = "hydra train: loss";
+    o.title = "hydra train: " + c.stage + " loss";
     o.x_label = "step";
-    o.y_label = "cross-entropy (nats/token)";
+    o.y_label = c.stage == "align"     ? "layer error / layer update (mean over layers)"
+                : c.stage == "pretrain" ? "cross-entropy (nats/token)"
+                                        : fmt::format("{} CE + {} KL (nats/token)", c.ce_weight, c.kl_weight);
+    if (!eval_steps.empty()) o.y_label += "; held-out: CE";
     write_line_plot(path, series, o);
 }
 
@@ -145,8 +185,37 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     TokenShards shards = open_token_shards(shard_dir, encoder.get());
     DataLoader loader(shards.train, cfg.seq_len, cfg.data_seed);
 
-    // Model and optimizer.
-    LlamaModel model(cfg.model_config(encoder->vocab_size(), encoder->eos_id()));
+    // Model: from scratch (pretrain), from stage.init (transfer stages) or as the checkpoint saved it.
+    std::unique_ptr<LlamaModel> model_holder;
+    if (resume_dir) {
+        const nlohmann::json saved = read_checkpoint_config(*resume_dir);
+        const std::string where = *resume_dir + "/config.json";
+        const ModelConfig mc = parse_hf_config(saved.dump(), where);
+        const HybridPlan plan = HybridPlan::from_json(saved["hydra"].value("plan", nlohmann::json::object({{"kind", "teacher"}})),
+                                                      mc, where + ": hydra.plan");
+        model_holder = std::make_unique<LlamaModel>(mc, &plan);
+    } else if (cfg.stage != "pretrain") {
+        LoadedModel init = load_model(cfg.init);
+        model_holder = std::move(init.model);
+    } else {
+        model_holder = std::make_unique<LlamaModel>(cfg.model_config(encoder->vocab_size(), encoder->eos_id()));
+    }
+    LlamaModel& model = *model_holder;
+    HYDRA_CHECK(model.config().vocab_size >= encoder->vocab_size(),
+                "stage.init: the model's vocabulary ({}) is smaller than the data tokenizer's ({}); set data.tokenizer "
+                "to the model's tokenizer",
+                model.config().vocab_size, encoder->vocab_size());
+    std::unique_ptr<LlamaModel> teacher;
+    if (!cfg.teacher.empty()) {
+        LoadedModel t = load_model(cfg.teacher);
+        teacher = std::move(t.model);
+        HYDRA_CHECK(teacher->config().vocab_size == model.config().vocab_size,
+                    "stage.teacher: vocabulary {} differs from the student's {}", teacher->config().vocab_size,
+                    model.config().vocab_size);
+        HYDRA_CHECK(teacher->config().num_layers == model.config().num_layers || cfg.stage != "align",
+                    "stage.teacher: align needs the same number of layers as the student ({} vs {})",
+                    teacher->config().num_layers, model.config().num_layers);
+    }
     const int64_t n = model.params().numel();
     AdamWConfig ac;
     ac.lr = float(cfg.lr);
@@ -155,7 +224,10 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     ac.eps = float(cfg.eps);
     ac.weight_decay = float(cfg.weight_decay);
     AdamW optimizer(ac, n);
-    const std::vector<ParamSpan> spans = build_param_spans(model.params().entries());
+    const std::vector<ParamSpan> spans =
+        build_param_spans(model.params().entries(), cfg.stage == "pretrain" ? std::vector<ParamRule>() : stage_rules(cfg));
+    std::vector<char> trainable;
+    for (const ParamSpan& sp : spans) trainable.push_back(sp.trainable);
     const LrSchedule schedule = schedule_for(cfg);
     TrainState state;
     Rng rng(cfg.seed);
@@ -164,7 +236,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         state = ck.state;
         rng.set_state(state.rng);
         loader.restore(DataCursor::from_json(state.data_cursor, *resume_dir + "/state.json"));
-    } else {
+    } else if (cfg.stage == "pretrain") {
         init_weights(model, cfg.init_std, rng);
     }
     nlohmann::json section;
@@ -216,7 +288,12 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         state.rng = rng.state();
         state.data_cursor = loader.cursor().to_json();
         log.close();
-        save_checkpoint(dir, model, optimizer, state, section, {{"log.jsonl", joined_log()}});
+        std::map<std::string, std::string> files = {{"log.jsonl", joined_log()}};
+        if (bpe) {  // so the checkpoint loads as a model everywhere (eval, generate, the next stage)
+            files["tokenizer.json"] = vocab_to_tokenizer_json(bpe->vocab());
+            files["tokenizer_config.json"] = vocab_to_tokenizer_config_json(bpe->vocab());
+        }
+        save_checkpoint(dir, model, optimizer, state, section, files);
         reopen_log();
     };
 
@@ -228,13 +305,50 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     TrainRunResult result;
     result.out_dir = out_dir;
     const TrainStepOptions step_options{cfg.recompute};
+    // One step of the configured stage: loss and gradients into `grads`.
+    auto run_step = [&](const TrainBatch& batch) -> StepOutcome {
+        const ModelConfig& mc = model.config();
+        if (cfg.stage == "pretrain" && model.plan().is_all_fa()) {
+            const TrainStepResult r =
+                lm_train_step<float>(mc, model.params(), model.params().data(), grads.data(), batch, step_options);
+            return {r.loss, r.loss, 0.0};
+        }
+        if (cfg.stage == "align") {
+            const std::vector<float> states = layer_boundary_states(teacher->config(), teacher->plan(), teacher->params(),
+                                                                    teacher->params().data(), batch.inputs,
+                                                                    batch.batch, batch.seq_len);
+            const AlignResult r = align_step(mc, model.plan(), model.params(), model.params().data(), grads.data(),
+                                             trainable, states.data(), batch.batch, batch.seq_len);
+            return {r.loss, NAN, NAN};
+        }
+        StageObjective obj;
+        obj.ce_weight = cfg.stage == "pretrain" ? 1.0 : cfg.ce_weight;
+        obj.kl_weight = cfg.stage == "pretrain" ? 0.0 : cfg.kl_weight;
+        obj.temperature = float(cfg.temperature);
+        std::vector<float> teacher_hidden;
+        std::vector<uint8_t> mask;
+        if (obj.kl_weight > 0) {
+            teacher_hidden = final_hidden_states(teacher->config(), teacher->plan(), teacher->params(),
+                                                 teacher->params().data(), batch.inputs, batch.batch, batch.seq_len);
+            obj.teacher_hidden = teacher_hidden.data();
+            obj.teacher_head = teacher->lm_head().f32();
+            obj.teacher_hidden_size = teacher->config().hidden_size;
+            if (cfg.kl_max_position > 0) {
+                mask.resize(static_cast<size_t>(batch.batch * batch.seq_len));
+                for (int64_t i = 0; i < int64_t(mask.size()); ++i) mask[size_t(i)] = i % batch.seq_len < cfg.kl_max_position;
+                obj.kl_mask = mask.data();
+            }
+        }
+        const ModelStepResult r = model_train_step<float>(mc, model.plan(), model.params(), model.params().data(),
+                                                          grads.data(), batch, obj, trainable, step_options);
+        return {r.loss, r.ce, r.kl};
+    };
     while (state.step < cfg.steps) {
         const auto t0 = std::chrono::steady_clock::now();
         loader.next_batch(cfg.batch_size, inputs, targets);
         std::fill(grads.begin(), grads.end(), 0.0f);
         TrainBatch batch{inputs.data(), targets.data(), cfg.batch_size, cfg.seq_len};
-        const TrainStepResult r =
-            lm_train_step<float>(model.config(), model.params(), model.params().data(), grads.data(), batch, step_options);
+        const StepOutcome r = run_step(batch);
         StepLog sl;
         sl.total_steps = cfg.steps;
         sl.lr = schedule.at(state.step);
@@ -273,6 +387,11 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         }
         nlohmann::json line = {{"step", sl.step}, {"lr", sl.lr}, {"grad_norm", sl.grad_norm},
                                {"tokens_per_s", sl.tokens_per_second}, {"skipped", sl.skipped}};
+        if (cfg.stage != "pretrain") {
+            line["stage"] = cfg.stage;
+            if (std::isfinite(r.ce)) line["ce"] = r.ce;
+            if (cfg.kl_weight > 0 && std::isfinite(r.kl)) line["kl"] = r.kl;
+        }
         line["loss"] = sl.skipped ? nlohmann::json(nullptr) : nlohmann::json(sl.loss);
         if (sl.heldout_loss) line["heldout_loss"] = *sl.heldout_loss;
         log_lines.push_back(line.dump());
@@ -293,7 +412,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
     log.flush();
-    if (!curve_steps.empty()) write_loss_plot(out_dir + "/loss_curve.png", curve_steps, curve_losses, eval_steps, eval_losses);
+    if (!curve_steps.empty()) write_loss_plot(out_dir + "/loss_curve.png", curve_steps, curve_losses, eval_steps, eval_losses,
+                                                cfg);
     result.final_step = state.step;
     result.final_loss = state.last_loss;
     return result;
