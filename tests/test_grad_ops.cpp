@@ -268,6 +268,37 @@ TEST(GradSwiglu, FiniteDifferences) {
     }
 }
 
+// float runs on the vectorised exp_approx: close to the double (libm) computation, extreme gates
+// saturate cleanly, and the result does not depend on how the threads split the elements.
+TEST(GradSwiglu, FloatMatchesDoubleAndThreadCountDoesNotMatter) {
+    const int64_t N = 200003;  // parallel, with a vector tail
+    Vec gate = randn(N, 70, 4.0), up = randn(N, 71), R = randn(N, 72);
+    gate[0] = 200, gate[1] = -200, gate[2] = 1e30, gate[3] = -1e30, gate[4] = 0;
+    Vec out(N), dgate(N), dup(N);
+    cpu::swiglu_forward(out.data(), gate.data(), up.data(), N);
+    cpu::swiglu_backward(dgate.data(), dup.data(), R.data(), gate.data(), up.data(), N);
+    auto gf = to_float(gate), uf = to_float(up), Rf = to_float(R);
+    auto run = [&](int threads) {
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        std::vector<float> o(N), dg(N), du(N);
+        cpu::swiglu_forward(o.data(), gf.data(), uf.data(), N);
+        cpu::swiglu_backward(dg.data(), du.data(), Rf.data(), gf.data(), uf.data(), N);
+        omp_set_num_threads(saved);
+        return std::vector<std::vector<float>>{o, dg, du};
+    };
+    const auto one = run(1), two = run(2);
+    EXPECT_EQ(one, two);
+    const Vec* refs[] = {&out, &dgate, &dup};
+    for (int j = 0; j < 3; ++j) {
+        for (int64_t i = 0; i < 5; ++i) EXPECT_TRUE(std::isfinite(one[size_t(j)][size_t(i)])) << j << " " << i;
+        // The rest against double with libm exp, relative to the largest value.
+        const std::vector<float> got(one[size_t(j)].begin() + 5, one[size_t(j)].end());
+        const Vec ref(refs[j]->begin() + 5, refs[j]->end());
+        EXPECT_LT(rel_diff(got, ref), 1e-6) << "output " << j;
+    }
+}
+
 // ---- embedding ------------------------------------------------------------------------------------
 
 TEST(GradEmbedding, ForwardBackwardAndRepeatedTokens) {

@@ -14,13 +14,13 @@
 #include "ops/cpu/attention.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
 #include "core/gemm.h"
+#include "ops/cpu/fast_exp.h"
 
 namespace hydra::cpu {
 
@@ -49,27 +49,6 @@ void check_map(const int32_t* kv_head_of, int64_t H, int64_t Hkv) {
 
 inline int64_t kv_head(const int32_t* kv_head_of, int64_t h, int64_t group) {
     return kv_head_of ? int64_t(kv_head_of[h]) : h / group;
-}
-
-// exp for softmax arguments (x - max <= 0). float: a branch-free Cephes-style exp the compiler
-// vectorises (|relative error| ~ 2e-7, inputs clamped to [-87.3, 88]; NaN propagates); double:
-// std::exp (the double path is the finite-difference reference).
-inline float exp_approx(float x) {
-    x = x < -87.33654f ? -87.33654f : x;
-    x = x > 88.0f ? 88.0f : x;
-    // n = round(x / ln 2) by the 1.5 * 2^23 trick; its low mantissa bits are n as an integer.
-    const float shifted = x * 1.44269504088896341f + 12582912.0f;
-    const float n = shifted - 12582912.0f;
-    const int32_t ni = std::bit_cast<int32_t>(shifted) - 0x4B400000;
-    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    return p * std::bit_cast<float>((ni + 127) << 23);
 }
 
 // Row softmax in place over x[0, n) (scores already scaled); x[n, n_zero) set to 0.
