@@ -3,6 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "train/data_loader.h"
+#include "train/train_config.h"
+
 #include <string>
 
 namespace hydra::cli {
@@ -13,6 +16,12 @@ void register_generate(CLI::App& app);
 void register_ppl(CLI::App& app);
 void register_train(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_distill(CLI::App& app);
+
+// The synthetic-task row generator a TrainConfig asks for (data.synthetic_fraction > 0), else empty.
+DataLoader::Generator synthetic_rows_for(const TrainConfig& config);
+void register_score_heads(CLI::App& app);
+void register_eval(CLI::App& app);
 
 // The MODEL argument's default: $HYDRA_MODEL, else the default model fetched by tools/setup.sh.
 std::string default_model_path();

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
     hydra::cli::register_ppl(app);
     hydra::cli::register_train(app);
     hydra::cli::register_convert(app);
+    hydra::cli::register_distill(app);
+    hydra::cli::register_score_heads(app);
+    hydra::cli::register_eval(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
