@@ -1,10 +1,15 @@
 // `hydra train [CONFIG] [--preset NAME] [--steps N] [--out DIR] [--resume DIR] [key=value ...]`:
-// trains a llama-family model from scratch on the prose cache (see train/trainer.h).
+// trains a llama-family model from scratch on the prose cache, or runs one HydraHead transfer stage
+// (stage.kind = align | distill | longctx); `hydra distill CONFIG` is the same command for stages
+// only (see train/trainer.h).
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
+#include "eval/synthetic_mixer.h"
+#include "eval/task_registry.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace hydra::cli {
@@ -20,16 +25,28 @@ struct TrainOptions {
 };
 }  // namespace
 
-void register_train(CLI::App& app) {
+DataLoader::Generator synthetic_rows_for(const TrainConfig& c) {
+    if (c.synthetic_fraction <= 0) return {};
+    const ModelText text = c.tokenizer == "byte" ? byte_model_text() : model_text_for(c.tokenizer);
+    for (const std::string& t : c.synthetic_tasks) parse_task_list(t);  // clear error for unknown names
+    return synthetic_task_mixer(text, training_task_options(text), c.synthetic_tasks, c.seq_len);
+}
+
+namespace {
+
+void register_train_like(CLI::App& app, bool stages_only) {
     auto* o = new TrainOptions;
-    auto* cmd = app.add_subcommand("train", "Train a model from scratch (or resume a run)");
+    auto* cmd = stages_only ? app.add_subcommand("distill", "Run one HydraHead transfer stage (stage.kind = align, "
+                                                            "distill or longctx) from a CONFIG file")
+                            : app.add_subcommand("train", "Train a model from scratch or run a transfer stage (or "
+                                                          "resume a run)");
     cmd->add_option("args", o->positional, "an optional CONFIG file (.json or .toml), then key=value overrides");
     cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, test-micro");
     cmd->add_option("--steps", o->steps, "stop after this many optimizer steps (run.steps)")->check(CLI::PositiveNumber);
     cmd->add_option("--out", o->out, "checkpoint directory (default: runs/train, or the --resume directory)");
     cmd->add_option("--resume", o->resume, "continue the run saved in this checkpoint directory");
     cmd->add_flag("--list-keys", o->list_keys, "print every config key and its default, then exit");
-    cmd->callback([o] {
+    cmd->callback([o, stages_only] {
         if (o->list_keys) {
             fmt::print("{}\n", TrainConfig().to_json().dump(2));
             return;
@@ -47,6 +64,16 @@ void register_train(CLI::App& app) {
             }
         }
         if (o->steps > 0 && o->resume.empty()) config.steps = o->steps;
+        TrainConfig effective = config;  // what the run will use (a resumed run keeps its saved config)
+        if (!o->resume.empty()) {
+            effective = TrainConfig();
+            effective.apply(read_checkpoint_config(o->resume).value("hydra", nlohmann::json::object())
+                                .value("train_config", nlohmann::json::object()),
+                            o->resume + "/config.json");
+        }
+        HYDRA_CHECK(!stages_only || effective.stage != "pretrain",
+                    "hydra distill runs a transfer stage: set stage.kind to align, distill or longctx (and stage.init, "
+                    "stage.teacher); use `hydra train` to pretrain");
         std::string out = o->out;
         if (out.empty()) out = o->resume.empty() ? "runs/train" : o->resume;
         ProgressBar bar("train", o->steps > 0 ? o->steps : config.steps, "step");
@@ -54,12 +81,18 @@ void register_train(CLI::App& app) {
                                         o->steps > 0 ? std::optional(o->steps) : std::nullopt, [&](const StepLog& s) {
                                             bar.update(s.step, fmt::format("loss {:.4f} lr {:.2e} {:.0f} tok/s",
                                                                            s.loss, s.lr, s.tokens_per_second));
-                                        });
+                                        },
+                                        synthetic_rows_for(effective));
         bar.finish(fmt::format("loss {:.4f}", r.final_loss));
         fmt::print("{} at step {}: train loss {:.4f}{}; checkpoint {}\n", r.interrupted ? "interrupted" : "finished",
                    r.final_step, r.final_loss,
                    r.final_heldout_loss ? fmt::format(", held-out loss {:.4f}", *r.final_heldout_loss) : "", r.out_dir);
     });
 }
+
+}  // namespace
+
+void register_train(CLI::App& app) { register_train_like(app, false); }
+void register_distill(CLI::App& app) { register_train_like(app, true); }
 
 }  // namespace hydra::cli

@@ -159,7 +159,8 @@ void write_loss_plot(const std::string& path, const std::vector<double>& steps, 
 }  // namespace
 
 TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const std::optional<std::string>& resume_dir,
-                            std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step) {
+                            std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step,
+                            const DataLoader::Generator& synthetic) {
     std::optional<nlohmann::json> resumed_section;
     if (resume_dir) {  // the checkpoint's own config wins, so a resumed run is the same run
         resumed_section = read_checkpoint_config(*resume_dir).value("hydra", nlohmann::json::object());
@@ -184,6 +185,10 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
                        cfg.data_seed);
     TokenShards shards = open_token_shards(shard_dir, encoder.get());
     DataLoader loader(shards.train, cfg.seq_len, cfg.data_seed);
+    HYDRA_CHECK(cfg.synthetic_fraction == 0 || bool(synthetic),
+                "data.synthetic_fraction = {} needs the synthetic task generator (run through `hydra train`, "
+                "`hydra distill` or `hydra pipeline`)",
+                cfg.synthetic_fraction);
 
     // Model: from scratch (pretrain), from stage.init (transfer stages) or as the checkpoint saved it.
     std::unique_ptr<LlamaModel> model_holder;
@@ -239,6 +244,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     } else if (cfg.stage == "pretrain") {
         init_weights(model, cfg.init_std, rng);
     }
+    // After restore(): the mixer is not part of the cursor (its RNG state is).
+    if (cfg.synthetic_fraction > 0) loader.set_mixer(synthetic, cfg.synthetic_fraction);
     nlohmann::json section;
     section["train_config"] = cfg.to_json();
     section["tokenizer"] = encoder->name();

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "train/data_loader.h"
 #include "train/train_config.h"
 
 namespace hydra {
@@ -34,8 +35,11 @@ struct TrainRunResult {
 // loss_curve.png). With `resume_dir`, continues from that checkpoint: the model, optimizer, RNG,
 // data cursor and the checkpoint's own config (only run.steps may be raised by `steps_override`).
 // `on_step` (may be empty) sees every step, e.g. to draw a progress bar.
+// `synthetic`: the row generator for data.synthetic_fraction > 0 (synthetic retrieval tasks live in
+// eval/, above this layer: see eval/synthetic_mixer.h); required then, ignored otherwise.
 TrainRunResult run_training(TrainConfig config, const std::string& out_dir,
                             const std::optional<std::string>& resume_dir, std::optional<int64_t> steps_override,
-                            const std::function<void(const StepLog&)>& on_step);
+                            const std::function<void(const StepLog&)>& on_step,
+                            const DataLoader::Generator& synthetic = {});
 
 }  // namespace hydra
