@@ -301,10 +301,11 @@ TEST(GdnCore, ForwardMatchesFloat64Loop) {
 
 // Worst case for the UT transform: every key (nearly) the same, so A is full below the diagonal,
 // with beta near 2 (eigenvalue 1 - beta near -1) and no decay. The inverse's entries stay bounded
-// (|1 - beta| < 1), but the chunk then hinges on 1 - k_r.k_c ~ 1e-6, which K K^T in float rounds
-// at 6e-8: the float chunked form measured 8e-6 (o) and 1.1e-5 (state) here against 1.3e-6 and
-// 1.8e-6 for the float recurrence (the same with T = (I + A)^-1 formed in double, so the error is
-// in the float products). The bound documents that gap; random keys stay below 1e-6.
+// (|1 - beta| < 1) but alternate in sign with size ~beta, so W = T X and delta = U - W M0^T sum
+// cancelling float terms the recurrence never forms: the float chunked form measured 8e-6 (o) and
+// 1.1e-5 (state) here against 1.3e-6 and 1.8e-6 for the float recurrence (forming K K^T, A and T in
+// double only brought it to 6.7e-6 / 8e-6, so it is not worth the cost). The bound documents that
+// gap; random keys stay below 1e-6 (ForwardMatchesFloat64Loop).
 TEST(GdnCore, RepeatedKeysNearTwo) {
     const GdnDims d{130, 1, 2, 16, 16};
     const double scale = 0.25;
