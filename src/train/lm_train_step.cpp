@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include <omp.h>
+
 #include "core/error.h"
 #include "core/gemm.h"
 #include "model/llama_model.h"
@@ -169,6 +171,8 @@ TrainStepResult lm_train_step(const ModelConfig& cfg, const ParamArena& layout, 
     T* rope_cos = sized(ws.rope_cos, S * half);
     T* rope_sin = sized(ws.rope_sin, S * half);
     cpu::rope_table(rope_cos, rope_sin, S, cfg.rope_dim, 0, cfg.rope_theta);
+    const int threads = omp_get_max_threads();
+    const bool over_batch = threads > 1 && B > 1 && (B % threads == 0 || B >= 4 * threads);
 
     // ---- forward -------------------------------------------------------------------------------
     cpu::embedding_forward(resid(0), batch.inputs, embed, N, C);
@@ -195,6 +199,9 @@ TrainStepResult lm_train_step(const ModelConfig& cfg, const ParamArena& layout, 
         cpu::linear_forward(v, xn1, w.wv, w.bv, N, C, Dkv);
         T* heads = sized(a.heads, N * Dq);
         T* probs = keep_probs ? sized(a.probs, B * S * H * S) : nullptr;
+        // Sequences in parallel when they split evenly over the threads (each call then runs on one thread),
+        // else one after another with the parallelism inside: the same arithmetic either way.
+#pragma omp parallel for schedule(static) if (over_batch)
         for (int64_t b = 0; b < B; ++b) {
             T* qb = q + b * S * Dq;
             T* kb = k + b * S * Dkv;
@@ -261,6 +268,7 @@ TrainStepResult lm_train_step(const ModelConfig& cfg, const ParamArena& layout, 
         cpu::rmsnorm_backward(dx, g.ffn_norm, dxn, mid(l), w.ffn_norm, a.rstd2.data(), N, C, true);  // d x_mid
         // x_mid = x_in + o_proj(attention(rope(q), rope(k), v))
         cpu::linear_backward(dheads, g.wo, (T*)nullptr, dx, a.heads.data(), w.wo, N, Dq, C);
+#pragma omp parallel for schedule(static) if (over_batch)
         for (int64_t b = 0; b < B; ++b) {
             const int64_t qo = b * S * Dq, ko = b * S * Dkv;
             cpu::causal_attention_backward(dq + qo, dk + ko, dv + ko, dheads + qo, a.q.data() + qo, a.k.data() + ko,

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/gemm.h"
+#include "ops/cpu/fast_exp.h"
 
 namespace hydra {
 
@@ -32,8 +33,10 @@ struct OnlineLse {
     double sum = 0;
 
     // Folds in n logits; returns the (possibly new) max so callers can rescale companion sums.
-    void add(const float* z, int64_t n, double* rescale) {
+    // vector_exp: the vectorised cpu::exp_approx (relative error < 1e-7) instead of libm's expf.
+    void add(const float* z, int64_t n, double* rescale, bool vector_exp = false) {
         float cm = kNegInf;
+#pragma omp simd reduction(max : cm)
         for (int64_t j = 0; j < n; ++j) cm = std::max(cm, z[j]);
         *rescale = 1.0;
         if (cm > max) {
@@ -43,7 +46,13 @@ struct OnlineLse {
         }
         if (max == kNegInf) return;  // every logit so far is -inf
         double s = 0;
-        for (int64_t j = 0; j < n; ++j) s += std::exp(z[j] - max);
+        if (vector_exp) {
+            const float m = max;
+#pragma omp simd reduction(+ : s)
+            for (int64_t j = 0; j < n; ++j) s += double(cpu::exp_approx(z[j] - m));
+        } else {
+            for (int64_t j = 0; j < n; ++j) s += std::exp(z[j] - max);
+        }
         sum += s;
     }
     double lse() const { return double(max) + std::log(sum); }
@@ -76,6 +85,14 @@ void backprop_tile(const float* G, int64_t ld, const float* h, const float* W, i
     if (dW) gemm(true, false, nv, C, nb, 1.0f, G, ld, h, C, 1.0f, dW + v0 * C, C);
 }
 
+// Grow-only logits buffers of the calling thread: with a large vocabulary a cached row block is tens of
+// MiB, which a fresh vector would fault in again on every call.
+float* tile_buffer(int which, size_t n) {
+    static thread_local std::vector<float> bufs[2];
+    if (bufs[which].size() < n) bufs[which].resize(n);
+    return bufs[which].data();
+}
+
 // OpenMP pays off only for tiles with real work in them.
 constexpr int64_t kParallelMin = 1 << 15;
 
@@ -96,7 +113,7 @@ LossResult cross_entropy_lm_head(const float* hidden, const float* W, const int3
 
     const Tiling tl = make_tiling(T, V, chunking, 1);
     const int64_t ld_tile = tl.cached ? V : tl.cols;
-    std::vector<float> buf(size_t(tl.rows * ld_tile));
+    float* const buf = tile_buffer(0, size_t(tl.rows * ld_tile));
     std::vector<OnlineLse> stats(size_t(tl.rows));
     std::vector<float> target_logit(size_t(tl.rows));
     std::vector<double> lse(size_t(tl.rows));
@@ -112,13 +129,13 @@ LossResult cross_entropy_lm_head(const float* hidden, const float* W, const int3
         // Pass 1: log-sum-exp and the target's logit per row.
         for (int64_t v0 = 0; v0 < V; v0 += tl.cols) {
             const int64_t nv = std::min(tl.cols, V - v0);
-            float* tile = buf.data() + (tl.cached ? v0 : 0);
+            float* tile = buf + (tl.cached ? v0 : 0);
             logits_tile(h, W, nb, C, v0, nv, 1.0f, tile, ld_tile);
 #pragma omp parallel for schedule(static) if (nb * nv >= kParallelMin)
             for (int64_t i = 0; i < nb; ++i) {
                 const float* z = tile + i * ld_tile;
                 double rescale;
-                stats[size_t(i)].add(z, nv, &rescale);
+                stats[size_t(i)].add(z, nv, &rescale, true);
                 if (tg[i] >= v0 && tg[i] < v0 + nv) target_logit[size_t(i)] = z[tg[i] - v0];
             }
         }
@@ -135,7 +152,7 @@ LossResult cross_entropy_lm_head(const float* hidden, const float* W, const int3
         // Pass 2: G = grad_scale * (softmax - onehot), zero on ignored rows, then through the head.
         for (int64_t v0 = 0; v0 < V; v0 += tl.cols) {
             const int64_t nv = std::min(tl.cols, V - v0);
-            float* tile = buf.data() + (tl.cached ? v0 : 0);
+            float* tile = buf + (tl.cached ? v0 : 0);
             if (!tl.cached) logits_tile(h, W, nb, C, v0, nv, 1.0f, tile, ld_tile);
 #pragma omp parallel for schedule(static) if (nb * nv >= kParallelMin)
             for (int64_t i = 0; i < nb; ++i) {
@@ -145,7 +162,8 @@ LossResult cross_entropy_lm_head(const float* hidden, const float* W, const int3
                     continue;
                 }
                 const float l = float(lse[size_t(i)]);
-                for (int64_t j = 0; j < nv; ++j) z[j] = std::exp(z[j] - l) * grad_scale;
+#pragma omp simd
+                for (int64_t j = 0; j < nv; ++j) z[j] = cpu::exp_approx(z[j] - l) * grad_scale;
                 if (tg[i] >= v0 && tg[i] < v0 + nv) z[tg[i] - v0] -= grad_scale;
             }
             backprop_tile(tile, ld_tile, h, W, nb, C, v0, nv, dhidden ? dhidden + r0 * C : nullptr, dW);
@@ -166,7 +184,8 @@ LossResult kl_lm_head(const float* s_hidden, const float* s_W, int64_t Cs, const
 
     const Tiling tl = make_tiling(T, V, chunking, 2);
     const int64_t ld_tile = tl.cached ? V : tl.cols;
-    std::vector<float> sbuf(size_t(tl.rows * ld_tile)), tbuf(size_t(tl.rows * ld_tile));
+    float* const sbuf = tile_buffer(0, size_t(tl.rows * ld_tile));
+    float* const tbuf = tile_buffer(1, size_t(tl.rows * ld_tile));
     std::vector<OnlineLse> s_stats(size_t(tl.rows)), t_stats(size_t(tl.rows));
     // cross[i] = sum_v exp(zt - t_max) * (zt - zs), rescaled together with the teacher's sum, so
     // that KL = cross / t_sum - lse_t + lse_s (logits already divided by tau).
@@ -186,8 +205,8 @@ LossResult kl_lm_head(const float* s_hidden, const float* s_W, int64_t Cs, const
 
         for (int64_t v0 = 0; v0 < V; v0 += tl.cols) {
             const int64_t nv = std::min(tl.cols, V - v0);
-            float* zs_tile = sbuf.data() + (tl.cached ? v0 : 0);
-            float* zt_tile = tbuf.data() + (tl.cached ? v0 : 0);
+            float* zs_tile = sbuf + (tl.cached ? v0 : 0);
+            float* zt_tile = tbuf + (tl.cached ? v0 : 0);
             logits_tile(hs, s_W, nb, Cs, v0, nv, inv_tau, zs_tile, ld_tile);
             logits_tile(ht, t_W, nb, Ct, v0, nv, inv_tau, zt_tile, ld_tile);
 #pragma omp parallel for schedule(static) if (nb * nv >= kParallelMin)
@@ -219,8 +238,8 @@ LossResult kl_lm_head(const float* s_hidden, const float* s_W, int64_t Cs, const
 
         for (int64_t v0 = 0; v0 < V; v0 += tl.cols) {
             const int64_t nv = std::min(tl.cols, V - v0);
-            float* zs_tile = sbuf.data() + (tl.cached ? v0 : 0);
-            float* zt_tile = tbuf.data() + (tl.cached ? v0 : 0);
+            float* zs_tile = sbuf + (tl.cached ? v0 : 0);
+            float* zt_tile = tbuf + (tl.cached ? v0 : 0);
             if (!tl.cached) {
                 logits_tile(hs, s_W, nb, Cs, v0, nv, inv_tau, zs_tile, ld_tile);
                 logits_tile(ht, t_W, nb, Ct, v0, nv, inv_tau, zt_tile, ld_tile);
