@@ -37,7 +37,10 @@ TEST(EvalTasks, ScoringMatchesRuler) {
     EXPECT_DOUBLE_EQ(score_answers({"1234", "5678"}, "all", "1234"), 0.5);
     EXPECT_DOUBLE_EQ(score_answers({"1234", "5678"}, "part", "x 5678"), 1.0);
     EXPECT_DOUBLE_EQ(score_answers({"1234"}, "part", "123"), 0.0);
-    EXPECT_DOUBLE_EQ(score_answers({"a b"}, "all", "a\x01" "b"), 0.0);  // control char becomes '\n'
+    EXPECT_DOUBLE_EQ(score_answers({"a b"}, "all",
+                                   "a\x01"
+                                   "b"),
+                     0.0);  // control char becomes '\n'
     EXPECT_THROW(score_answers({"x"}, "exact", "x"), Error);
 }
 
@@ -65,8 +68,8 @@ TEST(EvalTasks, ExactLengthsByteTokenizer) {
         for (int64_t len : {int64_t(1024), int64_t(1500)}) check_task(byte_ctx(), t, len);
     // Tiny-teacher sizes: the one-needle tasks fit 256 bytes in the compact style; multi-needle ones 512.
     for (const std::string& t : all_task_names()) {
-        const bool tiny = t == "niah_single_1" || t == "niah_single_2" || t == "niah_multikey_2" || t == "passkey" ||
-                          t == "mqar" || t == "fwe";
+        const bool tiny = t == "niah_single_1" || t == "niah_single_2" || t == "niah_multikey_2" ||
+                          t == "passkey" || t == "mqar" || t == "fwe";
         check_task(byte_ctx(PromptStyle::kCompact), t, tiny ? 256 : 512);
     }
 }
@@ -104,14 +107,19 @@ TEST(EvalTasks, PairsAlignAndDiffer) {
                 EXPECT_GE(p.distractor_token, 0);
                 // The answer token continues the clean answer.
                 const std::string first = ctx->text.encoder->decode(std::vector<int32_t>{p.answer_token});
-                EXPECT_NE(p.clean_answer.find(first.substr(first.find_first_not_of(' ') == std::string::npos ? 0 : first.find_first_not_of(' '))), std::string::npos);
+                EXPECT_NE(p.clean_answer.find(first.substr(first.find_first_not_of(' ') == std::string::npos
+                                                               ? 0
+                                                               : first.find_first_not_of(' '))),
+                          std::string::npos);
                 // Differences stay inside the needle span (value-swap, needle-removed) or after the query.
                 size_t first_diff = 0;
                 while (p.clean[first_diff] == p.corrupted[first_diff]) ++first_diff;
-                if (c == "key-swap") EXPECT_GE(int64_t(first_diff), p.query_begin);
+                if (c == "key-swap")
+                    EXPECT_GE(int64_t(first_diff), p.query_begin);
                 else {
                     bool inside = false;
-                    for (auto [b, e] : p.needle_spans) inside |= int64_t(first_diff) >= b && int64_t(first_diff) < e;
+                    for (auto [b, e] : p.needle_spans)
+                        inside |= int64_t(first_diff) >= b && int64_t(first_diff) < e;
                     EXPECT_TRUE(inside);
                 }
             }

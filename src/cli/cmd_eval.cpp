@@ -35,21 +35,38 @@ struct EvalOptions {
 
 void register_eval(CLI::App& app) {
     auto* o = new EvalOptions;
-    auto* cmd = app.add_subcommand("eval", "Synthetic long-context tasks (RULER, passkey, MQAR) on one or more models");
-    cmd->add_option("MODEL", o->models, "models: .gguf files or model directories (default: the default model)");
+    auto* cmd = app.add_subcommand(
+        "eval", "Synthetic long-context tasks (RULER, passkey, MQAR) on one or more models");
+    cmd->add_option("MODEL", o->models,
+                    "models: .gguf files or model directories (default: the default model)");
     cmd->add_option("--suite", o->suite, "ruler | passkey | mqar | all")->capture_default_str();
     cmd->add_option("--tasks", o->tasks, "comma list of tasks (overrides --suite)");
-    cmd->add_option("--lengths", o->lengths, "prompt lengths in tokens, e.g. 1k,2k,4k (k = 1024)")->capture_default_str();
-    cmd->add_option("--samples", o->samples, "samples per task per length")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(100000)));
+    cmd->add_option("--lengths", o->lengths, "prompt lengths in tokens, e.g. 1k,2k,4k (k = 1024)")
+        ->capture_default_str();
+    cmd->add_option("--samples", o->samples, "samples per task per length")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t(1), int64_t(100000)));
     cmd->add_option("--seed", o->seed, "sample seed")->capture_default_str();
-    cmd->add_option("--out", o->out, "results JSON (results.csv and scores.png are written next to it)")->capture_default_str();
+    cmd->add_option("--out", o->out, "results JSON (results.csv and scores.png are written next to it)")
+        ->capture_default_str();
     cmd->add_option("--prompt-format", o->format, "auto | raw | chatml")->capture_default_str();
-    cmd->add_option("--prompt-style", o->style, "ruler | compact (short prompts for tiny byte-level teachers)")->capture_default_str();
-    cmd->add_option("--number-digits", o->number_digits, "digits of NIAH number values")->capture_default_str()->check(CLI::Range(1, 18));
-    cmd->add_option("--passkey-digits", o->passkey_digits, "digits of the pass key")->capture_default_str()->check(CLI::Range(1, 18));
-    cmd->add_option("--mqar-queries", o->mqar_queries, "keys asked per MQAR sample")->capture_default_str()->check(CLI::Range(1, 64));
-    cmd->add_option("--mqar-value-digits", o->mqar_value_digits, "digits of MQAR values")->capture_default_str()->check(CLI::Range(1, 18));
-    cmd->add_flag("--no-early-stop", o->no_early_stop, "decode the full budget even once every answer is found");
+    cmd->add_option("--prompt-style", o->style,
+                    "ruler | compact (short prompts for tiny byte-level teachers)")
+        ->capture_default_str();
+    cmd->add_option("--number-digits", o->number_digits, "digits of NIAH number values")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 18));
+    cmd->add_option("--passkey-digits", o->passkey_digits, "digits of the pass key")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 18));
+    cmd->add_option("--mqar-queries", o->mqar_queries, "keys asked per MQAR sample")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--mqar-value-digits", o->mqar_value_digits, "digits of MQAR values")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 18));
+    cmd->add_flag("--no-early-stop", o->no_early_stop,
+                  "decode the full budget even once every answer is found");
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] {
         apply_threads(o->threads);
@@ -72,8 +89,10 @@ void register_eval(CLI::App& app) {
         topt.mqar_value_digits = o->mqar_value_digits;
         HYDRA_CHECK(fs::path(o->out).extension() == ".json", "--out {}: expected a .json path", o->out);
         const fs::path dir = fs::path(o->out).parent_path();
-        HYDRA_CHECK(dir.empty() || fs::is_directory(dir), "--out {}: directory {} does not exist", o->out, dir.string());
-        for (const std::string& m : o->models) HYDRA_CHECK(fs::exists(m), "{}: no such model file or directory", m);
+        HYDRA_CHECK(dir.empty() || fs::is_directory(dir), "--out {}: directory {} does not exist", o->out,
+                    dir.string());
+        for (const std::string& m : o->models)
+            HYDRA_CHECK(fs::exists(m), "{}: no such model file or directory", m);
 
         std::vector<ModelEvalResult> results;
         for (const std::string& path : o->models) {
@@ -84,7 +103,8 @@ void register_eval(CLI::App& app) {
             const int64_t max_pos = m.model->config().max_position_embeddings;
             for (int64_t len : info.settings.lengths)
                 HYDRA_CHECK(max_pos <= 0 || len < max_pos,
-                            "--lengths: {} tokens is beyond {}'s context of {} positions", len, path, max_pos);
+                            "--lengths: {} tokens is beyond {}'s context of {} positions", len, path,
+                            max_pos);
             std::vector<std::unique_ptr<TaskGenerator>> gens;
             std::vector<const TaskGenerator*> ptrs;
             for (const std::string& t : info.settings.tasks) {
@@ -94,9 +114,11 @@ void register_eval(CLI::App& app) {
             fmt::print(stderr, "eval {}: {} tasks x {} lengths x {} samples, tokenizer {}, prompt {}\n", path,
                        ptrs.size(), info.settings.lengths.size(), o->samples, ctx->text.name(),
                        ctx->chat() ? "chatml" : "raw");
-            ProgressBar bar("eval", int64_t(ptrs.size() * info.settings.lengths.size()) * o->samples, "sample");
-            ModelEvalResult r = run_eval(path, *m.model, ptrs, ctx->text, info.settings,
-                                         [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); });
+            ProgressBar bar("eval", int64_t(ptrs.size() * info.settings.lengths.size()) * o->samples,
+                            "sample");
+            ModelEvalResult r =
+                run_eval(path, *m.model, ptrs, ctx->text, info.settings,
+                         [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); });
             bar.finish(fmt::format("overall {:.1f}", r.overall));
             results.push_back(std::move(r));
             write_results_json(o->out, info, results);  // after every model, so a long run keeps what it has

@@ -19,7 +19,9 @@ int64_t parse_length(const std::string& text) {
         mult = 1024;
         t.pop_back();
     }
-    HYDRA_CHECK(!t.empty() && t.size() <= 9 && std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }),
+    HYDRA_CHECK(!t.empty() && t.size() <= 9 &&
+                    std::all_of(t.begin(), t.end(),
+                                [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }),
                 "bad length '{}' (expected a token count like 4096 or 4k, k = 1024)", text);
     const int64_t v = std::stoll(t) * mult;
     HYDRA_CHECK(v >= 1, "bad length '{}': must be at least 1 token", text);
@@ -40,12 +42,14 @@ std::vector<int64_t> parse_lengths(const std::string& list) {
     return out;
 }
 
-GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text, const std::vector<int32_t>& prompt,
-                             int64_t max_new, int64_t context_limit,
+GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text,
+                             const std::vector<int32_t>& prompt, int64_t max_new, int64_t context_limit,
                              const std::function<bool(const std::string&)>& done) {
     using clock = std::chrono::steady_clock;
     const ModelConfig& cfg = model.config();
-    const int64_t limit = context_limit > 0 ? context_limit : (cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 8192);
+    const int64_t limit = context_limit > 0
+                              ? context_limit
+                              : (cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 8192);
     HYDRA_CHECK(int64_t(prompt.size()) < limit, "the prompt has {} tokens but the model's context holds {}",
                 prompt.size(), limit);
     const int64_t capacity = std::min<int64_t>(limit, int64_t(prompt.size()) + max_new);
@@ -119,7 +123,8 @@ ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
                 std::function<bool(const std::string&)> full;
                 if (settings.stop_at_full_score)
                     full = [&s](const std::string& out) { return score_output(s, out) >= 1.0; };
-                const GreedyResult g = greedy_generate(model, text, s.prompt, s.max_new_tokens, settings.context_limit, full);
+                const GreedyResult g =
+                    greedy_generate(model, text, s.prompt, s.max_new_tokens, settings.context_limit, full);
                 o.output = g.text;
                 o.generated = int64_t(g.tokens.size());
                 o.prefill_seconds = g.prefill_seconds;
@@ -129,7 +134,9 @@ ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
                 r.samples.push_back(std::move(o));
                 ++done;
                 if (progress)
-                    progress(done, total, fmt::format("{} {} | mean {:.1f}", s.task, len, 100.0 * score_sum / double(done)));
+                    progress(
+                        done, total,
+                        fmt::format("{} {} | mean {:.1f}", s.task, len, 100.0 * score_sum / double(done)));
             }
     aggregate(r);
     r.seconds = std::chrono::duration<double>(clock::now() - start).count();

@@ -54,8 +54,8 @@ struct GreedyResult {
     std::string text;
     double prefill_seconds = 0, decode_seconds = 0;
 };
-GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text, const std::vector<int32_t>& prompt,
-                             int64_t max_new, int64_t context_limit,
+GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text,
+                             const std::vector<int32_t>& prompt, int64_t max_new, int64_t context_limit,
                              const std::function<bool(const std::string&)>& done = {});
 
 // progress(done, total, status) after every sample.

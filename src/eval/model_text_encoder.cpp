@@ -63,14 +63,15 @@ ModelText model_text_for(const std::string& model_path, const std::optional<Toke
         if (fs::is_directory(model_path) && fs::exists(cfg)) {
             std::ifstream in(cfg);
             const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-            if (j.is_object() && j.contains("hydra") && j["hydra"].is_object() && j["hydra"].contains("tokenizer") &&
-                j["hydra"]["tokenizer"].is_string())
+            if (j.is_object() && j.contains("hydra") && j["hydra"].is_object() &&
+                j["hydra"].contains("tokenizer") && j["hydra"]["tokenizer"].is_string())
                 tokenizer = j["hydra"]["tokenizer"].get<std::string>();
         }
-        HYDRA_CHECK(tokenizer == "byte-v1",
-                    "{}: no tokenizer found (expected GGUF tokenizer metadata, a tokenizer.json, or config.json "
-                    "\"hydra\": {{\"tokenizer\": \"byte-v1\"}}{})",
-                    model_path, tokenizer.empty() ? "" : "; found unsupported tokenizer \"" + tokenizer + "\"");
+        HYDRA_CHECK(
+            tokenizer == "byte-v1",
+            "{}: no tokenizer found (expected GGUF tokenizer metadata, a tokenizer.json, or config.json "
+            "\"hydra\": {{\"tokenizer\": \"byte-v1\"}}{})",
+            model_path, tokenizer.empty() ? "" : "; found unsupported tokenizer \"" + tokenizer + "\"");
         t = byte_model_text();
     }
     for (int32_t id : extra_stop_ids) add_stop(t.stop_ids, id);

@@ -22,21 +22,25 @@ struct NiahSpec {
     std::vector<double> depths;                    // one per needle, sorted
     std::vector<int> query;                        // queried key indices
     WordFiller filler;
-    Rng distractor_seed{0};                        // kNeedles: line i uses a stream derived from this
-    std::string answer_prefix_suffix;              // "" or " " (pairs: prompt ends with the space)
-    std::string query_override;                    // key-swap: the key the question names instead
-    std::shared_ptr<std::vector<int64_t>> key_perm; // mqar: distractor keys (noun indices), real keys excluded
+    Rng distractor_seed{0};            // kNeedles: line i uses a stream derived from this
+    std::string answer_prefix_suffix;  // "" or " " (pairs: prompt ends with the space)
+    std::string query_override;        // key-swap: the key the question names instead
+    std::shared_ptr<std::vector<int64_t>>
+        key_perm;  // mqar: distractor keys (noun indices), real keys excluded
 };
 
 class NiahTask final : public TaskGenerator {
-public:
+  public:
     NiahTask(NiahConfig c, std::shared_ptr<const TaskContext> ctx) : c_(std::move(c)), ctx_(std::move(ctx)) {}
     std::string name() const override { return c_.name; }
-    bool has_pairs() const override { return c_.variant == NiahConfig::kMqar || (c_.queries == 1 && c_.values == 1); }
+    bool has_pairs() const override {
+        return c_.variant == NiahConfig::kMqar || (c_.queries == 1 && c_.values == 1);
+    }
     std::vector<std::string> corruptions() const override {
         if (!has_pairs()) return {};
         if (c_.variant == NiahConfig::kMqar) return {"key-swap", "value-swap"};
-        if (c_.keys > 1 || c_.haystack == NiahConfig::kNeedles) return {"key-swap", "value-swap", "needle-removed"};
+        if (c_.keys > 1 || c_.haystack == NiahConfig::kNeedles)
+            return {"key-swap", "value-swap", "needle-removed"};
         return {"value-swap", "needle-removed"};
     }
 
@@ -51,7 +55,9 @@ public:
         for (int q : spec.query)
             for (const std::string& v : spec.values[size_t(q)]) s.answers.push_back(v);
         s.metric = "all";
-        s.max_new_tokens = c_.variant == NiahConfig::kRuler ? 128 : c_.variant == NiahConfig::kPasskey ? 16 : 48;
+        s.max_new_tokens = c_.variant == NiahConfig::kRuler     ? 128
+                           : c_.variant == NiahConfig::kPasskey ? 16
+                                                                : 48;
         s.needle_spans = needle_token_spans(*ctx_, fit.text, &s.query_begin);
         s.seed = seed;
         s.index = index;
@@ -59,11 +65,13 @@ public:
         return s;
     }
 
-    PatchingPair pair(int64_t length, uint64_t seed, int64_t index, const std::string& corruption) const override {
+    PatchingPair pair(int64_t length, uint64_t seed, int64_t index,
+                      const std::string& corruption) const override {
         HYDRA_CHECK(has_pairs(), "task '{}' has no clean/corrupted pairs", c_.name);
         const auto ok = corruptions();
         HYDRA_CHECK(std::find(ok.begin(), ok.end(), corruption) != ok.end(),
-                    "task '{}' has no corruption '{}' (available: {})", c_.name, corruption, fmt::join(ok, ", "));
+                    "task '{}' has no corruption '{}' (available: {})", c_.name, corruption,
+                    fmt::join(ok, ", "));
         // A sample whose draws do not allow the corruption (no equal-length key, say) is redrawn
         // from a further stream of the same (seed, index): still deterministic.
         for (uint64_t attempt = 0; attempt < 16; ++attempt) {
@@ -74,14 +82,17 @@ public:
         fail("{}: no {} pair found for length {} seed {} index {}", c_.name, corruption, length, seed, index);
     }
 
-private:
+  private:
     std::string vtype(bool plural) const {
         return std::string(c_.uuid_values ? "uuid" : "number") + (plural ? "s" : "");
     }
-    const std::vector<std::string>& nouns() const { return wordnet_words(WordClass::kNoun, ctx_->options.wordnet_dir); }
+    const std::vector<std::string>& nouns() const {
+        return wordnet_words(WordClass::kNoun, ctx_->options.wordnet_dir);
+    }
     std::string draw_key(Rng& rng) const {
         if (c_.variant == NiahConfig::kPasskey) return "the pass key";
-        if (c_.variant == NiahConfig::kMqar) return nouns()[size_t(uniform_int(rng, 0, int64_t(nouns().size()) - 1))];
+        if (c_.variant == NiahConfig::kMqar)
+            return nouns()[size_t(uniform_int(rng, 0, int64_t(nouns().size()) - 1))];
         return c_.uuid_keys ? random_uuid(rng) : random_word_key(rng, ctx_->options);
     }
     std::string draw_value(Rng& rng) const {
@@ -90,9 +101,11 @@ private:
         return c_.uuid_values ? random_uuid(rng) : random_number(rng, ctx_->options.number_digits);
     }
     std::string needle(const std::string& key, const std::string& value) const {
-        if (c_.variant == NiahConfig::kPasskey) return "The pass key is " + value + ". Remember it. " + value + " is the pass key.";
+        if (c_.variant == NiahConfig::kPasskey)
+            return "The pass key is " + value + ". Remember it. " + value + " is the pass key.";
         if (c_.variant == NiahConfig::kMqar) return key + ": " + value;
-        if (ctx_->options.style == PromptStyle::kCompact) return "The magic " + vtype(false) + " for " + key + " is " + value + ".";
+        if (ctx_->options.style == PromptStyle::kCompact)
+            return "The magic " + vtype(false) + " for " + key + " is " + value + ".";
         return "One of the special magic " + vtype(true) + " for " + key + " is: " + value + ".";
     }
 
@@ -128,7 +141,8 @@ private:
         if (c_.variant == NiahConfig::kMqar) {
             auto perm = std::make_shared<std::vector<int64_t>>();
             for (int64_t i = 0; i < int64_t(nouns().size()); ++i)
-                if (std::find(s.keys.begin(), s.keys.end(), nouns()[size_t(i)]) == s.keys.end()) perm->push_back(i);
+                if (std::find(s.keys.begin(), s.keys.end(), nouns()[size_t(i)]) == s.keys.end())
+                    perm->push_back(i);
             Rng pr = s.distractor_seed;
             shuffle(*perm, pr);
             s.key_perm = perm;
@@ -142,7 +156,9 @@ private:
         r.reseed(r.next_u64() ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull));
         if (c_.variant == NiahConfig::kMqar) {
             // Distinct keys: the sample's permutation of the noun list, after the real keys.
-            HYDRA_CHECK(size_t(i) < s.key_perm->size(), "mqar: more pairs ({}) than distinct keys in the WordNet noun list ({}); use a shorter length",
+            HYDRA_CHECK(size_t(i) < s.key_perm->size(),
+                        "mqar: more pairs ({}) than distinct keys in the WordNet noun list ({}); use a "
+                        "shorter length",
                         i, s.key_perm->size());
             return {nouns()[size_t((*s.key_perm)[size_t(i)])], draw_value(r)};
         }
@@ -162,9 +178,11 @@ private:
         if (compact)
             p.user = "Remember the magic " + vtype(!single) + ".\n";
         else if (single)
-            p.user = "A special magic " + vtype(false) + " is hidden in the text below. Memorize it; I will ask you about it afterwards.\n";
+            p.user = "A special magic " + vtype(false) +
+                     " is hidden in the text below. Memorize it; I will ask you about it afterwards.\n";
         else
-            p.user = "Some special magic " + vtype(true) + " are hidden in the text below. Memorize them; I will ask you about them afterwards.\n";
+            p.user = "Some special magic " + vtype(true) +
+                     " are hidden in the text below. Memorize them; I will ask you about them afterwards.\n";
         std::vector<std::pair<int64_t, std::string>> inserts;
         if (c_.haystack == NiahConfig::kNeedles) {
             // Lines: n distractors, the real needles at their depths, '\n' between lines; pad words end
@@ -181,7 +199,8 @@ private:
                 }
                 if (i == n) break;
                 auto [dk, dv] = distractor(s, i);
-                if (std::find(s.keys.begin(), s.keys.end(), dk) != s.keys.end()) dk = "x" + dk;  // never a real key
+                if (std::find(s.keys.begin(), s.keys.end(), dk) != s.keys.end())
+                    dk = "x" + dk;  // never a real key
                 if (!ctx.empty()) ctx += "\n";
                 ctx += needle(dk, dv);
             }
@@ -189,9 +208,11 @@ private:
         } else {
             for (size_t i = 0; i < s.order.size(); ++i) {
                 const auto [k, v] = s.order[i];
-                inserts.emplace_back(s.filler.boundary(n, s.depths[i]), needle(s.keys[size_t(k)], s.values[size_t(k)][size_t(v)]));
+                inserts.emplace_back(s.filler.boundary(n, s.depths[i]),
+                                     needle(s.keys[size_t(k)], s.values[size_t(k)][size_t(v)]));
             }
-            std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+            std::stable_sort(inserts.begin(), inserts.end(),
+                             [](const auto& a, const auto& b) { return a.first < b.first; });
             p.user += render_filler(s.filler, n, inserts, pad, p.user.size(), &p.needle_chars);
         }
         p.query_char = p.user.size();
@@ -199,11 +220,15 @@ private:
             p.user += "\nWhat is the magic " + vtype(!single) + " for " + query + "?";
             p.answer_prefix = " The magic " + vtype(!single) + " for " + query + (single ? " is" : " are");
         } else if (single) {
-            p.user += "\nWhat is the special magic " + vtype(false) + " for " + query + " mentioned in the text above?";
-            p.answer_prefix = " The special magic " + vtype(false) + " for " + query + " mentioned in the text above is";
+            p.user += "\nWhat is the special magic " + vtype(false) + " for " + query +
+                      " mentioned in the text above?";
+            p.answer_prefix =
+                " The special magic " + vtype(false) + " for " + query + " mentioned in the text above is";
         } else {
-            p.user += "\nWhat are all the special magic " + vtype(true) + " for " + query + " mentioned in the text above?";
-            p.answer_prefix = " The special magic " + vtype(true) + " for " + query + " mentioned in the text above are";
+            p.user += "\nWhat are all the special magic " + vtype(true) + " for " + query +
+                      " mentioned in the text above?";
+            p.answer_prefix =
+                " The special magic " + vtype(true) + " for " + query + " mentioned in the text above are";
         }
         p.answer_prefix += s.answer_prefix_suffix;
         return p;
@@ -218,7 +243,8 @@ private:
         if (!s.query_override.empty()) qkeys = {s.query_override};
         if (c_.variant == NiahConfig::kPasskey) {
             p.user = compact ? "Find the pass key.\n"
-                             : "There is an important piece of information hidden inside a lot of irrelevant text. Find it "
+                             : "There is an important piece of information hidden inside a lot of irrelevant "
+                               "text. Find it "
                                "and memorize it; I will ask you about it.\n";
             std::vector<std::pair<int64_t, std::string>> inserts = {
                 {s.filler.boundary(n, s.depths[0]), needle("", s.values[0][0])}};
@@ -228,7 +254,8 @@ private:
             p.answer_prefix = " The pass key is";
         } else {
             p.user = compact ? "Key-value pairs:\n"
-                             : "Below is a list of keys, each with a value. Memorize them; I will ask for the values of "
+                             : "Below is a list of keys, each with a value. Memorize them; I will ask for "
+                               "the values of "
                                "some keys afterwards.\n";
             // Lines: n distractor pairs with the queried pairs at their depths.
             std::string list;
@@ -261,11 +288,12 @@ private:
     }
 
     FitResult fit_spec(const NiahSpec& spec, int64_t length) const {
-        const auto atoms = c_.haystack == NiahConfig::kEssay   ? prose_pad_atoms()
+        const auto atoms = c_.haystack == NiahConfig::kEssay ? prose_pad_atoms()
                            : c_.variant == NiahConfig::kMqar ? dot_pad_atoms()
                                                              : noise_pad_atoms();
-        return fit_prompt(*ctx_, c_.name, length, 0, [&](int64_t n, const std::string& pad) { return render(spec, n, pad); },
-                          atoms);
+        return fit_prompt(
+            *ctx_, c_.name, length, 0,
+            [&](int64_t n, const std::string& pad) { return render(spec, n, pad); }, atoms);
     }
 
     // Filler tokens of exactly `count` tokens (for needle-removed), from the pad atoms.
@@ -276,15 +304,18 @@ private:
         std::string text;
         for (size_t i = 0; int64_t(enc.encode(text).size()) < count; ++i) {
             const std::string cand = text + atoms[i % atoms.size()];
-            if (int64_t(enc.encode(cand).size()) <= count) text = cand;
-            else if (i > atoms.size() * 4) break;
+            if (int64_t(enc.encode(cand).size()) <= count)
+                text = cand;
+            else if (i > atoms.size() * 4)
+                break;
         }
         std::vector<int32_t> ids = enc.encode(text);
         if (int64_t(ids.size()) != count) return std::nullopt;
         return ids;
     }
 
-    std::optional<PatchingPair> try_pair(NiahSpec spec, Rng& rng, int64_t length, const std::string& corruption) const {
+    std::optional<PatchingPair> try_pair(NiahSpec spec, Rng& rng, int64_t length,
+                                         const std::string& corruption) const {
         spec.query.resize(1);  // pairs ask for one value (MQAR asks for several in samples)
         const int q = spec.query[0];
         const std::string answer = spec.values[size_t(q)][0];
@@ -299,14 +330,16 @@ private:
         pp.clean_answer = answer;
         const bool sp = !spec.answer_prefix_suffix.empty();
         const auto first = [&](const PromptText& p, const std::string& a) {
-            return continuation_tokens(*ctx_, p.answer_prefix.substr(0, p.answer_prefix.size() - (sp ? 1 : 0)), a, sp)[0];
+            return continuation_tokens(
+                *ctx_, p.answer_prefix.substr(0, p.answer_prefix.size() - (sp ? 1 : 0)), a, sp)[0];
         };
         pp.answer_token = first(ct, answer);
         const TextEncoder& enc = *ctx_->text.encoder;
         if (corruption == "value-swap" || corruption == "needle-removed") {
             for (int tries = 0; tries < 64; ++tries) {
                 const std::string other = draw_value(rng);
-                if (other == answer || enc.encode(" " + other).size() != enc.encode(" " + answer).size()) continue;
+                if (other == answer || enc.encode(" " + other).size() != enc.encode(" " + answer).size())
+                    continue;
                 if (needs_trailing_space(*ctx_, other) != sp) continue;  // same split of the leading space
                 const int32_t d = first(ct, other);
                 if (d == pp.answer_token) continue;
@@ -334,7 +367,8 @@ private:
             for (size_t k = 0; k < spec.keys.size(); ++k)
                 if (int(k) != q) cands.emplace_back(spec.keys[k], spec.values[k][0]);
             if (c_.haystack == NiahConfig::kNeedles && c_.variant == NiahConfig::kRuler)
-                for (int64_t i = 0; i < std::min<int64_t>(clean.n, 400); ++i) cands.push_back(distractor(spec, i));
+                for (int64_t i = 0; i < std::min<int64_t>(clean.n, 400); ++i)
+                    cands.push_back(distractor(spec, i));
             for (const auto& [k, v] : cands) {
                 if (enc.encode(" " + k).size() != enc.encode(" " + spec.keys[size_t(q)]).size()) continue;
                 if (needs_trailing_space(*ctx_, v) != sp) continue;
@@ -379,7 +413,8 @@ NiahConfig niah_config(const std::string& name) {
     return it->second;
 }
 
-std::unique_ptr<TaskGenerator> make_niah_task(const NiahConfig& config, std::shared_ptr<const TaskContext> ctx) {
+std::unique_ptr<TaskGenerator> make_niah_task(const NiahConfig& config,
+                                              std::shared_ptr<const TaskContext> ctx) {
     return std::make_unique<NiahTask>(config, std::move(ctx));
 }
 

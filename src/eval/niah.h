@@ -27,6 +27,7 @@ struct NiahConfig {
 // The configuration of `name` (the 8 RULER NIAH tasks, "passkey", "mqar"); throws for other names.
 NiahConfig niah_config(const std::string& name);
 
-std::unique_ptr<TaskGenerator> make_niah_task(const NiahConfig& config, std::shared_ptr<const TaskContext> ctx);
+std::unique_ptr<TaskGenerator> make_niah_task(const NiahConfig& config,
+                                              std::shared_ptr<const TaskContext> ctx);
 
 }  // namespace hydra

@@ -13,7 +13,9 @@
 namespace hydra {
 
 namespace {
-double round2(double v) { return std::round(v * 100.0) / 100.0; }
+double round2(double v) {
+    return std::round(v * 100.0) / 100.0;
+}
 std::string model_label(const std::string& path) {
     std::filesystem::path p(path);
     std::string name = p.filename().string();
@@ -58,9 +60,12 @@ nlohmann::json results_to_json(const EvalRunInfo& info, const std::vector<ModelE
     return j;
 }
 
-void write_results_json(const std::string& path, const EvalRunInfo& info, const std::vector<ModelEvalResult>& results) {
+void write_results_json(const std::string& path, const EvalRunInfo& info,
+                        const std::vector<ModelEvalResult>& results) {
     // dump with replace: model outputs may hold invalid UTF-8 (a character cut by max_new_tokens)
-    write_text_file(path, results_to_json(info, results).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_text_file(
+        path,
+        results_to_json(info, results).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 std::string results_to_csv(const std::vector<ModelEvalResult>& results) {
@@ -76,9 +81,11 @@ std::string results_to_csv(const std::vector<ModelEvalResult>& results) {
                         dc += s.decode_seconds;
                         ++n;
                     }
-                out += fmt::format("\"{}\",{},{},{:.2f},{},{:.3f},{:.3f}\n", r.model, task, len, v, n, pf / double(n), dc / double(n));
+                out += fmt::format("\"{}\",{},{},{:.2f},{},{:.3f},{:.3f}\n", r.model, task, len, v, n,
+                                   pf / double(n), dc / double(n));
             }
-        for (const auto& [len, v] : r.length_scores) out += fmt::format("\"{}\",overall,{},{:.2f},,,\n", r.model, len, v);
+        for (const auto& [len, v] : r.length_scores)
+            out += fmt::format("\"{}\",overall,{},{:.2f},,,\n", r.model, len, v);
     }
     return out;
 }
@@ -120,7 +127,8 @@ std::string results_table(const ModelEvalResult& r) {
     out += "\n";
     for (const auto& [task, lv] : r.task_scores) {
         out += fmt::format("{:<18}", task);
-        for (int64_t l : lens) out += lv.count(l) ? fmt::format("{:>9.1f}", lv.at(l)) : fmt::format("{:>9}", "-");
+        for (int64_t l : lens)
+            out += lv.count(l) ? fmt::format("{:>9.1f}", lv.at(l)) : fmt::format("{:>9}", "-");
         out += "\n";
     }
     out += fmt::format("{:<18}", "mean");

@@ -19,7 +19,8 @@ struct EvalRunInfo {
 };
 
 nlohmann::json results_to_json(const EvalRunInfo& info, const std::vector<ModelEvalResult>& results);
-void write_results_json(const std::string& path, const EvalRunInfo& info, const std::vector<ModelEvalResult>& results);
+void write_results_json(const std::string& path, const EvalRunInfo& info,
+                        const std::vector<ModelEvalResult>& results);
 // Columns: model,task,length,score,samples,mean_prefill_s,mean_decode_s (then task "overall" rows).
 std::string results_to_csv(const std::vector<ModelEvalResult>& results);
 void write_results_csv(const std::string& path, const std::vector<ModelEvalResult>& results);

@@ -28,8 +28,10 @@ std::string normalise_prediction(const std::string& output) {
 
 }  // namespace
 
-double score_answers(const std::vector<std::string>& answers, const std::string& metric, const std::string& output) {
-    HYDRA_CHECK(metric == "all" || metric == "part", "unknown metric '{}' (expected \"all\" or \"part\")", metric);
+double score_answers(const std::vector<std::string>& answers, const std::string& metric,
+                     const std::string& output) {
+    HYDRA_CHECK(metric == "all" || metric == "part", "unknown metric '{}' (expected \"all\" or \"part\")",
+                metric);
     if (answers.empty()) return 0.0;
     const std::string pred = lower(normalise_prediction(output));
     int64_t found = 0;
@@ -44,8 +46,10 @@ double score_output(const TaskSample& sample, const std::string& output) {
 }
 
 PatchingPair TaskGenerator::pair(int64_t, uint64_t, int64_t, const std::string&) const {
-    fail("task '{}' has no clean/corrupted pairs (pairs exist for niah_single_*, niah_multikey_*, passkey, mqar)",
-         name());
+    fail(
+        "task '{}' has no clean/corrupted pairs (pairs exist for niah_single_*, niah_multikey_*, passkey, "
+        "mqar)",
+        name());
 }
 
 }  // namespace hydra

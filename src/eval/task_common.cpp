@@ -26,7 +26,8 @@ bool TaskContext::chat() const {
     if (options.format == PromptFormat::kRaw) return false;
     if (options.format == PromptFormat::kChatML) {
         HYDRA_CHECK(text.im_start >= 0 && text.im_end >= 0,
-                    "prompt format chatml needs <|im_start|> and <|im_end|> in the vocabulary ({})", text.name());
+                    "prompt format chatml needs <|im_start|> and <|im_end|> in the vocabulary ({})",
+                    text.name());
         return true;
     }
     return text.chatml;
@@ -34,7 +35,9 @@ bool TaskContext::chat() const {
 
 namespace {
 
-void append(std::vector<int32_t>& out, const std::vector<int32_t>& ids) { out.insert(out.end(), ids.begin(), ids.end()); }
+void append(std::vector<int32_t>& out, const std::vector<int32_t>& ids) {
+    out.insert(out.end(), ids.begin(), ids.end());
+}
 
 // Tokens in front of the user text.
 std::vector<int32_t> head_tokens(const TaskContext& ctx) {
@@ -75,7 +78,9 @@ std::vector<std::pair<int64_t, int64_t>> needle_token_spans(const TaskContext& c
                                                             int64_t* query_begin) {
     const TextEncoder& enc = *ctx.text.encoder;
     const int64_t base = int64_t(head_tokens(ctx).size());
-    auto at = [&](size_t c) { return base + int64_t(enc.encode(std::string_view(p.user).substr(0, c)).size()); };
+    auto at = [&](size_t c) {
+        return base + int64_t(enc.encode(std::string_view(p.user).substr(0, c)).size());
+    };
     std::vector<std::pair<int64_t, int64_t>> spans;
     for (const auto& [b, e] : p.needle_chars) spans.emplace_back(at(b), at(e));
     if (query_begin) *query_begin = at(p.query_char);
@@ -84,18 +89,24 @@ std::vector<std::pair<int64_t, int64_t>> needle_token_spans(const TaskContext& c
 
 FitResult fit_prompt(const TaskContext& ctx, const std::string& task, int64_t target, int64_t n_min,
                      const BuildFn& build, const std::vector<std::string>& pad_atoms) {
-    auto length = [&](int64_t n, const std::string& pad) { return int64_t(encode_prompt(ctx, build(n, pad)).size()); };
+    auto length = [&](int64_t n, const std::string& pad) {
+        return int64_t(encode_prompt(ctx, build(n, pad)).size());
+    };
     const int64_t len0 = length(n_min, "");
-    HYDRA_CHECK(len0 <= target,
-                "{}: a {}-token prompt is too short for this task: its smallest prompt already has {} tokens in {}{}",
-                task, target, len0, ctx.text.name(),
-                ctx.options.style == PromptStyle::kRuler ? " (try --prompt-style compact or a longer length)" : "");
+    HYDRA_CHECK(
+        len0 <= target,
+        "{}: a {}-token prompt is too short for this task: its smallest prompt already has {} tokens in {}{}",
+        task, target, len0, ctx.text.name(),
+        ctx.options.style == PromptStyle::kRuler ? " (try --prompt-style compact or a longer length)" : "");
     // Bracket: estimate tokens per unit from a probe, then double until the prompt overflows.
     const int64_t probe = n_min + 16;
     const int64_t len_probe = length(probe, "");
     const double per_unit = std::max(1e-3, double(len_probe - len0) / 16.0);
     int64_t lo = n_min, hi = n_min + int64_t(double(target - len0) / per_unit * 1.2) + 16;
-    if (len_probe <= target) lo = probe; else hi = probe;
+    if (len_probe <= target)
+        lo = probe;
+    else
+        hi = probe;
     while (length(hi, "") <= target) {
         lo = hi;
         HYDRA_CHECK(hi < (int64_t(1) << 40), "{}: the prompt does not grow with the haystack", task);
@@ -116,7 +127,8 @@ FitResult fit_prompt(const TaskContext& ctx, const std::string& task, int64_t ta
         if (rem == 0) return r;
         if (rem < 0) continue;
         std::vector<int64_t> cost(pad_atoms.size());
-        for (size_t i = 0; i < pad_atoms.size(); ++i) cost[i] = length(n, pad_atoms[i]) - int64_t(r.tokens.size());
+        for (size_t i = 0; i < pad_atoms.size(); ++i)
+            cost[i] = length(n, pad_atoms[i]) - int64_t(r.tokens.size());
         // Fewest atoms summing to rem (coin change); ties go to the earlier atom.
         std::vector<int64_t> best(size_t(rem) + 1, INT64_MAX), pick(size_t(rem) + 1, -1);
         best[0] = 0;
@@ -129,24 +141,28 @@ FitResult fit_prompt(const TaskContext& ctx, const std::string& task, int64_t ta
                 }
         if (best[size_t(rem)] == INT64_MAX) continue;
         std::string pad;
-        for (int64_t s = rem; s > 0; s -= cost[size_t(pick[size_t(s)])]) pad += pad_atoms[size_t(pick[size_t(s)])];
+        for (int64_t s = rem; s > 0; s -= cost[size_t(pick[size_t(s)])])
+            pad += pad_atoms[size_t(pick[size_t(s)])];
         r.pad = pad;
         r.text = build(n, pad);
         r.tokens = encode_prompt(ctx, r.text);
         if (int64_t(r.tokens.size()) == target) return r;
     }
-    fail("{}: could not hit exactly {} tokens with {} (closest haystack size {}); please report this", task, target,
-         ctx.text.name(), lo);
+    fail("{}: could not hit exactly {} tokens with {} (closest haystack size {}); please report this", task,
+         target, ctx.text.name(), lo);
 }
 
 std::vector<std::string> prose_pad_atoms() {
-    return {" and", " the", " of", " a", " to", " in", " was", " very", " however", " said,", " indeed,", ","};
+    return {" and", " the",  " of",      " a",     " to",      " in",
+            " was", " very", " however", " said,", " indeed,", ","};
 }
 std::vector<std::string> noise_pad_atoms() {
-    return {" The", " grass", " is", " green.", " sky", " blue.", " sun", " yellow.", " Here", " we", " go.",
-            " There", " and", " back", " again.", "."};
+    return {" The",  " grass", " is",  " green.", " sky", " blue.", " sun",    " yellow.",
+            " Here", " we",    " go.", " There",  " and", " back",  " again.", "."};
 }
-std::vector<std::string> dot_pad_atoms() { return {" ...", " ..", " .", "."}; }
+std::vector<std::string> dot_pad_atoms() {
+    return {" ...", " ..", " .", "."};
+}
 
 Rng task_rng(const std::string& task, int64_t length, uint64_t seed, int64_t index, uint64_t stream) {
     // FNV-1a over the task name, then splitmix-style mixing of the numbers.
@@ -183,8 +199,8 @@ std::string random_uuid(Rng& rng) {
     std::string s;
     for (int i = 0; i < 32; ++i) {
         int d = int(rng.next_u64() & 15);
-        if (i == 12) d = 4;                    // version 4
-        if (i == 16) d = 8 + (d & 3);          // variant 10xx
+        if (i == 12) d = 4;            // version 4
+        if (i == 16) d = 8 + (d & 3);  // variant 10xx
         if (i == 8 || i == 12 || i == 16 || i == 20) s += '-';
         s += hex[d];
     }
@@ -249,7 +265,9 @@ int64_t WordFiller::boundary(int64_t n, double depth) const {
     return want;
 }
 
-WordFiller noise_filler() { return WordFiller{}; }
+WordFiller noise_filler() {
+    return WordFiller{};
+}
 
 WordFiller prose_filler(const TaskOptions& o, Rng& rng) {
     WordFiller f;
@@ -265,8 +283,9 @@ WordFiller prose_filler(const TaskOptions& o, Rng& rng) {
     return f;
 }
 
-std::string render_filler(const WordFiller& f, int64_t n, const std::vector<std::pair<int64_t, std::string>>& inserts,
-                          const std::string& pad, size_t base, std::vector<std::pair<size_t, size_t>>* ranges) {
+std::string render_filler(const WordFiller& f, int64_t n,
+                          const std::vector<std::pair<int64_t, std::string>>& inserts, const std::string& pad,
+                          size_t base, std::vector<std::pair<size_t, size_t>>* ranges) {
     std::string out;
     size_t next = 0;
     const char* insert_sep = f.noise ? "\n" : " ";
@@ -304,10 +323,11 @@ std::vector<int32_t> continuation_tokens(const TaskContext& ctx, const std::stri
     const TextEncoder& enc = *ctx.text.encoder;
     const std::string seg = ctx.chat() ? "assistant\n" + answer_prefix : answer_prefix;
     const std::string head = prompt_ends_with_space ? seg + " " : seg;
-    const std::vector<int32_t> a = enc.encode(head), b = enc.encode(head + (prompt_ends_with_space ? "" : " ") + answer);
+    const std::vector<int32_t> a = enc.encode(head),
+                               b = enc.encode(head + (prompt_ends_with_space ? "" : " ") + answer);
     HYDRA_CHECK(b.size() > a.size() && std::equal(a.begin(), a.end(), b.begin()),
-                "the answer '{}' merges with the end of the prompt in {}; cannot define its first token", answer,
-                ctx.text.name());
+                "the answer '{}' merges with the end of the prompt in {}; cannot define its first token",
+                answer, ctx.text.name());
     return {b.begin() + int64_t(a.size()), b.end()};
 }
 

@@ -22,10 +22,10 @@ enum class PromptStyle { kRuler, kCompact };       // compact: short instruction
 struct TaskOptions {
     PromptFormat format = PromptFormat::kAuto;
     PromptStyle style = PromptStyle::kRuler;
-    int number_digits = 7;     // NIAH "numbers" values (RULER: 7)
-    int passkey_digits = 5;    // passkey (Mohtashami & Jaggi: up to 50000)
-    int mqar_value_digits = 3; // MQAR values
-    int mqar_queries = 4;      // MQAR keys asked per sample
+    int number_digits = 7;      // NIAH "numbers" values (RULER: 7)
+    int passkey_digits = 5;     // passkey (Mohtashami & Jaggi: up to 50000)
+    int mqar_value_digits = 3;  // MQAR values
+    int mqar_queries = 4;       // MQAR keys asked per sample
     std::string prose_dir = default_prose_dir();
     std::string wordnet_dir = default_wordnet_dir();
 };
@@ -96,7 +96,7 @@ struct WordFiller {
     const std::vector<std::string>* prose = nullptr;
     int64_t offset = 0;
     const std::string& word(int64_t i) const;
-    const char* sep(int64_t i) const;  // separator in front of word i (i > 0)
+    const char* sep(int64_t i) const;    // separator in front of word i (i > 0)
     bool sentence_end(int64_t i) const;  // word i ends a sentence
     // The boundary (index of the word a needle goes in front of, 0..n) nearest to depth * n that
     // follows a sentence end.
@@ -108,8 +108,9 @@ WordFiller prose_filler(const TaskOptions& o, Rng& rng);  // random start at a s
 // Renders n filler words with `inserts` (boundary, text) placed in front of the given words (in
 // order), then `pad`. Inserted texts get a separator in front ('\n' for noise, ' ' for prose); their
 // [separator, end) byte ranges (offset by `base`) are appended to `ranges` in insertion order.
-std::string render_filler(const WordFiller& f, int64_t n, const std::vector<std::pair<int64_t, std::string>>& inserts,
-                          const std::string& pad, size_t base, std::vector<std::pair<size_t, size_t>>* ranges);
+std::string render_filler(const WordFiller& f, int64_t n,
+                          const std::vector<std::pair<int64_t, std::string>>& inserts, const std::string& pad,
+                          size_t base, std::vector<std::pair<size_t, size_t>>* ranges);
 
 // Joins items as "a, b, and c" (RULER's query list); "a" and "a and b" for one or two.
 std::string join_and(const std::vector<std::string>& items);

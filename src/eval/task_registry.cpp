@@ -13,9 +13,17 @@
 namespace hydra {
 
 namespace {
-const std::vector<std::string> kRuler = {"niah_single_1",   "niah_single_2",   "niah_single_3",   "niah_multikey_1",
-                                         "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery",
-                                         "vt",              "cwe",             "fwe"};
+const std::vector<std::string> kRuler = {"niah_single_1",
+                                         "niah_single_2",
+                                         "niah_single_3",
+                                         "niah_multikey_1",
+                                         "niah_multikey_2",
+                                         "niah_multikey_3",
+                                         "niah_multivalue",
+                                         "niah_multiquery",
+                                         "vt",
+                                         "cwe",
+                                         "fwe"};
 }
 
 const std::vector<std::string>& all_task_names() {

@@ -55,13 +55,18 @@ const std::vector<std::string>& prose_words(const std::string& dir) {
     static std::map<std::string, std::vector<std::string>> cache;
     std::lock_guard<std::mutex> lock(g_mutex);
     if (auto it = cache.find(dir); it != cache.end()) return it->second;
-    static const char* kBooks[] = {"austen_emma.txt",          "austen_prideprejudice.txt", "austen_persuasion.txt",
-                                   "austen_sensesensibility.txt", "austen_mansfieldpark.txt", "austen_northangerabbey.txt",
+    static const char* kBooks[] = {"austen_emma.txt",
+                                   "austen_prideprejudice.txt",
+                                   "austen_persuasion.txt",
+                                   "austen_sensesensibility.txt",
+                                   "austen_mansfieldpark.txt",
+                                   "austen_northangerabbey.txt",
                                    "mobydick.txt"};
     std::vector<std::string> words;
     for (const char* book : kBooks) {
         const fs::path p = fs::path(dir) / book;
-        HYDRA_CHECK(fs::exists(p), "{}: missing haystack prose (run tools/fetch_prose.py, or tools/setup.sh, to fill {})",
+        HYDRA_CHECK(fs::exists(p),
+                    "{}: missing haystack prose (run tools/fetch_prose.py, or tools/setup.sh, to fill {})",
                     p.string(), dir);
         const std::string text = read_all(p);
         std::istringstream in(text);
@@ -78,8 +83,8 @@ const std::vector<std::string>& prose_words(const std::string& dir) {
             }
         words.insert(words.end(), book_words.begin() + int64_t(start), book_words.end());
     }
-    HYDRA_CHECK(words.size() > 10000, "{}: the prose cache holds only {} words (re-run tools/fetch_prose.py)", dir,
-                words.size());
+    HYDRA_CHECK(words.size() > 10000, "{}: the prose cache holds only {} words (re-run tools/fetch_prose.py)",
+                dir, words.size());
     return cache.emplace(dir, std::move(words)).first->second;
 }
 
@@ -88,10 +93,13 @@ const std::vector<std::string>& wordnet_words(WordClass cls, const std::string& 
     std::lock_guard<std::mutex> lock(g_mutex);
     const auto key = std::make_pair(int(cls), dir);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
-    const char* file = cls == WordClass::kNoun ? "index.noun" : cls == WordClass::kAdjective ? "index.adj" : "index.verb";
+    const char* file = cls == WordClass::kNoun        ? "index.noun"
+                       : cls == WordClass::kAdjective ? "index.adj"
+                                                      : "index.verb";
     const fs::path p = fs::path(dir) / file;
     HYDRA_CHECK(fs::exists(p),
-                "{}: missing WordNet word list (install the Debian package wordnet-base: apt-get install wordnet-base; "
+                "{}: missing WordNet word list (install the Debian package wordnet-base: apt-get install "
+                "wordnet-base; "
                 "tools/setup.sh does it)",
                 p.string());
     std::istringstream in(read_all(p));
@@ -110,8 +118,8 @@ const std::vector<std::string>& wordnet_words(WordClass cls, const std::string& 
         if (!(ls >> senses >> tagged)) continue;
         if (tagged > 0 && lower_alpha(lemma, 3, 10)) words.push_back(lemma);
     }
-    HYDRA_CHECK(words.size() >= 500, "{}: only {} usable words (expected WordNet 3.0 from wordnet-base)", p.string(),
-                words.size());
+    HYDRA_CHECK(words.size() >= 500, "{}: only {} usable words (expected WordNet 3.0 from wordnet-base)",
+                p.string(), words.size());
     return cache.emplace(key, std::move(words)).first->second;
 }
 

@@ -9,7 +9,7 @@ namespace hydra {
 namespace {
 
 class VtTask final : public TaskGenerator {
-public:
+  public:
     explicit VtTask(std::shared_ptr<const TaskContext> ctx) : ctx_(std::move(ctx)) {}
     std::string name() const override { return "vt"; }
 
@@ -29,7 +29,8 @@ public:
         }
         const FitResult fit = fit_prompt(
             *ctx_, "vt", length, 0,
-            [&](int64_t n, const std::string& pad) { return render(chain, depths, n, pad, shot); }, noise_pad_atoms());
+            [&](int64_t n, const std::string& pad) { return render(chain, depths, n, pad, shot); },
+            noise_pad_atoms());
         TaskSample s;
         s.task = "vt";
         s.target_length = length;
@@ -44,7 +45,7 @@ public:
         return s;
     }
 
-private:
+  private:
     struct Chain {
         std::vector<std::string> names;
         std::string value;
@@ -62,24 +63,28 @@ private:
                       const std::string& shot) const {
         const bool compact = ctx_->options.style == PromptStyle::kCompact;
         PromptText p;
-        p.user = shot + (compact ? "Track the variables.\n"
-                                 : "Memorize and track the chain of variable assignments hidden in the text below.\n");
+        p.user =
+            shot + (compact
+                        ? "Track the variables.\n"
+                        : "Memorize and track the chain of variable assignments hidden in the text below.\n");
         std::vector<std::pair<int64_t, std::string>> inserts;
         const WordFiller f = noise_filler();
         for (size_t i = 0; i < c.names.size(); ++i)
             inserts.emplace_back(f.boundary(n, depths[i]),
                                  "VAR " + c.names[i] + " = " + (i == 0 ? c.value : "VAR " + c.names[i - 1]));
-        std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::stable_sort(inserts.begin(), inserts.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
         p.user += render_filler(f, n, inserts, pad, p.user.size(), &p.needle_chars);
         p.query_char = p.user.size();
         if (compact) {
             p.user += "\nWhich variables equal " + c.value + "?";
             p.answer_prefix = " Answer:";
         } else {
-            p.user += "\nQuestion: Find all variables that are assigned the value " + c.value + " in the text above.";
+            p.user += "\nQuestion: Find all variables that are assigned the value " + c.value +
+                      " in the text above.";
             p.answer_prefix = " Answer: According to the chain of variable assignments in the text above, " +
-                              std::to_string(c.names.size()) + " variables are assigned the value " + c.value +
-                              ", they are:";
+                              std::to_string(c.names.size()) + " variables are assigned the value " +
+                              c.value + ", they are:";
         }
         return p;
     }

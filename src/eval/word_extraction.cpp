@@ -15,8 +15,9 @@ namespace hydra {
 
 namespace {
 
-TaskSample make_sample(const std::string& task, int64_t length, uint64_t seed, int64_t index, const FitResult& fit,
-                       const TaskContext& ctx, std::vector<std::string> answers, int64_t max_new) {
+TaskSample make_sample(const std::string& task, int64_t length, uint64_t seed, int64_t index,
+                       const FitResult& fit, const TaskContext& ctx, std::vector<std::string> answers,
+                       int64_t max_new) {
     TaskSample s;
     s.task = task;
     s.target_length = length;
@@ -46,26 +47,29 @@ const std::vector<std::string>& cwe_vocab(const TaskOptions& o) {
 }
 
 class CweTask final : public TaskGenerator {
-public:
+  public:
     explicit CweTask(std::shared_ptr<const TaskContext> ctx) : ctx_(std::move(ctx)) {}
     std::string name() const override { return "cwe"; }
     TaskSample sample(int64_t length, uint64_t seed, int64_t index) const override {
         Rng rng = task_rng("cwe", length, seed, index);
         const bool compact = ctx_->options.style == PromptStyle::kCompact;
         const int num_cw = compact ? 3 : 10;
-        const int freq_cw = compact ? 3 : (length < 4096 ? 6 : 30), freq_ucw = compact ? 1 : (length < 4096 ? 1 : 3);
+        const int freq_cw = compact ? 3 : (length < 4096 ? 6 : 30),
+                  freq_ucw = compact ? 1 : (length < 4096 ? 1 : 3);
         const auto& vocab = cwe_vocab(ctx_->options);
         // Distinct words for this sample (at most one per token of the prompt is ever needed).
         const int64_t want = std::min<int64_t>(int64_t(vocab.size()), length + 64);
         std::vector<size_t> idx(vocab.size());
         for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-        for (int64_t i = 0; i < want; ++i) std::swap(idx[size_t(i)], idx[size_t(uniform_int(rng, i, int64_t(idx.size()) - 1))]);
+        for (int64_t i = 0; i < want; ++i)
+            std::swap(idx[size_t(i)], idx[size_t(uniform_int(rng, i, int64_t(idx.size()) - 1))]);
         std::vector<std::string> words;
         for (int64_t i = 0; i < want; ++i) words.push_back(vocab[idx[size_t(i)]]);
         const uint64_t list_seed = rng.next_u64();
         std::string shot;
         if (!compact && length >= 2048) {
-            // One-shot example (from 2K tokens on; below, it would not leave room for the task): a small list of words not used by the task, then its answer.
+            // One-shot example (from 2K tokens on; below, it would not leave room for the task): a small list
+            // of words not used by the task, then its answer.
             std::vector<std::string> ex(words.end() - 20, words.end());
             words.resize(words.size() - 20);
             PromptText e = render(ex, 10 < int(ex.size()) ? 5 : 3, 3, 1, "", "", list_seed ^ 1);
@@ -76,7 +80,8 @@ public:
         const FitResult fit = fit_prompt(
             *ctx_, "cwe", length, num_cw + 1,
             [&](int64_t n, const std::string& pad) {
-                HYDRA_CHECK(n <= int64_t(words.size()), "cwe: needs {} distinct words, the vocabulary has {}", n, words.size());
+                HYDRA_CHECK(n <= int64_t(words.size()), "cwe: needs {} distinct words, the vocabulary has {}",
+                            n, words.size());
                 std::vector<std::string> w(words.begin(), words.begin() + n);
                 return render(w, num_cw, freq_cw, freq_ucw, pad, shot, list_seed);
             },
@@ -85,9 +90,9 @@ public:
                            std::vector<std::string>(words.begin(), words.begin() + num_cw), 120);
     }
 
-private:
-    PromptText render(const std::vector<std::string>& w, int num_cw, int freq_cw, int freq_ucw, const std::string& pad,
-                      const std::string& shot, uint64_t list_seed) const {
+  private:
+    PromptText render(const std::vector<std::string>& w, int num_cw, int freq_cw, int freq_ucw,
+                      const std::string& pad, const std::string& shot, uint64_t list_seed) const {
         std::vector<const std::string*> list;
         for (size_t i = 0; i < w.size(); ++i)
             for (int r = 0; r < (int(i) < num_cw ? freq_cw : freq_ucw); ++r) list.push_back(&w[i]);
@@ -95,21 +100,25 @@ private:
         shuffle(list, rng);
         PromptText p;
         const bool compact = ctx_->options.style == PromptStyle::kCompact;
-        p.user = shot + (compact ? "Words:" : "Below is a numbered list of words. Some of them appear more often than others. Memorize the ones that appear most often.\n");
-        for (size_t i = 0; i < list.size(); ++i) p.user += (i || compact ? " " : "") + std::to_string(i + 1) + ". " + *list[i];
+        p.user = shot + (compact ? "Words:"
+                                 : "Below is a numbered list of words. Some of them appear more often than "
+                                   "others. Memorize the ones that appear most often.\n");
+        for (size_t i = 0; i < list.size(); ++i)
+            p.user += (i || compact ? " " : "") + std::to_string(i + 1) + ". " + *list[i];
         p.user += pad;
         p.query_char = p.user.size();
         const std::string k = std::to_string(num_cw);
         p.user += compact ? "\nThe " + k + " most common words?"
                           : "\nQuestion: What are the " + k + " most common words in the list above?";
-        p.answer_prefix = compact ? " Answer:" : " Answer: The top " + k + " words that appear most often in the list are:";
+        p.answer_prefix =
+            compact ? " Answer:" : " Answer: The top " + k + " words that appear most often in the list are:";
         return p;
     }
     std::shared_ptr<const TaskContext> ctx_;
 };
 
 class FweTask final : public TaskGenerator {
-public:
+  public:
     explicit FweTask(std::shared_ptr<const TaskContext> ctx) : ctx_(std::move(ctx)) {}
     std::string name() const override { return "fwe"; }
     TaskSample sample(int64_t length, uint64_t seed, int64_t index) const override {
@@ -125,12 +134,14 @@ public:
         const uint64_t list_seed = rng.next_u64();
         const FitResult fit = fit_prompt(
             *ctx_, "fwe", length, 30,
-            [&](int64_t n, const std::string& pad) { return render(vocab, n, pad, list_seed); }, dot_pad_atoms());
+            [&](int64_t n, const std::string& pad) { return render(vocab, n, pad, list_seed); },
+            dot_pad_atoms());
         return make_sample("fwe", length, seed, index, fit, *ctx_, {vocab[1], vocab[2], vocab[3]}, 50);
     }
 
-private:
-    PromptText render(const std::vector<std::string>& vocab, int64_t n, const std::string& pad, uint64_t list_seed) const {
+  private:
+    PromptText render(const std::vector<std::string>& vocab, int64_t n, const std::string& pad,
+                      uint64_t list_seed) const {
         // Zipf counts, alpha = 2: floor(n k^-2 / zeta(2)) for rank k.
         const double zeta2 = M_PI * M_PI / 6.0;
         std::vector<const std::string*> list;
@@ -143,16 +154,20 @@ private:
         PromptText p;
         const bool compact = ctx_->options.style == PromptStyle::kCompact;
         p.user = compact ? "Coded text:"
-                         : "Read the coded text below and track how often each coded word appears. Find the three most "
+                         : "Read the coded text below and track how often each coded word appears. Find the "
+                           "three most "
                            "frequent coded words.";
         for (const std::string* w : list) p.user += " " + *w;
         p.user += pad;
         p.query_char = p.user.size();
-        p.user += compact ? "\nThe three most frequent words, ignoring the dots?"
-                          : "\nQuestion: Do not give any explanation, and ignore the dots '....'. What are the three "
-                            "most frequently appearing words in the coded text above?";
+        p.user +=
+            compact
+                ? "\nThe three most frequent words, ignoring the dots?"
+                : "\nQuestion: Do not give any explanation, and ignore the dots '....'. What are the three "
+                  "most frequently appearing words in the coded text above?";
         p.answer_prefix = compact ? " Answer:"
-                                  : " Answer: According to the coded text above, the three most frequently appearing words are:";
+                                  : " Answer: According to the coded text above, the three most frequently "
+                                    "appearing words are:";
         return p;
     }
     std::shared_ptr<const TaskContext> ctx_;
