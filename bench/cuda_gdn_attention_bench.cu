@@ -1,0 +1,211 @@
+// Timings of the CUDA kernels at the shapes of shared/ANCHORS.md (bf16, 16 heads, d = 128; B8 x T4096,
+// B2 x T16384, B1 x T65536) and at SmolLM2-135M's head shape (9 query heads, 3 KV heads, d = 64):
+// GDN chunk forward (in-kernel q/k L2 norm, no state saved), GDN forward (saving) + backward, causal
+// attention forward and forward + backward, GDN decode step (B64, fp32 state). CUDA events around
+// each call, warm-up first, median of N (N sized to about 200 ms per point, at least 5). Inputs are
+// random (never zeros). One JSON object per line on stdout (impl "ours"), matched by
+// bench/cuda_peers.py's rows on op/B/T/H/D.
+//
+// Usage: cuda_gdn_attention_bench [--quick]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "ops/cuda/attention.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/gdn_chunk.h"
+
+using hydra::cuda::bf16;
+
+namespace {
+
+float median_ms(const std::function<void()>& f) {
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    f();  // first call: module load, attributes
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaEventRecord(a));
+    f();
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float once = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&once, a, b));
+    const int warm = std::clamp(int(25.f / std::max(once, 1e-3f)), 2, 50);
+    const int reps = std::clamp(int(200.f / std::max(once, 1e-3f)), 5, 100);
+    for (int i = 0; i < warm; ++i) f();
+    std::vector<float> t(static_cast<size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
+        CUDA_CHECK(cudaEventRecord(a));
+        f();
+        CUDA_CHECK(cudaEventRecord(b));
+        CUDA_CHECK(cudaEventSynchronize(b));
+        CUDA_CHECK(cudaEventElapsedTime(&t[size_t(i)], a, b));
+    }
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaEventDestroy(a));
+    CUDA_CHECK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+template <typename T>
+T* dev_random(size_t n, std::mt19937_64& gen, float lo, float hi, bool bf) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    T* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+    const size_t chunk = size_t(1) << 24;
+    std::vector<T> h(std::min(n, chunk));
+    for (size_t off = 0; off < n; off += chunk) {
+        const size_t m = std::min(chunk, n - off);
+        for (size_t i = 0; i < m; ++i) {
+            const float x = u(gen);
+            if constexpr (sizeof(T) == 2) h[i] = __float2bfloat16(x);
+            else h[i] = x;
+        }
+        CUDA_CHECK(cudaMemcpy(p + off, h.data(), m * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    (void)bf;
+    return p;
+}
+
+void emit(const char* op, int B, int T, int H, int D, float ms, double tokens, double flops, double bytes) {
+    std::printf("{\"impl\": \"ours\", \"op\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, \"D\": %d, \"ms\": %.4f", op, B, T,
+                H, D, ms);
+    if (tokens > 0) std::printf(", \"Mtok_s\": %.2f", tokens / ms / 1e3);
+    if (flops > 0) std::printf(", \"TFLOPs\": %.1f", flops / ms / 1e9);
+    if (bytes > 0) std::printf(", \"TB_s\": %.2f", bytes / ms / 1e9);
+    std::printf("}\n");
+    std::fflush(stdout);
+}
+
+void bench_gdn(int B, int T, int H, int D, std::mt19937_64& gen) {
+    const size_t nq = size_t(B) * T * H * D, ng = size_t(B) * T * H;
+    bf16* q = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    bf16* k = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    bf16* v = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    bf16* dout = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    float* g = dev_random<float>(ng, gen, -0.2f, -0.01f, false);
+    float* beta = dev_random<float>(ng, gen, 0.3f, 0.9f, false);
+    bf16 *o, *dq, *dk, *dv;
+    float *dg, *db;
+    CUDA_CHECK(cudaMalloc(&o, nq * 2));
+    CUDA_CHECK(cudaMalloc(&dq, nq * 2));
+    CUDA_CHECK(cudaMalloc(&dk, nq * 2));
+    CUDA_CHECK(cudaMalloc(&dv, nq * 2));
+    CUDA_CHECK(cudaMalloc(&dg, ng * 4));
+    CUDA_CHECK(cudaMalloc(&db, ng * 4));
+    const hydra::cuda::GdnShape s{B, T, H, H, D};
+    const float scale = 1.f / std::sqrt(float(D));
+    {
+        hydra::cuda::GdnWorkspace ws(s, true);
+        const float fwd = median_ms([&] {
+            hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws);
+        });
+        emit("gdn_fwd", B, T, H, D, fwd, double(B) * T, 0, 0);
+        const float fb = median_ms([&] {
+            hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
+            hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale,
+                                            true, ws);
+        });
+        emit("gdn_fwdbwd", B, T, H, D, fb, double(B) * T, 0, 0);
+        // one more call of each with per-kernel times on stderr
+        hydra::cuda::gdn_set_profile(true);
+        std::fprintf(stderr, "B%d T%d H%d D%d\n", B, T, H, D);
+        hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws);
+        hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
+        hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale, true,
+                                        ws);
+        hydra::cuda::gdn_set_profile(false);
+    }
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)g, (void*)beta, (void*)o, (void*)dq, (void*)dk,
+                    (void*)dv, (void*)dg, (void*)db})
+        CUDA_CHECK(cudaFree(p));
+}
+
+void bench_attn(int B, int T, int H, int Hkv, int D, std::mt19937_64& gen) {
+    const size_t nq = size_t(B) * T * H * D, nk = size_t(B) * T * Hkv * D;
+    bf16* q = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    bf16* k = dev_random<bf16>(nk, gen, -1.f, 1.f, true);
+    bf16* v = dev_random<bf16>(nk, gen, -1.f, 1.f, true);
+    bf16* dout = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    bf16 *o, *dq, *dk, *dv;
+    float* lse;
+    CUDA_CHECK(cudaMalloc(&o, nq * 2));
+    CUDA_CHECK(cudaMalloc(&dq, nq * 2));
+    CUDA_CHECK(cudaMalloc(&dk, nk * 2));
+    CUDA_CHECK(cudaMalloc(&dv, nk * 2));
+    CUDA_CHECK(cudaMalloc(&lse, size_t(B) * H * T * 4));
+    const hydra::cuda::AttnShape s{B, T, H, Hkv, D};
+    const float scale = 1.f / std::sqrt(float(D));
+    const double flops = 4.0 * B * H * double(T) * T * D / 2;
+    {
+        hydra::cuda::AttnWorkspace ws(s);
+        const float fwd = median_ms([&] { hydra::cuda::attention_forward(s, q, k, v, o, lse, scale); });
+        emit("attn_fwd", B, T, H, D, fwd, double(B) * T, flops, 0);
+        const float fb = median_ms([&] {
+            hydra::cuda::attention_forward(s, q, k, v, o, lse, scale);
+            hydra::cuda::attention_backward(s, q, k, v, o, lse, dout, dq, dk, dv, scale, ws);
+        });
+        emit("attn_fwdbwd", B, T, H, D, fb, double(B) * T, flops * 3.5, 0);
+    }
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)o, (void*)dq, (void*)dk, (void*)dv, (void*)lse})
+        CUDA_CHECK(cudaFree(p));
+}
+
+void bench_decode(int B, int H, int D, std::mt19937_64& gen) {
+    const size_t nq = size_t(B) * H * D, ns = size_t(B) * H * D * D;
+    bf16* q = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    bf16* k = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    bf16* v = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
+    float* g = dev_random<float>(size_t(B) * H, gen, -0.2f, -0.01f, false);
+    float* beta = dev_random<float>(size_t(B) * H, gen, 0.3f, 0.9f, false);
+    float* s0 = dev_random<float>(ns, gen, -1.f, 1.f, false);
+    float* s1 = dev_random<float>(ns, gen, -1.f, 1.f, false);
+    bf16* o;
+    CUDA_CHECK(cudaMalloc(&o, nq * 2));
+    const float scale = 1.f / std::sqrt(float(D));
+    // separate in/out buffers like fla's fused recurrent (which returns a fresh final state)
+    const float ms = median_ms(
+        [&] { hydra::cuda::gdn_decode_step(B, H, H, D, q, k, v, g, beta, s0, s1, o, scale, true); });
+    emit("gdn_decode", B, 1, H, D, ms, double(B), 0, 2.0 * ns * 4);
+    const float ms_ip = median_ms(
+        [&] { hydra::cuda::gdn_decode_step(B, H, H, D, q, k, v, g, beta, s0, s0, o, scale, true); });
+    emit("gdn_decode_inplace", B, 1, H, D, ms_ip, double(B), 0, 2.0 * ns * 4);
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)g, (void*)beta, (void*)s0, (void*)s1, (void*)o})
+        CUDA_CHECK(cudaFree(p));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool quick = false;
+    for (int i = 1; i < argc; ++i)
+        if (!std::strcmp(argv[i], "--quick")) quick = true;
+    std::mt19937_64 gen(12345);
+    try {
+        cudaDeviceProp prop{};
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        std::fprintf(stderr, "device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+        bench_decode(64, 16, 128, gen);
+        bench_decode(64, 9, 64, gen);
+        const int shapes[3][2] = {{8, 4096}, {2, 16384}, {1, 65536}};
+        for (int i = 0; i < (quick ? 1 : 3); ++i) {
+            bench_gdn(shapes[i][0], shapes[i][1], 16, 128, gen);
+            bench_attn(shapes[i][0], shapes[i][1], 16, 16, 128, gen);
+        }
+        bench_gdn(8, 4096, 9, 64, gen);
+        bench_attn(8, 4096, 9, 3, 64, gen);
+    } catch (const std::exception& e) {
+        std::printf("ERROR: %s\n", e.what());
+        return 2;
+    }
+    return 0;
+}

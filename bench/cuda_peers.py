@@ -1,0 +1,157 @@
+"""Peer timings for bench/cuda_gdn_attention_bench.cu at the same shapes, in the same run: the
+flash-linear-attention Triton kernels (chunk_gated_delta_rule forward and forward+backward with
+use_qk_l2norm_in_kernel=True, fused_recurrent_gated_delta_rule for the decode step) and PyTorch's
+fused softmax attention (F.scaled_dot_product_attention, causal, GQA through enable_gqa). Called the
+way shared/bench/peer_gdn_sdpa.py calls them (triton.testing.do_bench medians, warmup 25 ms, rep 200 ms).
+
+Then joins with our rows (--ours FILE, JSON lines from cuda_gdn_attention_bench) and prints one table
+with the ratio peer_ms / our_ms (above 1: ours is faster).
+
+Usage: FLA_PATH=.peer python3 bench/cuda_peers.py --ours ours.jsonl [--quick] [--json out.json]
+The fla source tree is never committed: it is fetched into a git-ignored folder and carried.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton
+
+p = argparse.ArgumentParser()
+p.add_argument("--ours", required=True)
+p.add_argument("--quick", action="store_true")
+p.add_argument("--json", default="")
+args = p.parse_args()
+
+dev = "cuda"
+torch.manual_seed(0)
+rows = []
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def emit(op, B, T, H, D, ms, **extra):
+    r = {"impl": "peer", "op": op, "B": B, "T": T, "H": H, "D": D, "ms": round(ms, 4)}
+    r.update(extra)
+    rows.append(r)
+    print(json.dumps(r), flush=True)
+
+
+sys.path.insert(0, os.environ.get("FLA_PATH", ".peer"))
+from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule  # noqa: E402
+import fla.ops.common.chunk_o as _chunk_o  # noqa: E402
+
+# Timing only (as in shared/bench/peer_gdn_sdpa.py): fla refuses its gated backward on Hopper with
+# Triton < 3.7.1 (its issue #640); the guard is lifted so the kernels' time can be read.
+_chunk_o.TRITON_ABOVE_3_7_1 = True
+
+x = torch.empty(2 * 1024**3 // 2, dtype=torch.bfloat16, device=dev).normal_()
+y = torch.empty_like(x)
+ms = bench(lambda: y.copy_(x))
+emit("ceiling_copy_2GiB", 0, 0, 0, 0, ms, TB_s=round(2 * x.numel() * 2 / ms / 1e9, 2))
+del x, y
+
+
+def gdn_inputs(B, T, H, D, grad):
+    q = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
+    g = F.logsigmoid(torch.randn(B, T, H, device=dev, dtype=torch.float32)) * 0.1
+    beta = torch.rand(B, T, H, device=dev, dtype=torch.float32).sigmoid()
+    ts = [q, k, v, g, beta]
+    if grad:
+        for t in ts:
+            t.requires_grad_(True)
+    return ts
+
+
+def peer_gdn(B, T, H, D):
+    q, k, v, g, beta = gdn_inputs(B, T, H, D, True)
+    fwd = lambda: chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+    emit("gdn_fwd", B, T, H, D, bench(fwd))
+    o, _ = fwd()
+    do = torch.randn_like(o)
+
+    def fb():
+        o, _ = chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+        o.backward(do)
+
+    emit("gdn_fwdbwd", B, T, H, D, bench(fb))
+    del q, k, v, g, beta, o, do
+    torch.cuda.empty_cache()
+
+
+def peer_attn(B, T, H, Hkv, D):
+    qa = torch.randn(B, H, T, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    ka = torch.randn(B, Hkv, T, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    va = torch.randn(B, Hkv, T, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    gqa = Hkv != H
+    f = lambda: F.scaled_dot_product_attention(qa, ka, va, is_causal=True, enable_gqa=gqa)
+    emit("attn_fwd", B, T, H, D, bench(f))
+    oa = f()
+    doa = torch.randn_like(oa)
+
+    def fba():
+        o = F.scaled_dot_product_attention(qa, ka, va, is_causal=True, enable_gqa=gqa)
+        o.backward(doa)
+
+    emit("attn_fwdbwd", B, T, H, D, bench(fba))
+    del qa, ka, va, oa, doa
+    torch.cuda.empty_cache()
+
+
+def peer_decode(B, H, D):
+    q, k, v, g, beta = gdn_inputs(B, 1, H, D, False)
+    h0 = torch.randn(B, H, D, D, device=dev, dtype=torch.float32)
+    fr = lambda: fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                   use_qk_l2norm_in_kernel=True)
+    emit("gdn_decode", B, 1, H, D, bench(fr))
+
+
+peer_decode(64, 16, 128)
+peer_decode(64, 9, 64)
+shapes = [(8, 4096), (2, 16384), (1, 65536)]
+for B, T in shapes[: 1 if args.quick else 3]:
+    peer_gdn(B, T, 16, 128)
+    peer_attn(B, T, 16, 16, 128)
+peer_gdn(8, 4096, 9, 64)
+peer_attn(8, 4096, 9, 3, 64)
+
+meta = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()}
+print(json.dumps(meta), flush=True)
+
+ours = {}
+with open(args.ours) as fh:
+    for line in fh:
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            if r.get("impl") == "ours":
+                ours[(r["op"], r["B"], r["T"], r["H"], r["D"])] = r
+table = []
+print("\n%-20s %-22s %10s %10s %8s  %s" % ("op", "shape", "ours ms", "peer ms", "ratio", "peer"))
+for r in rows:
+    if r["op"].startswith("ceiling"):
+        continue
+    key = (r["op"], r["B"], r["T"], r["H"], r["D"])
+    o = ours.get(key)
+    peer = "fla" if r["op"].startswith("gdn") else "torch SDPA"
+    shape = "B%d T%d H%d d%d" % (r["B"], r["T"], r["H"], r["D"])
+    if o is None:
+        print("%-20s %-22s %10s %10.3f %8s  %s" % (r["op"], shape, "-", r["ms"], "-", peer))
+        continue
+    ratio = r["ms"] / o["ms"]
+    table.append({"op": r["op"], "shape": shape, "ours_ms": o["ms"], "peer_ms": r["ms"], "ratio": round(ratio, 3),
+                  "peer": peer})
+    print("%-20s %-22s %10.3f %10.3f %8.2f  %s" % (r["op"], shape, o["ms"], r["ms"], ratio, peer))
+for key, o in ours.items():
+    if key[0] == "gdn_decode_inplace":
+        shape = "B%d T%d H%d d%d" % (o["B"], o["T"], o["H"], o["D"])
+        print("%-20s %-22s %10.3f %10s %8s  %s" % (o["op"], shape, o["ms"], "-", "-", "(ours, state in place)"))
+if args.json:
+    with open(args.json, "w") as fh:
+        json.dump({"meta": meta, "peer_rows": rows, "ours": list(ours.values()), "table": table}, fh, indent=1)

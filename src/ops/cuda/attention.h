@@ -1,0 +1,44 @@
+// Causal grouped-query softmax attention on the GPU, forward and backward, flash-style (the T x T
+// scores never reach device memory): bf16 operands on tensor cores, fp32 accumulation and softmax
+// statistics. Same function as ops/cpu/attention.h with pos0 = 0 (training / prefill).
+//
+// Layouts (flash-attn's, row-major, contiguous): q, o, dq, d_o: (B, T, H, D) bf16; k, v, dk, dv:
+// (B, T, Hkv, D) bf16; query head h reads KV head h / (H / Hkv). D in {64, 128}.
+// lse: (B, H, T) fp32, the row log-sum-exp of the scaled scores in base 2 (log2(sum_s exp2(scale log2(e)
+// q.k_s))), written by the forward and read by the backward.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace hydra::cuda {
+
+struct AttnShape {
+    int B = 0, T = 0, H = 0, Hkv = 0, D = 0;
+};
+
+// Backward scratch: fp32 dQ accumulator (B, T, H, D) and the row dot products D = dO . O (B, H, T).
+class AttnWorkspace {
+public:
+    explicit AttnWorkspace(const AttnShape& s);
+    ~AttnWorkspace();
+    AttnWorkspace(const AttnWorkspace&) = delete;
+    AttnWorkspace& operator=(const AttnWorkspace&) = delete;
+    AttnShape shape;
+    float* dq_acc = nullptr;
+    float* dvec = nullptr;
+    size_t bytes = 0;
+};
+
+void attention_forward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                       __nv_bfloat16* o, float* lse, float scale, cudaStream_t stream = nullptr);
+
+// dq, dk, dv OVERWRITTEN; dk/dv of a KV head are summed over the query heads that read it.
+void attention_backward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                        const __nv_bfloat16* o, const float* lse, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
+                        __nv_bfloat16* dk, __nv_bfloat16* dv, float scale, AttnWorkspace& ws,
+                        cudaStream_t stream = nullptr);
+
+}  // namespace hydra::cuda

@@ -1,0 +1,83 @@
+// Gated DeltaNet on the GPU (research/gdn.md §2-§4): the chunked forward and backward (chunk 64,
+// WY/UT form, bf16 tensor-core products with fp32 accumulation, fp32 state) and the one-token decode
+// step. Same recurrence and conventions as the CPU reference (ops/cpu/gdn_recurrence.h): decay first,
+// read after the write, value head j reads q/k head j / (HV / H), scale applied to q.
+//
+// Layouts (fla's, row-major, contiguous):
+//   q, k: (B, T, H, D) bf16, raw when l2norm_qk (normalised inside: q / sqrt(sum q^2 + 1e-6), fla's
+//         use_qk_l2norm_in_kernel) or already normalised otherwise
+//   v, o: (B, T, HV, D) bf16        g (log decay <= 0), beta: (B, T, HV) fp32
+//   states h0 / ht / dh0 / dht: (B, HV, D, D) fp32, V-major with K contiguous (state_v_first)
+// K = V = D, D in {64, 128}. Any T >= 1 (the last chunk may be partial).
+// Every CUDA call is checked (hydra::Error on failure); the functions are asynchronous on `stream`.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hydra::cuda {
+
+using bf16 = __nv_bfloat16;
+
+struct GdnShape {
+    int B = 0, T = 0, H = 0, HV = 0, D = 0;
+    int num_chunks() const { return (T + 63) / 64; }
+};
+
+// Device buffers of the chunked forward/backward. `training` adds what the backward reads (per-chunk
+// states, deltas, the UT matrices) and the backward's own scratch.
+class GdnWorkspace {
+public:
+    GdnWorkspace(const GdnShape& s, bool training);
+    ~GdnWorkspace();
+    GdnWorkspace(const GdnWorkspace&) = delete;
+    GdnWorkspace& operator=(const GdnWorkspace&) = delete;
+
+    GdnShape shape;
+    bool training = false;
+    size_t bytes = 0;  // device memory held
+    // forward: normalised q/k and their 1/norm, chunk-local gate cumsum (B, HV, NT*64), W and U
+    // (B, HV, NT*64, D), decayed causal scores P = (Q K^T) o E per chunk (B, HV, NT, 64, 64)
+    bf16 *qn = nullptr, *kn = nullptr;
+    float *rq = nullptr, *rk = nullptr, *gam = nullptr;
+    bf16 *W = nullptr, *U = nullptr, *P = nullptr;
+    // saved for the backward: T = (I + A)^-1 per chunk (fp32), state entering each chunk (bf16,
+    // (B, HV, NT, D, D)), delta (B, HV, NT*64, D) bf16
+    float* Tm = nullptr;
+    bf16 *states = nullptr, *delta = nullptr;
+    // backward scratch: dL/dS leaving each chunk (bf16), d delta (fp32), per-value-head dq/dk (fp32)
+    bf16* dstates = nullptr;
+    float *ddelta = nullptr, *dqv = nullptr, *dkv = nullptr;
+
+private:
+    void* base_ = nullptr;
+};
+
+// o = GDN(q, k, v, g, beta; h0) and, when ht is given, the final state. h0 null = zeros.
+// save = keep what gdn_chunk_backward needs in ws (ws must be a training workspace).
+void gdn_chunk_forward(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g,
+                       const float* beta, const float* h0, bf16* o, float* ht, float scale, bool l2norm_qk,
+                       bool save, GdnWorkspace& ws, cudaStream_t stream = nullptr);
+
+// Gradients of the forward just run with save = true on the same inputs and workspace. dq, dk are
+// w.r.t. the raw q, k when l2norm_qk. dht null = no gradient on the final state; dh0 null = not wanted.
+// All outputs are OVERWRITTEN.
+void gdn_chunk_backward(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g,
+                        const float* beta, const bf16* d_o, const float* dht, bf16* dq, bf16* dk, bf16* dv,
+                        float* dg, float* dbeta, float* dh0, float scale, bool l2norm_qk, GdnWorkspace& ws,
+                        cudaStream_t stream = nullptr);
+
+// One decode step for B sequences: q, k (B, H, D), v, o (B, HV, D) bf16; g, beta (B, HV) fp32;
+// state (B, HV, D, D) fp32 read from state_in and written to state_out (may be the same buffer).
+void gdn_decode_step(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v, const float* g,
+                     const float* beta, const float* state_in, float* state_out, bf16* o, float scale,
+                     bool l2norm_qk, cudaStream_t stream = nullptr);
+
+// Diagnostics: when on, each chunked forward/backward call synchronises and prints the time of each of
+// its kernels to stderr (for benchmarks' stage breakdowns; off by default).
+void gdn_set_profile(bool on);
+
+}  // namespace hydra::cuda

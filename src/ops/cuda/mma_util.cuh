@@ -1,0 +1,164 @@
+// Tensor-core building blocks shared by the CUDA kernels (sm_80+ mma.sync, written from the PTX ISA
+// fragment layouts; no third-party code): bf16 m16n8k16 MMA with fp32 accumulators, ldmatrix loads
+// of A and B fragments from shared memory (plain or transposed storage), cp.async 16-byte copies, and
+// a warp-tile GEMM whose operands live in shared memory.
+//
+// Conventions. A warp computes C (16 MT x 8 NT) += opA (16 MT x 16 KS) opB (16 KS x 8 NT):
+//   AT = false: opA[m][k] = A[m * lda + k]        (A stored M x K, K contiguous)
+//   AT = true:  opA[m][k] = A[k * lda + m]        (A stored K x M, M contiguous)
+//   BT = false: opB[k][n] = B[k * ldb + n]        (B stored K x N, N contiguous)
+//   BT = true:  opB[k][n] = B[n * ldb + k]        (B stored N x K, K contiguous)
+// lda/ldb are in elements, multiples of 8, and every tile origin is 16-byte aligned (ldmatrix rows).
+// Accumulator element e (0..3) of tile (mt, nt) sits at row mt*16 + lane/4 + 8*(e/2), column
+// nt*8 + 2*(lane%4) + (e%2) of the warp's tile (frag_row / frag_col below).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace hydra::cuda::mma {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// 16-byte asynchronous global -> shared copy (L2 only).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ int frag_row(int mt, int e, int lane) { return mt * 16 + (lane >> 2) + ((e >> 1) << 3); }
+__device__ __forceinline__ int frag_col(int nt, int e, int lane) { return nt * 8 + ((lane & 3) << 1) + (e & 1); }
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
+// A fragment of m-tile origin A (already offset to the tile's (m0, k0)).
+template <bool AT>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* A, int lda, int lane) {
+    if constexpr (!AT) {
+        ldsm_x4(a, A + (lane & 15) * lda + ((lane >> 4) << 3));
+    } else {
+        const int k = ((lane >> 4) << 3) + (lane & 7);
+        const int m = ((lane >> 3) & 1) << 3;
+        ldsm_x4_t(a, A + k * lda + m);
+    }
+}
+
+// B fragments of two adjacent n-tiles (b[0], b[1] for the first; b[2], b[3] for the second); B offset to
+// the pair's (k0, n0).
+template <bool BT>
+__device__ __forceinline__ void load_b2(uint32_t (&b)[4], const bf16* B, int ldb, int lane) {
+    const int i = lane >> 3;
+    if constexpr (BT) {
+        const int n = ((i >> 1) << 3) + (lane & 7);
+        const int k = (i & 1) << 3;
+        ldsm_x4(b, B + n * ldb + k);
+    } else {
+        const int k = ((i & 1) << 3) + (lane & 7);
+        const int n = (i >> 1) << 3;
+        ldsm_x4_t(b, B + k * ldb + n);
+    }
+}
+
+// acc (16MT x 8NT) += opA (16MT x 16KS) opB (16KS x 8NT), operands in shared memory at the warp tile's
+// origin (see the conventions above). NT must be even.
+template <int MT, int NT, int KS, bool AT, bool BT>
+__device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const bf16* A, int lda, const bf16* B, int ldb,
+                                          int lane) {
+    static_assert(NT % 2 == 0, "warp_gemm: NT must be even");
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const bf16* pa = AT ? A + (ks * 16) * lda + mt * 16 : A + (mt * 16) * lda + ks * 16;
+            load_a<AT>(a[mt], pa, lda, lane);
+        }
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            uint32_t b[4];
+            const bf16* pb = BT ? B + (np * 16) * ldb + ks * 16 : B + (ks * 16) * ldb + np * 16;
+            load_b2<BT>(b, pb, ldb, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma_bf16(acc[mt][2 * np], a[mt], b[0], b[1]);
+                mma_bf16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// A block GEMM C (M x N) = opA (M x KD) opB (KD x N) split over WR x WC warps: warp w owns rows
+// [(w / WC) M / WR, ...) and columns [(w % WC) N / WC, ...). A and B point at the operands' (0, 0).
+template <int M, int N, int KD, int WR, int WC, bool AT, bool BT>
+struct BlockGemm {
+    static constexpr int MT = M / WR / 16;
+    static constexpr int NT = N / WC / 8;
+    static_assert(MT * WR * 16 == M && NT * WC * 8 == N && KD % 16 == 0, "BlockGemm: shape does not tile");
+    using Acc = float[MT][NT][4];
+
+    __device__ static int row0(int warp) { return (warp / WC) * (M / WR); }
+    __device__ static int col0(int warp) { return (warp % WC) * (N / WC); }
+
+    __device__ static void run(Acc& acc, const bf16* A, int lda, const bf16* B, int ldb, int warp, int lane) {
+        const int m0 = row0(warp), n0 = col0(warp);
+        const bf16* pa = AT ? A + m0 : A + m0 * lda;
+        const bf16* pb = BT ? B + n0 * ldb : B + n0;
+        warp_gemm<MT, NT, KD / 16, AT, BT>(acc, pa, lda, pb, ldb, lane);
+    }
+
+    // f(row, col, value&) for every accumulator element, in block coordinates.
+    template <class F>
+    __device__ static void each(Acc& acc, int warp, int lane, F&& f) {
+        const int m0 = row0(warp), n0 = col0(warp);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    f(m0 + frag_row(mt, e, lane), n0 + frag_col(nt, e, lane), acc[mt][nt][e]);
+    }
+};
+
+}  // namespace hydra::cuda::mma

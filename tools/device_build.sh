@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Builds the CUDA op-parity and benchmark programs with nvcc and g++ alone, for a GPU machine that has
+# the CUDA toolkit but none of hydra_lib's Debian dependencies and no package registry:
+#   - the CUDA kernels (src/ops/cuda/*.cu),
+#   - the CPU reference sources the parity program compares against (ops/cpu attention, gdn_recurrence,
+#     l2norm; core/error), with a loop GEMM (bench/cuda_gemm_shim.cc) in place of OpenBLAS,
+#   - fmt used header-only, from the system or from Debian's libfmt-dev unpacked into .devdeps/.
+# No CMake, OpenBLAS, nlohmann-json, PCRE2, CLI11 or toml++ needed. OpenMP comes with g++.
+#
+# Usage:
+#   tools/device_build.sh --fetch   where apt works: download libfmt-dev into .devdeps/ and unpack it
+#                                   (.devdeps/ is git-ignored; carry it to the GPU machine)
+#   tools/device_build.sh           build into ${BUILD_DIR:-build-device}/ (here or on the GPU machine)
+# The outputs run on either machine (x86-64-v3 host code, static CUDA runtime, sm_90 device code).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+DEPS="$ROOT/.devdeps"
+OUTDIR="${BUILD_DIR:-$ROOT/build-device}"
+JOBS="${JOBS:-$(nproc)}"
+
+if [[ "${1:-}" == "--fetch" ]]; then
+  mkdir -p "$DEPS/debs" "$DEPS/root"
+  (cd "$DEPS/debs" && apt-get download libfmt-dev)
+  for f in "$DEPS"/debs/*.deb; do dpkg -x "$f" "$DEPS/root"; done
+  echo "[device_build] fmt headers in $DEPS/root/usr/include"
+  exit 0
+fi
+
+if [[ -f "$DEPS/root/usr/include/fmt/format.h" ]]; then
+  FMT_INC="$DEPS/root/usr/include"
+elif [[ -f /usr/include/fmt/format.h ]]; then
+  FMT_INC=/usr/include
+else
+  echo "[device_build] fmt headers missing: run tools/device_build.sh --fetch where apt works and carry .devdeps/" >&2
+  exit 1
+fi
+command -v nvcc >/dev/null || { echo "[device_build] nvcc not on PATH" >&2; exit 1; }
+
+mkdir -p "$OUTDIR/obj"
+CXXFLAGS=(-O3 -std=c++20 -march=x86-64-v3 -fopenmp -DFMT_HEADER_ONLY -I"$ROOT/src" -isystem "$FMT_INC")
+NVFLAGS=(-O3 -std=c++17 --expt-relaxed-constexpr -gencode arch=compute_90,code=sm_90 -DFMT_HEADER_ONLY
+         -I"$ROOT/src" -isystem "$FMT_INC" -Xcompiler -fopenmp,-march=x86-64-v3)
+
+CPP_SRCS=(src/core/error.cpp src/ops/cpu/attention.cpp src/ops/cpu/gdn_recurrence.cpp src/ops/cpu/l2norm.cpp
+          bench/cuda_gemm_shim.cc)
+CU_SRCS=(src/ops/cuda/gdn_chunk.cu src/ops/cuda/attention.cu bench/cuda_op_parity.cu
+         bench/cuda_gdn_attention_bench.cu)
+
+pids=()
+running=0
+newest_header=$(cd "$ROOT" && ls -t src/ops/cuda/*.h src/ops/cuda/*.cuh src/ops/cpu/*.h src/core/*.h | head -1)
+compile() {  # src -> obj, at most JOBS at once; skipped when the object is newer than it and every header
+  local src="$1" obj="$OUTDIR/obj/$(echo "$1" | tr '/' '_').o"
+  if [[ -f "$obj" && "$obj" -nt "$ROOT/$src" && "$obj" -nt "$ROOT/$newest_header" ]]; then return 0; fi
+  if [[ "$src" == *.cu ]]; then
+    nvcc "${NVFLAGS[@]}" -c "$ROOT/$src" -o "$obj" &
+  else
+    g++ "${CXXFLAGS[@]}" -c "$ROOT/$src" -o "$obj" &
+  fi
+  pids+=($!)
+  running=$((running + 1))
+  if (( running >= JOBS )); then wait -n; running=$((running - 1)); fi
+}
+start=$(date +%s)
+for s in "${CU_SRCS[@]}" "${CPP_SRCS[@]}"; do compile "$s"; done
+fail=0
+for p in "${pids[@]}"; do wait "$p" || fail=1; done
+(( fail == 0 )) || { echo "[device_build] compile failed" >&2; exit 1; }
+O="$OUTDIR/obj"
+KERNELS=("$O/src_ops_cuda_gdn_chunk.cu.o" "$O/src_ops_cuda_attention.cu.o")
+CPUREF=("$O/src_core_error.cpp.o" "$O/src_ops_cpu_attention.cpp.o" "$O/src_ops_cpu_gdn_recurrence.cpp.o"
+        "$O/src_ops_cpu_l2norm.cpp.o" "$O/bench_cuda_gemm_shim.cc.o")
+nvcc -o "$OUTDIR/cuda_op_parity" "$O/bench_cuda_op_parity.cu.o" "${KERNELS[@]}" "${CPUREF[@]}" -lgomp
+nvcc -o "$OUTDIR/cuda_gdn_attention_bench" "$O/bench_cuda_gdn_attention_bench.cu.o" "${KERNELS[@]}" \
+  "$O/src_core_error.cpp.o"
+# what the outputs were built from, so a later run can tell whether they are current
+(cd "$ROOT" && cat "${CPP_SRCS[@]}" "${CU_SRCS[@]}" src/ops/cuda/*.h src/ops/cuda/*.cuh src/ops/cpu/*.h \
+  src/core/error.h src/core/gemm.h | sha256sum | cut -d' ' -f1) > "$OUTDIR/.stamp"
+echo "[device_build] built $OUTDIR/cuda_op_parity and $OUTDIR/cuda_gdn_attention_bench in $(( $(date +%s) - start )) s"
