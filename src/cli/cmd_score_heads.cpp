@@ -1,0 +1,176 @@
+// `hydra score-heads MODEL --out scores.json [--method ...] [--tasks ...] [--lengths ...] [--samples N]
+// [--heatmap heads.png]`: scores every query head of the teacher by activation / attribution / path
+// patching and the copy-paste retrieval score on RULER task pairs (interp/score_heads.h), and writes
+// the scores.json that `hydra convert --select scores --scores FILE` reads.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli/commands.h"
+#include "cli/model_load_report.h"
+#include "cli/progress_bar.h"
+#include "core/error.h"
+#include "eval/eval_runner.h"
+#include "eval/task_common.h"
+#include "eval/task_registry.h"
+#include "interp/score_heads.h"
+
+namespace hydra::cli {
+
+namespace {
+
+struct ScoreHeadsCliOptions {
+    std::string model = default_model_path();
+    std::string out;
+    std::string method = "activation,attribution";
+    std::string tasks = "niah_single_2,niah_multikey_1";
+    std::string lengths = "1k";
+    int64_t samples = 4;
+    uint64_t seed = 1;
+    int64_t receivers = 8;
+    std::string attribution_positions = "answer";
+    int64_t batch = 96;
+    double lambda = 0.5;
+    double min_gap = 0.5;
+    std::string format = "auto";
+    std::string heatmap;
+    int threads = 0;
+};
+
+void print_summary(const ScoreReport& r, int64_t H) {
+    const ScoreSet& s = r.scores;
+    int64_t used = 0;
+    for (const PairRecord& p : r.pairs) used += p.used ? 1 : 0;
+    if (!r.pairs.empty()) {
+        fmt::print("pairs: {} used of {}\n", used, r.pairs.size());
+        for (const char* stage : {"forward", "activation", "attribution", "path"})
+            if (r.seconds.count(stage)) {
+                const double n = std::string(stage) == "forward" ? double(r.pairs.size())
+                                                                 : double(std::max<int64_t>(used, 1));
+                fmt::print("  {:<12} {:8.2f} s per pair\n", stage, r.seconds.at(stage) / n);
+            }
+    }
+    if (!r.trials.empty()) {
+        int64_t ok = 0;
+        for (const TrialRecord& t : r.trials) ok += t.correct ? 1 : 0;
+        fmt::print("retrieval: {} of {} trials correct, {:.2f} s per trial\n", ok, r.trials.size(),
+                   r.seconds.at("retrieval") / double(r.trials.size()));
+    }
+    if (s.methods.count("activation") && s.methods.count("attribution")) {
+        const double rho = spearman(s.methods.at("activation").heads, s.methods.at("attribution").heads);
+        fmt::print("Spearman(activation, attribution) over {} heads: {:.3f}\n", s.layers * s.heads, rho);
+    }
+    std::string top;
+    for (const auto& [l, h] : top_heads(s.aggregate, H, 12))
+        top += fmt::format(" L{}.H{}={:.2f}", l, h, s.aggregate[size_t(l * H + h)]);
+    fmt::print("top heads:{}\n", top);
+}
+
+}  // namespace
+
+void register_score_heads(CLI::App& app) {
+    auto* o = new ScoreHeadsCliOptions;
+    auto* cmd = app.add_subcommand("score-heads",
+                                   "Score attention heads for retrieval (patching, attribution, "
+                                   "copy-paste) and write scores.json for hydra convert");
+    cmd->add_option("MODEL", o->model, "the all-FA teacher: a .gguf file or a model directory")
+        ->capture_default_str();
+    cmd->add_option("--out", o->out, "scores.json to write")->required();
+    cmd->add_option("--method", o->method, "activation|attribution|path|retrieval|all, comma-separated")
+        ->capture_default_str();
+    cmd->add_option("--tasks", o->tasks,
+                    "tasks, each TASK or TASK:CORRUPTION (value-swap|needle-removed|key-swap)")
+        ->capture_default_str();
+    cmd->add_option("--lengths", o->lengths, "prompt lengths in tokens, e.g. 1k,2k")->capture_default_str();
+    cmd->add_option("--samples", o->samples, "pairs (and retrieval samples) per task and length")
+        ->capture_default_str();
+    cmd->add_option("--seed", o->seed, "task seed")->capture_default_str();
+    cmd->add_option("--receivers", o->receivers, "path patching: receiver heads (top by activation patching)")
+        ->capture_default_str();
+    cmd->add_option("--attribution-positions", o->attribution_positions,
+                    "answer (the patched position, like activation patching) or all positions")
+        ->capture_default_str();
+    cmd->add_option("--batch", o->batch, "patched copies per batch")->capture_default_str();
+    cmd->add_option("--lambda", o->lambda, "max-aware mean over tasks: lambda max + (1 - lambda) mean")
+        ->capture_default_str();
+    cmd->add_option("--min-gap", o->min_gap,
+                    "skip pairs whose clean - corrupted logit difference is below this")
+        ->capture_default_str();
+    cmd->add_option("--format", o->format, "task prompt format: auto|raw|chatml")->capture_default_str();
+    cmd->add_option("--heatmap", o->heatmap, "write a layers x heads PNG of the aggregate scores");
+    add_threads_option(*cmd, o->threads);
+    cmd->callback([o] {
+        apply_threads(o->threads);
+        ScoreHeadsOptions so;
+        so.methods = parse_methods(o->method);
+        so.lengths = parse_lengths(o->lengths);
+        so.samples = o->samples;
+        so.seed = o->seed;
+        so.receivers = o->receivers;
+        HYDRA_CHECK(o->attribution_positions == "answer" || o->attribution_positions == "all",
+                    "--attribution-positions: '{}' is not answer or all", o->attribution_positions);
+        so.attribution_positions =
+            o->attribution_positions == "all" ? AttributionPositions::All : AttributionPositions::Answer;
+        so.max_batch = o->batch;
+        so.config.lambda = o->lambda;
+        so.config.min_gap = o->min_gap;
+        const std::vector<TaskSpec> specs = parse_task_specs(o->tasks);
+        std::string names;
+        for (const TaskSpec& t : specs) names += (names.empty() ? "" : ",") + t.task;
+        parse_task_list(names);  // unknown task names fail here, listing the known ones
+        TaskOptions topt;
+        topt.format = parse_prompt_format(o->format);
+
+        LoadedModel m = load_model_reported(o->model);
+        check_score_options(m.model->config(), so);  // before any work: bad lengths fail fast
+        auto ctx = std::make_shared<TaskContext>();
+        ctx->text = model_text_for(o->model, m.vocab, m.model->config().eos_token_ids);
+        ctx->options = topt;
+        std::vector<std::unique_ptr<TaskGenerator>> gens;
+        std::vector<ScoreTask> tasks;
+        for (const TaskSpec& t : specs) {
+            gens.push_back(make_task(t.task, ctx));
+            ScoreTask st{gens.back().get(), t.corruption};
+            const std::vector<std::string> c = gens.back()->corruptions();
+            if (st.corruption.empty() && !c.empty()) st.corruption = c[0];
+            if (!st.corruption.empty())
+                HYDRA_CHECK(std::find(c.begin(), c.end(), st.corruption) != c.end(),
+                            "--tasks: task '{}' has no '{}' pairs (it has: {})", t.task, st.corruption,
+                            c.empty() ? std::string("none") : fmt::format("{}", fmt::join(c, ", ")));
+            tasks.push_back(st);
+        }
+
+        const auto t0 = std::chrono::steady_clock::now();
+        ProgressBar bar("score", 1, "item");
+        bool started = false;
+        const bool log_lines = !isatty(2);  // the bar is silent off a terminal: log one line per item instead
+        ScoreReport report = score_heads(
+            *m.model, ctx->text, tasks, so, [&](int64_t done, int64_t total, const std::string& s) {
+                if (!started) bar = ProgressBar("score", total, "item"), started = true;
+                bar.update(done, s);
+                if (log_lines)
+                    fmt::print(stderr, "[{}/{} {:.0f} s] {}\n", done, total,
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                               s);
+            });
+        report.model_source = o->model;
+        bar.finish("done");
+        write_scores_json(o->out, m.model->config(), report);
+        const ModelConfig& c = m.model->config();
+        if (!o->heatmap.empty())
+            write_scores_heatmap(o->heatmap, report.scores.aggregate, c.num_layers, c.num_heads,
+                                 fmt::format("head scores: {} ({})", c.name, o->method), "combined score",
+                                 (c.num_layers * c.num_heads + 7) / 8);
+        print_summary(report, c.num_heads);
+        fmt::print("wrote {}{} in {:.1f} s\n", o->out, o->heatmap.empty() ? "" : " and " + o->heatmap,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    });
+}
+
+}  // namespace hydra::cli

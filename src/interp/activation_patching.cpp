@@ -1,0 +1,40 @@
+// Activation patching of all heads (see activation_patching.h).
+#include "interp/activation_patching.h"
+
+#include "core/error.h"
+#include "interp/last_position_forward.h"
+
+namespace hydra {
+
+template <typename T>
+HeadPatchResult activation_patching(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
+                                    const LogitDiff<T>& ld, int64_t max_batch) {
+    const ModelConfig& c = w.config();
+    const int64_t L = c.num_layers, H = c.num_heads, Dh = c.head_dim, C = c.hidden_size;
+    HYDRA_CHECK(clean.num_tokens == corrupted.num_tokens,
+                "patching pair: the clean prompt has {} tokens, the corrupted one {} (they must be equal)",
+                clean.num_tokens, corrupted.num_tokens);
+    HeadPatchResult r;
+    r.layers = L;
+    r.heads = H;
+    r.ld_clean = ld(clean.x_final_last(C));
+    r.ld_corrupted = ld(corrupted.x_final_last(C));
+    // Direction: run `base`, set each head to its value in `source`.
+    auto direction = [&](const FaRun<T>& base, const FaRun<T>& source) {
+        std::vector<PatchedCopy<T>> copies(static_cast<size_t>(L * H));
+        for (int64_t l = 0; l < L; ++l)
+            for (int64_t h = 0; h < H; ++h)
+                copies[size_t(l * H + h)].patches = {{l, h, source.heads_last(l, H * Dh) + h * Dh}};
+        return ld.rows(last_position_sweep<T>(w, base, copies, max_batch));
+    };
+    r.ld_noised = direction(clean, corrupted);
+    r.ld_denoised = direction(corrupted, clean);
+    return r;
+}
+
+template HeadPatchResult activation_patching<float>(const FaWeights<float>&, const FaRun<float>&,
+                                                    const FaRun<float>&, const LogitDiff<float>&, int64_t);
+template HeadPatchResult activation_patching<double>(const FaWeights<double>&, const FaRun<double>&,
+                                                     const FaRun<double>&, const LogitDiff<double>&, int64_t);
+
+}  // namespace hydra
