@@ -17,6 +17,8 @@ void register_ppl(CLI::App& app);
 void register_train(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_distill(CLI::App& app);
+void register_pipeline(CLI::App& app);
+void register_demo(CLI::App& app);
 
 // The synthetic-task row generator a TrainConfig asks for (data.synthetic_fraction > 0), else empty.
 DataLoader::Generator synthetic_rows_for(const TrainConfig& config);

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
     hydra::cli::register_train(app);
     hydra::cli::register_convert(app);
     hydra::cli::register_distill(app);
+    hydra::cli::register_pipeline(app);
+    hydra::cli::register_demo(app);
     hydra::cli::register_score_heads(app);
     hydra::cli::register_eval(app);
     try {

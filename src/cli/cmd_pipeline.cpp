@@ -1,0 +1,92 @@
+// `hydra pipeline [CONFIG] [--preset NAME] [--out DIR] [--from STEP] [key=value ...]` and `hydra demo`:
+// the whole HydraHead job (teacher, head scores, conversion of every variant, the three transfer
+// stages, evaluation, report) from one config, resumable step by step (see pipeline/pipeline_runner.h).
+// `hydra demo` is the tiny-cpu preset into runs/demo: the README's main command.
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/progress_bar.h"
+#include "core/error.h"
+#include "pipeline/pipeline_runner.h"
+#include "train/train_config.h"
+
+namespace hydra::cli {
+
+namespace {
+
+struct PipelineOptions {
+    std::vector<std::string> positional;
+    std::string preset = "tiny-cpu";
+    std::string out;
+    std::string from;
+    int threads = 0;
+};
+
+void run(const PipelineConfig& config, const std::string& out, const std::string& from) {
+    PipelineHooks hooks;
+    std::unique_ptr<ProgressBar> bar;
+    std::string current;
+    hooks.progress = [&](const std::string& label, int64_t done, int64_t total, const std::string& status) {
+        if (label != current || !bar) {
+            if (bar) bar->finish();
+            bar = std::make_unique<ProgressBar>(label, total, label.rfind("eval", 0) == 0 ? "sample" : "step");
+            current = label;
+        }
+        bar->update(done, status);
+        if (done == total) {
+            bar->finish(status);
+            bar.reset();
+        }
+    };
+    hooks.synthetic_rows = [](const TrainConfig& c) { return synthetic_rows_for(c); };
+    const PipelineResult r = run_pipeline(config, out, from, hooks);
+    if (bar) bar->finish();
+    fmt::print("\n{}\nreport: {} ({:.1f} min)\n", r.table, r.report_path, r.seconds / 60.0);
+}
+
+}  // namespace
+
+void register_pipeline(CLI::App& app) {
+    auto* o = new PipelineOptions;
+    auto* cmd = app.add_subcommand("pipeline", "Teacher -> head scores -> convert -> align -> distill -> long "
+                                               "context -> evaluate -> report, for every variant of a config");
+    cmd->add_option("args", o->positional, "an optional CONFIG file (.json or .toml), then key=value overrides");
+    cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, smollm2-gpu")->capture_default_str();
+    cmd->add_option("--out", o->out, "output directory (default: runs/<preset>)");
+    cmd->add_option("--from", o->from, "recompute this step and all later ones: teacher, score, convert, align, "
+                                       "distill, longctx, eval, report");
+    add_threads_option(*cmd, o->threads);
+    cmd->callback([o] {
+        apply_threads(o->threads);
+        PipelineConfig config = PipelineConfig::preset(o->preset);
+        for (size_t i = 0; i < o->positional.size(); ++i) {
+            const std::string& arg = o->positional[i];
+            if (arg.find('=') != std::string::npos) {
+                config.apply_override(arg);
+            } else {
+                HYDRA_CHECK(i == 0, "'{}': only the first argument may be a config file; overrides are key=value", arg);
+                config.apply(load_config_file(arg), arg);
+            }
+        }
+        run(config, o->out.empty() ? "runs/" + o->preset : o->out, o->from);
+    });
+}
+
+void register_demo(CLI::App& app) {
+    auto* o = new PipelineOptions;
+    auto* cmd = app.add_subcommand(
+        "demo", "The main job on a tiny teacher, sized for a 2-core CPU: teacher vs HydraHead 7:1 (interpretability "
+                "and random heads) vs layer-wise 3:1 vs all-LA at 1x, 2x and 4x the teacher's training length");
+    cmd->add_option("--out", o->out, "output directory")->capture_default_str();
+    cmd->add_option("--from", o->from, "recompute this step and all later ones (see hydra pipeline --help)");
+    add_threads_option(*cmd, o->threads);
+    o->out = "runs/demo";
+    cmd->callback([o] {
+        apply_threads(o->threads);
+        run(PipelineConfig::preset("tiny-cpu"), o->out, o->from);
+    });
+}
+
+}  // namespace hydra::cli

@@ -1,0 +1,278 @@
+// Pipeline presets, file/override parsing and validation (see pipeline_config.h).
+#include "pipeline/pipeline_config.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "io/json_kind.h"
+
+namespace hydra {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<std::string> strings(const json& v, const std::string& where) {
+    HYDRA_CHECK(v.is_array(), "{}: expected a list of strings, found {}", where, json_kind(v));
+    std::vector<std::string> out;
+    for (const auto& e : v) {
+        HYDRA_CHECK(e.is_string(), "{}: expected strings, found {}", where, json_kind(e));
+        out.push_back(e.get<std::string>());
+    }
+    return out;
+}
+
+std::vector<int64_t> integers(const json& v, const std::string& where) {
+    HYDRA_CHECK(v.is_array(), "{}: expected a list of integers, found {}", where, json_kind(v));
+    std::vector<int64_t> out;
+    for (const auto& e : v) {
+        HYDRA_CHECK(e.is_number_integer(), "{}: expected integers, found {}", where, json_kind(e));
+        out.push_back(e.get<int64_t>());
+    }
+    return out;
+}
+
+int64_t integer(const json& v, const std::string& where) {
+    HYDRA_CHECK(v.is_number_integer(), "{}: expected an integer, found {}", where, json_kind(v));
+    return v.get<int64_t>();
+}
+
+std::string string(const json& v, const std::string& where) {
+    HYDRA_CHECK(v.is_string(), "{}: expected a string, found {}", where, json_kind(v));
+    return v.get<std::string>();
+}
+
+PipelineVariant parse_variant(const json& v, const std::string& where) {
+    HYDRA_CHECK(v.is_object(), "{}: expected an object, found {}", where, json_kind(v));
+    PipelineVariant out;
+    for (const auto& [k, e] : v.items()) {
+        const std::string w = where + "." + k;
+        if (k == "name") out.name = string(e, w);
+        else if (k == "select") out.select = string(e, w);
+        else if (k == "ratio") out.ratio = string(e, w);
+        else if (k == "granularity") out.granularity = string(e, w);
+        else if (k == "fusion") out.fusion = string(e, w);
+        else if (k == "layers") out.layers = string(e, w);
+        else if (k == "seed") out.seed = uint64_t(integer(e, w));
+        else fail("{}: unknown key (variant keys: name, select, ratio, granularity, fusion, layers, seed)", w);
+    }
+    HYDRA_CHECK(!out.name.empty(), "{}: a variant needs a name", where);
+    return out;
+}
+
+json variant_json(const PipelineVariant& v) {
+    return {{"name", v.name},     {"select", v.select}, {"ratio", v.ratio}, {"granularity", v.granularity},
+            {"fusion", v.fusion}, {"layers", v.layers}, {"seed", v.seed}};
+}
+
+TrainConfig stage_defaults(const std::string& kind) {
+    TrainConfig c;
+    c.stage = kind;
+    c.tokenizer = "byte";
+    c.warmup_steps = 5;
+    c.schedule = "cosine";
+    c.eval_every = 1000000;  // held-out loss at the end of a stage only
+    c.save_every = 25;
+    c.log_every = 1;
+    return c;
+}
+
+}  // namespace
+
+std::vector<std::string> PipelineConfig::preset_names() { return {"tiny-cpu", "smollm2-gpu"}; }
+
+PipelineConfig PipelineConfig::preset(const std::string& name) {
+    PipelineConfig p;
+    p.name = name;
+    p.align = stage_defaults("align");
+    p.distill = stage_defaults("distill");
+    p.longctx = stage_defaults("longctx");
+    p.align.trainable = {"*.linear_attn.*", "*.fusion.*"};
+    p.distill.ce_weight = 0.0;
+    p.distill.kl_weight = 1.0;
+    p.distill.mixer_lr_scale = 3.0;
+    p.longctx.ce_weight = 1.0;
+    p.longctx.kl_weight = 0.5;
+    p.longctx.mixer_lr_scale = 3.0;
+    if (name == "tiny-cpu") {
+        // A 4-layer byte-level teacher (2 KV groups per layer, so 7:1 keeps exactly one of its 8 groups
+        // FA) that learns prose and synthetic retrieval in a few minutes on 2 cores.
+        TrainConfig t = TrainConfig::preset("tiny-cpu");
+        t.hidden_size = 128;
+        t.num_layers = 4;
+        t.num_heads = 8;
+        t.num_kv_heads = 2;
+        t.intermediate_size = 384;
+        t.seq_len = 256;
+        t.batch_size = 16;
+        t.steps = t.schedule_steps = 700;
+        t.warmup_steps = 30;
+        t.lr = 3e-3;
+        t.eval_every = 350;
+        t.save_every = 100;
+        t.synthetic_fraction = 0.5;
+        t.synthetic_tasks = {"passkey", "niah_single_1", "mqar"};
+        p.teacher_train = t;
+        for (TrainConfig* s : {&p.align, &p.distill, &p.longctx}) {
+            s->seq_len = 256;
+            s->batch_size = 8;
+            s->synthetic_tasks = t.synthetic_tasks;
+        }
+        p.align.steps = p.align.schedule_steps = 60;
+        p.align.lr = 3e-3;
+        p.distill.steps = p.distill.schedule_steps = 120;
+        p.distill.lr = 1e-3;
+        p.distill.synthetic_fraction = 0.5;
+        p.longctx.seq_len = 512;  // 2x the teacher's training length
+        p.longctx.batch_size = 4;  // same tokens per step
+        p.longctx.steps = p.longctx.schedule_steps = 60;
+        p.longctx.lr = 5e-4;
+        p.longctx.kl_max_position = 256;
+        p.longctx.synthetic_fraction = 0.5;
+        p.score_lengths = {224};  // inside the teacher's 256 positions, answer included
+        p.score_samples = 4;
+        p.calib_tokens = 512;
+        p.eval_lengths = {256, 512, 1024};
+        p.eval_samples = 10;
+        p.variants = {{"hydra-7:1-scores", "scores", "7:1", "kv", "scale-norm", "", 1},
+                      {"hydra-7:1-random", "random", "7:1", "kv", "scale-norm", "", 1},
+                      {"layerwise-3:1", "layerwise", "3:1", "kv", "none", "", 1},
+                      {"all-la", "all-la", "", "kv", "scale-norm", "", 1}};
+        return p;
+    }
+    if (name == "smollm2-gpu") {
+        // SmolLM2-135M (the default model) at the scale of the issue; needs the CUDA training backend.
+        p.teacher = std::string(HYDRA_SOURCE_DIR) + "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+        for (TrainConfig* s : {&p.align, &p.distill, &p.longctx}) {
+            s->tokenizer = p.teacher;
+            s->seq_len = 2048;
+            s->batch_size = 8;
+            s->synthetic_tasks = {"passkey", "niah_single_1", "niah_multikey_1", "mqar"};
+        }
+        p.align.steps = p.align.schedule_steps = 500;
+        p.align.lr = 1e-3;
+        p.distill.steps = p.distill.schedule_steps = 2000;
+        p.distill.lr = 1e-4;
+        p.longctx.seq_len = 8192;
+        p.longctx.batch_size = 2;
+        p.longctx.steps = p.longctx.schedule_steps = 500;
+        p.longctx.lr = 5e-5;
+        p.longctx.kl_max_position = 8192;
+        p.longctx.synthetic_fraction = 0.2;
+        p.longctx.recompute = true;
+        p.score_tasks = {"niah_single_1", "niah_multikey_1", "passkey"};
+        p.score_lengths = {1024};
+        p.score_samples = 8;
+        p.calib_tokens = 2048;
+        p.eval_tasks = {"niah_single_1", "niah_single_2", "niah_multikey_1", "niah_multivalue", "vt", "passkey"};
+        p.eval_lengths = {2048, 4096, 8192, 16384, 32768};
+        p.eval_samples = 20;
+        p.variants = {{"hydra-7:1-scores", "scores", "7:1", "kv", "scale-norm", "", 1},
+                      {"hydra-7:1-random", "random", "7:1", "kv", "scale-norm", "", 1},
+                      {"layerwise-3:1", "layerwise", "3:1", "kv", "none", "", 1},
+                      {"all-la", "all-la", "", "kv", "scale-norm", "", 1}};
+        return p;
+    }
+    std::string names;
+    for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+    fail("unknown pipeline preset '{}' (presets: {})", name, names);
+}
+
+void PipelineConfig::apply(const json& object, const std::string& origin) {
+    HYDRA_CHECK(object.is_object(), "{}: the pipeline config must be an object", origin);
+    for (const auto& [key, v] : object.items()) {
+        const std::string w = origin + ": " + key;
+        if (key == "name") name = string(v, w);
+        else if (key == "teacher") teacher = string(v, w);
+        else if (key == "teacher_train") teacher_train.apply(v, w);
+        else if (key == "align") align.apply(v, w);
+        else if (key == "distill") distill.apply(v, w);
+        else if (key == "longctx") longctx.apply(v, w);
+        else if (key == "calib_tokens") calib_tokens = integer(v, w);
+        else if (key == "variants") {
+            HYDRA_CHECK(v.is_array(), "{}: expected a list of variants", w);
+            variants.clear();
+            for (size_t i = 0; i < v.size(); ++i) variants.push_back(parse_variant(v[i], fmt::format("{}[{}]", w, i)));
+        } else if (key == "score") {
+            HYDRA_CHECK(v.is_object(), "{}: expected an object", w);
+            for (const auto& [k, e] : v.items()) {
+                const std::string ww = w + "." + k;
+                if (k == "methods") score_methods = strings(e, ww);
+                else if (k == "tasks") score_tasks = strings(e, ww);
+                else if (k == "lengths") score_lengths = integers(e, ww);
+                else if (k == "samples") score_samples = integer(e, ww);
+                else fail("{}: unknown key (score keys: methods, tasks, lengths, samples)", ww);
+            }
+        } else if (key == "eval") {
+            HYDRA_CHECK(v.is_object(), "{}: expected an object", w);
+            for (const auto& [k, e] : v.items()) {
+                const std::string ww = w + "." + k;
+                if (k == "tasks") eval_tasks = strings(e, ww);
+                else if (k == "lengths") eval_lengths = integers(e, ww);
+                else if (k == "samples") eval_samples = integer(e, ww);
+                else if (k == "heldout_tokens") heldout_tokens = integer(e, ww);
+                else if (k == "heldout_text") heldout_text = string(e, ww);
+                else fail("{}: unknown key (eval keys: tasks, lengths, samples, heldout_tokens, heldout_text)", ww);
+            }
+        } else {
+            fail("{}: unknown key (keys: name, teacher, teacher_train, score, calib_tokens, variants, align, distill, "
+                 "longctx, eval)",
+                 w);
+        }
+    }
+}
+
+void PipelineConfig::apply_override(const std::string& assignment) {
+    const size_t eq = assignment.find('=');
+    HYDRA_CHECK(eq != std::string::npos && eq > 0, "override '{}': expected key=value", assignment);
+    const std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+    const size_t dot = key.find('.');
+    const std::string head = key.substr(0, dot);
+    if (dot != std::string::npos && (head == "align" || head == "distill" || head == "longctx" || head == "teacher_train")) {
+        TrainConfig& c = head == "align" ? align : head == "distill" ? distill : head == "longctx" ? longctx : teacher_train;
+        c.apply_override(key.substr(dot + 1) + "=" + value);
+        return;
+    }
+    json parsed = json::parse(value, nullptr, false);
+    if (parsed.is_discarded()) parsed = value;
+    json nested = parsed;
+    std::string rest = key;
+    std::vector<std::string> parts;
+    for (size_t p = 0; (p = rest.find('.')) != std::string::npos; rest = rest.substr(p + 1)) parts.push_back(rest.substr(0, p));
+    parts.push_back(rest);
+    for (size_t i = parts.size(); i-- > 0;) nested = json{{parts[i], nested}};
+    apply(nested, "override '" + assignment + "'");
+}
+
+void PipelineConfig::validate() const {
+    HYDRA_CHECK(!variants.empty(), "pipeline: no variants to build");
+    for (const PipelineVariant& v : variants)
+        HYDRA_CHECK(v.name.find('/') == std::string::npos && v.name != "teacher" && v.name != "eval",
+                    "pipeline: variant name '{}' must be a plain directory name other than teacher/eval", v.name);
+    HYDRA_CHECK(!eval_lengths.empty() && eval_samples > 0, "pipeline: eval needs lengths and samples > 0");
+    HYDRA_CHECK(score_samples > 0 && !score_lengths.empty(), "pipeline: score needs lengths and samples > 0");
+    HYDRA_CHECK(calib_tokens >= 0, "pipeline: calib_tokens must be >= 0");
+    if (teacher.empty()) teacher_train.validate();
+}
+
+json PipelineConfig::to_json() const {
+    json j;
+    j["name"] = name;
+    j["teacher"] = teacher;
+    if (teacher.empty()) j["teacher_train"] = teacher_train.to_json();
+    j["score"] = {{"methods", score_methods}, {"tasks", score_tasks}, {"lengths", score_lengths}, {"samples", score_samples}};
+    j["calib_tokens"] = calib_tokens;
+    j["variants"] = json::array();
+    for (const auto& v : variants) j["variants"].push_back(variant_json(v));
+    j["align"] = align.to_json();
+    j["distill"] = distill.to_json();
+    j["longctx"] = longctx.to_json();
+    j["eval"] = {{"tasks", eval_tasks},
+                 {"lengths", eval_lengths},
+                 {"samples", eval_samples},
+                 {"heldout_tokens", heldout_tokens},
+                 {"heldout_text", heldout_text}};
+    return j;
+}
+
+}  // namespace hydra

@@ -1,0 +1,58 @@
+// PipelineConfig: everything `hydra pipeline` does, from a preset (tiny-cpu, smollm2-gpu), a JSON or
+// TOML file and key=value overrides: the teacher (a model path, or trained here), head scoring, the
+// model variants to build (selection, ratio, granularity, fusion), the three transfer stages (each a
+// `hydra train` config applied on top of the stage defaults), the evaluation and the report.
+// Every variant gets the same stages, so the same token budget.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/train_config.h"
+
+namespace hydra {
+
+struct PipelineVariant {
+    std::string name;                 // directory and label, e.g. "hydra-7:1-scores"
+    std::string select = "random";    // scores | random | uniform | layerwise | all-la
+    std::string ratio;                // LA:FA, e.g. "7:1" (empty for all-la / layerwise with layers)
+    std::string granularity = "kv";
+    std::string fusion = "scale-norm";
+    std::string layers;               // layerwise: "3,7"
+    uint64_t seed = 1;
+};
+
+struct PipelineConfig {
+    std::string name = "pipeline";
+    std::string teacher;              // model path; empty: train one with teacher_train
+    TrainConfig teacher_train;        // used when teacher is empty
+    // head scoring (for variants with select = scores)
+    std::vector<std::string> score_methods = {"activation", "attribution"};
+    std::vector<std::string> score_tasks = {"passkey", "niah_single_1"};
+    std::vector<int64_t> score_lengths = {256};
+    int64_t score_samples = 4;
+    int64_t calib_tokens = 512;       // conversion calibration (teacher head RMS, attention span)
+    std::vector<PipelineVariant> variants;
+    // stage configs (stage.kind/init/teacher are filled in by the runner)
+    TrainConfig align, distill, longctx;
+    // evaluation
+    std::vector<std::string> eval_tasks = {"passkey", "niah_single_1", "mqar"};
+    std::vector<int64_t> eval_lengths = {256, 512, 1024};
+    int64_t eval_samples = 10;
+    int64_t heldout_tokens = 4096;    // teacher agreement and perplexity on held-out prose
+    std::string heldout_text;         // default: the prose cache's austen_persuasion.txt
+
+    static PipelineConfig preset(const std::string& name);  // tiny-cpu | smollm2-gpu
+    static std::vector<std::string> preset_names();
+    // Applies a (nested) JSON object; unknown keys and wrong types are errors naming `origin`.
+    void apply(const nlohmann::json& object, const std::string& origin);
+    // "key=value" with dotted keys, e.g. teacher=runs/t, eval.samples=20, align.run.steps=50.
+    void apply_override(const std::string& assignment);
+    void validate() const;
+    nlohmann::json to_json() const;
+};
+
+}  // namespace hydra

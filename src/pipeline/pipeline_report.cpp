@@ -1,0 +1,135 @@
+// Pipeline report writer (see pipeline_report.h).
+#include "pipeline/pipeline_report.h"
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "io/atomic_dir.h"
+#include "model/model_loader.h"
+#include "report/line_plot.h"
+
+namespace hydra {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string num(double v, int digits = 3) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "n/a"; }
+
+// Loss per step of one stage checkpoint's log.jsonl.
+Series stage_series(const fs::path& log, const std::string& label) {
+    Series s;
+    s.label = label;
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+        json j = json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.contains("loss") || !j["loss"].is_number()) continue;
+        s.x.push_back(j["step"].get<double>());
+        s.y.push_back(j["loss"].get<double>());
+    }
+    return s;
+}
+
+}  // namespace
+
+ReportOutput write_pipeline_report(const ReportInputs& in) {
+    const PipelineConfig& cfg = *in.config;
+    const fs::path out(in.out_dir);
+    std::string md;
+    const std::time_t now = std::time(nullptr);
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+    md += fmt::format("# HydraHead pipeline report: {}\n\n{}; output directory `{}`.\n\n", cfg.name, date, in.out_dir);
+    md += fmt::format("Teacher: `{}`. Every variant is converted from it and gets the same three stages "
+                      "(align {} steps x {} x {} tokens, distill {} steps x {} x {}, long context {} steps x {} x {}), "
+                      "so the same token budget.\n\n",
+                      in.teacher_path, cfg.align.steps, cfg.align.batch_size, cfg.align.seq_len, cfg.distill.steps,
+                      cfg.distill.batch_size, cfg.distill.seq_len, cfg.longctx.steps, cfg.longctx.batch_size,
+                      cfg.longctx.seq_len);
+
+    // Headline table.
+    std::string table = "| model | plan | KV bytes/token (bf16) | state bytes | held-out ppl | top-1 agree | KL(t||s) |";
+    for (int64_t len : cfg.eval_lengths) table += fmt::format(" score@{} |", len);
+    table += " mean |\n|---|---|---|---|---|---|---|";
+    for (size_t i = 0; i < cfg.eval_lengths.size(); ++i) table += "---|";
+    table += "---|\n";
+    for (size_t i = 0; i < in.models.size(); ++i) {
+        const auto& [name, path] = in.models[i];
+        const ModelEvalResult& r = (*in.results)[i];
+        LoadedModel m = load_model(path);
+        const HybridPlan& plan = m.model->plan();
+        const ModelConfig& c = m.model->config();
+        const json a = in.agreement.value(name, json::object());
+        table += fmt::format("| {} | {} | {} | {} | {} | {} | {} |", name, plan.ratio_summary(),
+                             plan.kv_bytes_per_token(c, 2), plan.state_bytes(c), num(a.value("ppl", NAN), 2),
+                             num(a.value("top1_agreement", NAN)), num(a.value("kl", NAN)));
+        for (int64_t len : cfg.eval_lengths) {
+            auto it = r.length_scores.find(len);
+            table += fmt::format(" {} |", it == r.length_scores.end() ? "n/a" : num(it->second, 1));
+        }
+        table += fmt::format(" {} |\n", num(r.overall, 1));
+    }
+    md += "## Results\n\n" + table + "\n";
+    md += fmt::format("Scores are RULER-style string-match scores x 100, {} samples per task and length, tasks: {}. "
+                      "Perplexity, top-1 agreement and KL are measured on {} held-out prose tokens in windows of the "
+                      "teacher's training length. KV bytes count keys and values of the FA KV groups in bf16; the "
+                      "GDN state (fp32 recurrent + convolution history) does not grow with the sequence.\n\n",
+                      cfg.eval_samples, fmt::join(cfg.eval_tasks, ", "), cfg.heldout_tokens);
+    md += "![score vs length](score_vs_length.png)\n\n";
+
+    // Per-task scores.
+    md += "## Per task\n\n| model | task |";
+    for (int64_t len : cfg.eval_lengths) md += fmt::format(" {} |", len);
+    md += "\n|---|---|";
+    for (size_t i = 0; i < cfg.eval_lengths.size(); ++i) md += "---|";
+    md += "\n";
+    for (size_t i = 0; i < in.models.size(); ++i)
+        for (const auto& [task, by_len] : (*in.results)[i].task_scores) {
+            md += fmt::format("| {} | {} |", in.models[i].first, task);
+            for (int64_t len : cfg.eval_lengths) {
+                auto it = by_len.find(len);
+                md += fmt::format(" {} |", it == by_len.end() ? "n/a" : num(it->second, 1));
+            }
+            md += "\n";
+        }
+
+    // Loss curves per stage.
+    md += "\n## Training\n\n";
+    if (fs::exists(out / "teacher" / "loss_curve.png")) md += "Teacher: ![teacher loss](teacher/loss_curve.png)\n\n";
+    for (const std::string stage : {"align", "distill", "longctx"}) {
+        std::vector<Series> series;
+        for (size_t i = 1; i < in.models.size(); ++i) {
+            const fs::path log = out / in.models[i].first / stage / "log.jsonl";
+            if (fs::exists(log)) series.push_back(stage_series(log, in.models[i].first));
+        }
+        if (series.empty()) continue;
+        LinePlotOptions o;
+        o.title = "stage " + stage + ": training loss";
+        o.x_label = "step";
+        o.y_label = stage == "align" ? "layer error / layer update" : "loss (nats/token)";
+        write_line_plot((out / ("loss_" + stage + ".png")).string(), series, o);
+        md += fmt::format("![{} loss](loss_{}.png)\n\n", stage, stage);
+    }
+    if (fs::exists(out / "heads.png")) md += "Head scores of the teacher (outlined: the top eighth): ![heads](heads.png)\n\n";
+
+    md += "## Wall time and tokens\n\n| step | seconds | tokens |\n|---|---|---|\n";
+    double total = 0;
+    for (const auto& [k, v] : in.timings.items()) {
+        md += fmt::format("| {} | {:.1f} | {} |\n", k, v.value("seconds", 0.0), v.value("tokens", int64_t(0)));
+        total += v.value("seconds", 0.0);
+    }
+    md += fmt::format("| total | {:.1f} | |\n\n", total);
+    md += "## Configuration\n\n```json\n" + cfg.to_json().dump(2) + "\n```\n";
+    const fs::path path = out / "report.md";
+    write_text_file(path, md);
+    return {path.string(), table};
+}
+
+}  // namespace hydra

@@ -1,0 +1,355 @@
+// The HydraHead pipeline (see pipeline_runner.h).
+#include "pipeline/pipeline_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "eval/eval_runner.h"
+#include "eval/model_text_encoder.h"
+#include "eval/results_io.h"
+#include "eval/synthetic_mixer.h"
+#include "eval/task_registry.h"
+#include "interp/score_heads.h"
+#include "interp/scores_io.h"
+#include "io/atomic_dir.h"
+#include "model/hybrid_conversion.h"
+#include "model/kv_cache.h"
+#include "model/llama_forward.h"
+#include "model/model_directory.h"
+#include "model/model_loader.h"
+#include "model/plan_builders.h"
+#include "pipeline/pipeline_report.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace hydra {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::vector<std::string>& pipeline_steps() {
+    static const std::vector<std::string> steps = {"teacher", "score",   "convert", "align",
+                                                   "distill", "longctx", "eval",    "report"};
+    return steps;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A `hydra train` checkpoint that reached its configured number of steps.
+bool stage_complete(const fs::path& dir, int64_t steps) {
+    if (!fs::exists(dir / "state.json") || !fs::exists(dir / "model.safetensors")) return false;
+    json st = json::parse(read_text_file(dir / "state.json"), nullptr, false);
+    return st.is_object() && st.value("step", int64_t(0)) >= steps;
+}
+
+json read_json_or(const fs::path& p, json fallback) {
+    if (!fs::exists(p)) return fallback;
+    json j = json::parse(read_text_file(p), nullptr, false);
+    return j.is_discarded() ? fallback : j;
+}
+
+void write_json(const fs::path& p, const json& j) { write_text_file(p, j.dump(2) + "\n"); }
+
+// Teacher statistics for the calibration: the first tokens of held-out prose.
+std::vector<int32_t> prose_tokens(const ModelText& text, const std::string& file, int64_t count, int64_t skip_bytes) {
+    if (count <= 0 || !fs::exists(file)) return {};
+    std::string s = read_text_file(file);
+    if (int64_t(s.size()) > skip_bytes + 64 * count) s = s.substr(size_t(skip_bytes));
+    s = s.substr(0, size_t(std::min<int64_t>(int64_t(s.size()), 8 * count + 1024)));
+    std::vector<int32_t> ids = text.encoder->encode(s);
+    if (int64_t(ids.size()) > count) ids.resize(size_t(count));
+    return ids;
+}
+
+std::string default_prose(const std::string& name) {
+    if (const char* env = std::getenv("HYDRA_CACHE"); env && *env) return std::string(env) + "/prose/" + name;
+    return std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/" + name;
+}
+
+// Top-1 agreement, KL(teacher || student) and the student's perplexity on held-out prose, in windows
+// of the teacher's training length.
+json teacher_agreement(const LlamaModel& teacher, const LlamaModel& student, const std::vector<int32_t>& tokens,
+                       int64_t window) {
+    int64_t agree = 0, count = 0;
+    double kl = 0, nll = 0;
+    const int64_t V = student.config().vocab_size;
+    for (int64_t b = 0; b + 1 < int64_t(tokens.size()); b += window) {
+        const int64_t n = std::min<int64_t>(window, int64_t(tokens.size()) - b - 1);
+        if (n < 2) break;
+        std::span<const int32_t> in(tokens.data() + b, size_t(n));
+        ForwardOptions fo;
+        fo.quantized_decode = false;
+        KVCache ct(teacher, n), cs(student, n);
+        const Tensor lt = compute_logits(teacher, forward_hidden(teacher, in, ct, fo));
+        const Tensor ls = compute_logits(student, forward_hidden(student, in, cs, fo));
+        for (int64_t t = 0; t < n; ++t) {
+            const float* a = lt.f32() + t * V;
+            const float* s = ls.f32() + t * V;
+            double ma = -INFINITY, ms = -INFINITY;
+            int64_t ia = 0, is = 0;
+            for (int64_t v = 0; v < V; ++v) {
+                if (a[v] > ma) ma = a[v], ia = v;
+                if (s[v] > ms) ms = s[v], is = v;
+            }
+            double za = 0, zs = 0;
+            for (int64_t v = 0; v < V; ++v) za += std::exp(a[v] - ma), zs += std::exp(s[v] - ms);
+            const double lza = std::log(za) + ma, lzs = std::log(zs) + ms;
+            double k = 0;
+            for (int64_t v = 0; v < V; ++v) {
+                const double pa = std::exp(a[v] - lza);
+                k += pa * ((a[v] - lza) - (s[v] - lzs));
+            }
+            kl += k;
+            agree += ia == is;
+            nll += lzs - s[tokens[size_t(b + t + 1)]];
+            ++count;
+        }
+    }
+    return {{"tokens", count},
+            {"top1_agreement", count ? double(agree) / double(count) : NAN},
+            {"kl", count ? kl / double(count) : NAN},
+            {"ppl", count ? std::exp(nll / double(count)) : NAN}};
+}
+
+}  // namespace
+
+PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_dir, const std::string& from,
+                            const PipelineHooks& hooks) {
+    const auto t_start = Clock::now();
+    cfg.validate();
+    const auto& steps = pipeline_steps();
+    size_t from_index = steps.size();
+    if (!from.empty()) {
+        auto it = std::find(steps.begin(), steps.end(), from);
+        HYDRA_CHECK(it != steps.end(), "--from: '{}' is not a pipeline step ({})", from, fmt::format("{}", fmt::join(steps, ", ")));
+        from_index = size_t(it - steps.begin());
+    }
+    auto forced = [&](const std::string& step) {
+        return size_t(std::find(steps.begin(), steps.end(), step) - steps.begin()) >= from_index;
+    };
+    const fs::path out(out_dir);
+    fs::create_directories(out);
+    write_json(out / "pipeline_config.json", cfg.to_json());
+    json timings = read_json_or(out / "timings.json", json::object());
+    auto record = [&](const std::string& key, double seconds, int64_t tokens) {
+        timings[key] = {{"seconds", seconds}, {"tokens", tokens}};
+        write_json(out / "timings.json", timings);
+    };
+    auto say = [](const std::string& line) { fmt::print(stderr, "== {}\n", line); };
+
+    auto train_stage = [&](const std::string& label, TrainConfig tc, const fs::path& dir) {
+        if (forced(tc.stage == "pretrain" ? "teacher" : tc.stage)) fs::remove_all(dir);
+        if (stage_complete(dir, tc.steps)) {
+            say(fmt::format("{}: done ({} steps), skipped", label, tc.steps));
+            return;
+        }
+        const bool resume = fs::exists(dir / "state.json");
+        say(fmt::format("{}: {} steps of {} x {} tokens{}", label, tc.steps, tc.batch_size, tc.seq_len,
+                        resume ? " (resuming)" : ""));
+        const auto t0 = Clock::now();
+        DataLoader::Generator synthetic;
+        if (tc.synthetic_fraction > 0 && hooks.synthetic_rows) synthetic = hooks.synthetic_rows(tc);
+        run_training(tc, dir.string(), resume ? std::optional(dir.string()) : std::nullopt, std::nullopt,
+                     [&](const StepLog& s) {
+                         if (hooks.progress)
+                             hooks.progress(label, s.step, s.total_steps,
+                                            fmt::format("loss {:.4f} {:.0f} tok/s", s.loss, s.tokens_per_second));
+                     },
+                     synthetic);
+        record(label, since(t0), tc.steps * tc.batch_size * tc.seq_len);
+    };
+
+    // 1. Teacher.
+    std::string teacher_path = cfg.teacher;
+    if (teacher_path.empty()) {
+        teacher_path = (out / "teacher").string();
+        train_stage("teacher", cfg.teacher_train, out / "teacher");
+    }
+    LoadedModel teacher = load_model(teacher_path);
+    HYDRA_CHECK(teacher.model->plan().is_all_fa(), "{}: the pipeline's teacher must be a full-attention model",
+                teacher_path);
+    const ModelConfig& tcfg = teacher.model->config();
+    const ModelText text = model_text_for(teacher_path, teacher.vocab, tcfg.eos_token_ids);
+    auto ctx = std::make_shared<TaskContext>();
+    ctx->text = text;
+    ctx->options = training_task_options(text);
+    const std::string data_tokenizer = text.name() == "byte-v1" ? "byte" : teacher_path;
+
+    // 2. Head scores.
+    const bool need_scores = std::any_of(cfg.variants.begin(), cfg.variants.end(),
+                                         [](const PipelineVariant& v) { return v.select == "scores"; });
+    const fs::path scores_path = out / "scores.json";
+    if (need_scores) {
+        if (forced("score")) fs::remove(scores_path);
+        if (fs::exists(scores_path)) {
+            say("score: done, skipped");
+        } else {
+            say(fmt::format("score: {} on {} x {} lengths x {} pairs", fmt::join(cfg.score_methods, "+"),
+                            fmt::join(cfg.score_tasks, ","), cfg.score_lengths.size(), cfg.score_samples));
+            const auto t0 = Clock::now();
+            ScoreHeadsOptions so;
+            so.methods = cfg.score_methods;
+            so.lengths = cfg.score_lengths;
+            so.samples = cfg.score_samples;
+            check_score_options(tcfg, so);
+            std::vector<std::unique_ptr<TaskGenerator>> gens;
+            std::vector<ScoreTask> tasks;
+            for (const std::string& t : cfg.score_tasks) {
+                gens.push_back(make_task(t, ctx));
+                const std::vector<std::string> c = gens.back()->corruptions();
+                HYDRA_CHECK(!c.empty(), "score.tasks: task '{}' has no clean/corrupted pairs", t);
+                tasks.push_back({gens.back().get(), c[0]});
+            }
+            ScoreReport report = score_heads(*teacher.model, text, tasks, so, [&](int64_t d, int64_t n, const std::string& s) {
+                if (hooks.progress) hooks.progress("score", d, n, s);
+            });
+            report.model_source = teacher_path;
+            write_scores_json(scores_path.string(), tcfg, report);
+            write_scores_heatmap((out / "heads.png").string(), report.scores.aggregate, tcfg.num_layers,
+                                 tcfg.num_heads, "head scores (aggregate)", "combined score",
+                                 (tcfg.num_layers * tcfg.num_heads + 7) / 8);
+            record("score", since(t0), 0);
+        }
+    }
+
+    // 3-6. Per variant: convert, align, distill, longctx.
+    const std::string calib_file =
+        cfg.heldout_text.empty() ? default_prose("austen_emma.txt") : cfg.heldout_text;
+    std::vector<std::pair<std::string, std::string>> final_models;  // (name, path)
+    for (const PipelineVariant& v : cfg.variants) {
+        const fs::path vdir = out / v.name;
+        const fs::path converted = vdir / "converted";
+        if (forced("convert")) fs::remove_all(vdir);
+        if (fs::exists(converted / "config.json")) {
+            say(fmt::format("{}: convert: done, skipped", v.name));
+        } else {
+            const auto t0 = Clock::now();
+            PlanRequest req;
+            req.select = v.select;
+            if (!v.ratio.empty()) req.ratio = parse_ratio(v.ratio, v.name + ".ratio");
+            req.granularity = v.granularity;
+            req.fusion = parse_fusion(v.fusion, v.name + ".fusion");
+            req.seed = v.seed;
+            if (!v.layers.empty()) req.layers = parse_layer_list(v.layers, v.name + ".layers");
+            req.gdn.norm_eps = tcfg.rms_norm_eps;
+            std::optional<HeadScoreTable> scores;
+            if (v.select == "scores") {
+                scores = load_head_scores(scores_path.string(), tcfg);
+                req.scores = &*scores;
+            }
+            const HybridPlan plan = build_plan(tcfg, req);
+            ConversionOptions co;
+            co.seed = v.seed;
+            co.calibration_tokens = prose_tokens(text, calib_file, cfg.calib_tokens, 20000);
+            ConversionStats stats;
+            auto hybrid = convert_to_hybrid(*teacher.model, plan, co, &stats);
+            json extra = {{"converted_from", teacher_path}, {"variant", v.name}};
+            if (text.name() == "byte-v1") extra["tokenizer"] = "byte-v1";
+            std::map<std::string, std::string> files;
+            for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+                if (fs::exists(fs::path(teacher_path) / f)) files[f] = read_text_file(fs::path(teacher_path) / f);
+            save_model_directory(converted.string(), *hybrid, extra, files);
+            say(fmt::format("{}: convert: {}", v.name, plan.ratio_summary()));
+            record(v.name + "/convert", since(t0), stats.calibration_tokens);
+        }
+        fs::path previous = converted;
+        for (const auto& [kind, base] : {std::pair<std::string, const TrainConfig*>{"align", &cfg.align},
+                                         {"distill", &cfg.distill},
+                                         {"longctx", &cfg.longctx}}) {
+            TrainConfig tc = *base;
+            tc.stage = kind;
+            tc.init = previous.string();
+            tc.teacher = teacher_path;
+            tc.tokenizer = data_tokenizer;
+            if (kind == "longctx" && tc.kl_weight == 0) tc.teacher.clear();
+            train_stage(v.name + "/" + kind, tc, vdir / kind);
+            previous = vdir / kind;
+        }
+        final_models.emplace_back(v.name, previous.string());
+    }
+
+    // 7. Evaluation: the teacher and every variant, same tasks, lengths and samples.
+    const fs::path eval_dir = out / "eval";
+    fs::create_directories(eval_dir);
+    std::vector<std::pair<std::string, std::string>> all_models = {{"teacher", teacher_path}};
+    all_models.insert(all_models.end(), final_models.begin(), final_models.end());
+    std::vector<ModelEvalResult> results;
+    json agreement = read_json_or(eval_dir / "agreement.json", json::object());
+    const std::vector<int32_t> heldout =
+        prose_tokens(text, cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text,
+                     cfg.heldout_tokens, 40000);
+    const int64_t window = cfg.teacher.empty() ? cfg.teacher_train.seq_len : std::min<int64_t>(tcfg.max_position_embeddings, 1024);
+    for (const auto& [name, path] : all_models) {
+        const fs::path result_file = eval_dir / (name + ".json");
+        if (forced("eval")) fs::remove(result_file);
+        if (fs::exists(result_file) && agreement.contains(name)) {
+            json j = read_json_or(result_file, json::object());
+            ModelEvalResult r;
+            r.model = name;
+            for (const auto& [task, by_len] : j.value("task_scores", json::object()).items())
+                for (const auto& [len, score] : by_len.items()) r.task_scores[task][std::stoll(len)] = score.get<double>();
+            for (const auto& [len, score] : j.value("length_scores", json::object()).items())
+                r.length_scores[std::stoll(len)] = score.get<double>();
+            r.overall = j.value("overall", 0.0);
+            r.seconds = j.value("seconds", 0.0);
+            results.push_back(r);
+            say(fmt::format("eval {}: done, skipped", name));
+            continue;
+        }
+        LoadedModel m = load_model(path);
+        say(fmt::format("eval {}: {} tasks x {} lengths x {} samples", name, cfg.eval_tasks.size(),
+                        cfg.eval_lengths.size(), cfg.eval_samples));
+        std::vector<std::unique_ptr<TaskGenerator>> gens;
+        std::vector<const TaskGenerator*> ptrs;
+        for (const std::string& t : cfg.eval_tasks) {
+            gens.push_back(make_task(t, ctx));
+            ptrs.push_back(gens.back().get());
+        }
+        EvalSettings es;
+        es.tasks = cfg.eval_tasks;
+        es.lengths = cfg.eval_lengths;
+        es.samples = cfg.eval_samples;
+        es.context_limit = *std::max_element(cfg.eval_lengths.begin(), cfg.eval_lengths.end()) + 256;
+        ModelEvalResult r = run_eval(name, *m.model, ptrs, text, es, [&](int64_t d, int64_t n, const std::string& s) {
+            if (hooks.progress) hooks.progress("eval " + name, d, n, s);
+        });
+        json j = {{"model", name}, {"path", path}, {"overall", r.overall}, {"seconds", r.seconds}};
+        for (const auto& [task, by_len] : r.task_scores)
+            for (const auto& [len, score] : by_len) j["task_scores"][task][std::to_string(len)] = score;
+        for (const auto& [len, score] : r.length_scores) j["length_scores"][std::to_string(len)] = score;
+        agreement[name] = teacher_agreement(*teacher.model, *m.model, heldout, window);
+        write_json(eval_dir / "agreement.json", agreement);
+        write_json(result_file, j);
+        record("eval/" + name, r.seconds, 0);
+        results.push_back(std::move(r));
+    }
+    write_score_plot((out / "score_vs_length.png").string(), results);
+
+    // 8. Report.
+    PipelineResult result;
+    ReportInputs ri;
+    ri.config = &cfg;
+    ri.out_dir = out.string();
+    ri.teacher_path = teacher_path;
+    ri.models = all_models;
+    ri.results = &results;
+    ri.agreement = agreement;
+    ri.timings = timings;
+    const ReportOutput ro = write_pipeline_report(ri);
+    result.report_path = ro.path;
+    result.table = ro.table;
+    result.seconds = since(t_start);
+    return result;
+}
+
+}  // namespace hydra

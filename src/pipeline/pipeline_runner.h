@@ -1,0 +1,43 @@
+// `hydra pipeline`: teacher -> head scores -> for every variant: plan + convert -> stage 1 (align) ->
+// stage 2 (distill) -> stage 3 (long context) -> evaluation of the teacher and every variant ->
+// report. Every step writes its result into OUT (atomically: model directories, checkpoints, JSON)
+// and is skipped when that result is already complete, so an interrupted pipeline continues where it
+// stopped; `from` recomputes a step and everything after it.
+//
+// OUT/teacher/                 trained teacher (when the config has no teacher path)
+// OUT/scores.json, heads.png   head scores (variants with select = scores)
+// OUT/<variant>/converted/     the converted hybrid;  align/ distill/ longctx/  stage checkpoints
+// OUT/eval/<model>.json        RULER-style results;  OUT/eval/agreement.json  teacher agreement
+// OUT/timings.json             wall time and tokens per step
+// OUT/report.md + *.png        the report
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "pipeline/pipeline_config.h"
+#include "train/data_loader.h"
+
+namespace hydra {
+
+// The pipeline steps in order; `from` names one of them.
+const std::vector<std::string>& pipeline_steps();  // teacher, score, convert, align, distill, longctx, eval, report
+
+struct PipelineHooks {
+    // progress(step label, done, total, status): training steps, eval samples, score items.
+    std::function<void(const std::string&, int64_t, int64_t, const std::string&)> progress;
+    // Builds the synthetic-row generator a stage config asks for (lives above train/ and eval/).
+    std::function<DataLoader::Generator(const TrainConfig&)> synthetic_rows;
+};
+
+struct PipelineResult {
+    std::string report_path;
+    std::string table;  // the headline table (markdown)
+    double seconds = 0;
+};
+
+PipelineResult run_pipeline(const PipelineConfig& config, const std::string& out_dir, const std::string& from,
+                            const PipelineHooks& hooks);
+
+}  // namespace hydra
