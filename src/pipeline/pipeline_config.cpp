@@ -105,10 +105,10 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
         t.intermediate_size = 384;
         t.seq_len = 256;
         t.batch_size = 16;
-        t.steps = t.schedule_steps = 700;
+        t.steps = t.schedule_steps = 400;
         t.warmup_steps = 30;
         t.lr = 3e-3;
-        t.eval_every = 350;
+        t.eval_every = 200;
         t.save_every = 100;
         t.synthetic_fraction = 0.5;
         t.synthetic_tasks = {"passkey", "niah_single_1", "mqar"};
@@ -118,14 +118,14 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
             s->batch_size = 8;
             s->synthetic_tasks = t.synthetic_tasks;
         }
-        p.align.steps = p.align.schedule_steps = 60;
+        p.align.steps = p.align.schedule_steps = 40;
         p.align.lr = 3e-3;
-        p.distill.steps = p.distill.schedule_steps = 120;
+        p.distill.steps = p.distill.schedule_steps = 80;
         p.distill.lr = 1e-3;
         p.distill.synthetic_fraction = 0.5;
         p.longctx.seq_len = 512;  // 2x the teacher's training length
         p.longctx.batch_size = 4;  // same tokens per step
-        p.longctx.steps = p.longctx.schedule_steps = 60;
+        p.longctx.steps = p.longctx.schedule_steps = 40;
         p.longctx.lr = 5e-4;
         p.longctx.kl_max_position = 256;
         p.longctx.synthetic_fraction = 0.5;
@@ -133,7 +133,7 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
         p.score_samples = 4;
         p.calib_tokens = 512;
         p.eval_lengths = {256, 512, 1024};
-        p.eval_samples = 10;
+        p.eval_samples = 5;
         p.variants = {{"hydra-7:1-scores", "scores", "7:1", "kv", "scale-norm", "", 1},
                       {"hydra-7:1-random", "random", "7:1", "kv", "scale-norm", "", 1},
                       {"layerwise-3:1", "layerwise", "3:1", "kv", "none", "", 1},
