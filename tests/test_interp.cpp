@@ -127,6 +127,36 @@ TEST(InterpForward, MatchesTheEngineForward) {
     }
 }
 
+TEST(InterpForward, SharedPrefixEqualsAFullRun) {
+    OneThread one;
+    LlamaModel m(tiny_config());
+    randomize(m, 4);
+    FaWeights<double> w(m);
+    for (bool all : {false, true}) {
+        const FaRun<double> clean = fa_forward(w, kClean, all);
+        const FaRun<double> full = fa_forward(w, kCorrupt, all);
+        const FaRun<double> shared = fa_forward(w, kCorrupt, all, {}, &clean, kClean);
+        EXPECT_EQ(shared.shared_prefix, 4);  // the prompts first differ at position 4
+        EXPECT_EQ(full.shared_prefix, 0);
+        ASSERT_EQ(shared.x_final.size(), full.x_final.size());
+        for (size_t i = 0; i < full.x_final.size(); ++i)
+            EXPECT_NEAR(shared.x_final[i], full.x_final[i], 1e-12);
+        for (int64_t l = 0; l < 3; ++l) {
+            for (size_t i = 0; i < full.k[size_t(l)].size(); ++i)
+                EXPECT_NEAR(shared.k[size_t(l)][i], full.k[size_t(l)][i], 1e-12);
+            for (size_t i = 0; i < full.heads[size_t(l)].size(); ++i)
+                EXPECT_NEAR(shared.heads[size_t(l)][i], full.heads[size_t(l)][i], 1e-12);
+            for (size_t i = 0; i < full.x_in[size_t(l)].size(); ++i)
+                EXPECT_NEAR(shared.x_in[size_t(l)][i], full.x_in[size_t(l)][i], 1e-12);
+        }
+    }
+    // Identical prompts still compute the answer position; a run that kept only the answer position
+    // cannot lend the rows of an all-positions run.
+    const FaRun<double> clean = fa_forward(w, kClean);
+    EXPECT_EQ(fa_forward(w, kClean, false, {}, &clean, kClean).shared_prefix, int64_t(kClean.size()) - 1);
+    EXPECT_EQ(fa_forward(w, kCorrupt, true, {}, &clean, kClean).shared_prefix, 0);
+}
+
 TEST(InterpForward, RefusesHybridsAndBadTokens) {
     LlamaModel m(tiny_config());
     FaWeights<float> w(m);
@@ -420,7 +450,8 @@ TEST(InterpScoresIo, RoundTripThroughLoadHeadScores) {
     }
     s.methods["activation"].tasks["niah_single_2"] = t;
     aggregate_scores(s);
-    r.pairs.push_back({"niah_single_2", "value-swap", 1024, 0, 5, 6, 4.5, -1.25, true, {{"forward", 1.5}}});
+    r.pairs.push_back(
+        {"niah_single_2", "value-swap", 1024, 0, 5, 6, 4.5, -1.25, 300, true, {{"forward", 1.5}}});
     r.trials.push_back({"niah_single_2", 1024, 0, "answer \xff", true, 0.5});  // invalid UTF-8 is replaced
     r.receivers["niah_single_2"] = {{2, 1}};
     const std::string path = (std::filesystem::temp_directory_path() / "hydra_interp_scores.json").string();

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "interp/last_position_forward.h"
+#include "interp/parallel_jobs.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/linear.h"
 #include "ops/cpu/rmsnorm.h"
@@ -218,8 +219,13 @@ HeadPatchResult attribution_patching(const FaWeights<T>& w, const FaRun<T>& clea
         }
         return est;
     };
-    r.ld_noised = direction(clean, corrupted, r.ld_clean);
-    r.ld_denoised = direction(corrupted, clean, r.ld_corrupted);
+    // The two directions are independent backward passes: one per thread.
+    run_parallel_jobs(2, [&](int64_t d) {
+        if (d == 0)
+            r.ld_noised = direction(clean, corrupted, r.ld_clean);
+        else
+            r.ld_denoised = direction(corrupted, clean, r.ld_corrupted);
+    });
     return r;
 }
 

@@ -2,6 +2,7 @@
 // model/llama_forward.cpp for the all-FA case so the float run matches the engine to rounding.
 #include "interp/fa_forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -25,7 +26,7 @@ void resize(std::vector<T>& v, int64_t n) {
 
 template <typename T>
 void fa_layer_forward(const FaWeights<T>& w, int64_t layer, T* x, int64_t N, FaLayerActs<T>& a,
-                      const HeadHook<T>& hook) {
+                      const HeadHook<T>& hook, int64_t pos0, T* k_cache, T* v_cache) {
     const ModelConfig& c = w.config();
     const FaLayerWeights<T>& p = w.layer(layer);
     const int64_t C = c.hidden_size, F = c.intermediate_size, H = c.num_heads, Hkv = c.num_kv_heads;
@@ -48,10 +49,18 @@ void fa_layer_forward(const FaWeights<T>& w, int64_t layer, T* x, int64_t N, FaL
         cpu::rmsnorm_forward(a.k.data(), a.rstd_k.data(), a.k_pre.data(), p.k_norm, N * Hkv, Dh,
                              c.rms_norm_eps);
     }
-    cpu::rope_forward(a.q.data(), N, H, Dh, c.rope_dim, 0, c.rope_theta);
-    cpu::rope_forward(a.k.data(), N, Hkv, Dh, c.rope_dim, 0, c.rope_theta);
-    cpu::causal_attention_forward(a.heads.data(), (T*)nullptr, a.q.data(), a.k.data(), a.v.data(), N, 0, H,
-                                  Hkv, Dh, 1.0 / std::sqrt(double(Dh)));
+    cpu::rope_forward(a.q.data(), N, H, Dh, c.rope_dim, pos0, c.rope_theta);
+    cpu::rope_forward(a.k.data(), N, Hkv, Dh, c.rope_dim, pos0, c.rope_theta);
+    HYDRA_ASSERT(k_cache || pos0 == 0, "a layer at pos0 = {} needs the cache of the earlier positions", pos0);
+    const T* K = a.k.data();
+    const T* V = a.v.data();
+    if (k_cache) {
+        std::memcpy(k_cache + pos0 * Hkv * Dh, a.k.data(), size_t(N * Hkv * Dh) * sizeof(T));
+        std::memcpy(v_cache + pos0 * Hkv * Dh, a.v.data(), size_t(N * Hkv * Dh) * sizeof(T));
+        K = k_cache, V = v_cache;
+    }
+    cpu::causal_attention_forward(a.heads.data(), (T*)nullptr, a.q.data(), K, V, N, pos0, H, Hkv, Dh,
+                                  1.0 / std::sqrt(double(Dh)));
     if (hook) hook(layer, a.heads.data());
 
     cpu::linear_forward(a.proj.data(), a.heads.data(), p.wo, (const T*)nullptr, N, H * Dh, C);
@@ -66,7 +75,7 @@ void fa_layer_forward(const FaWeights<T>& w, int64_t layer, T* x, int64_t N, FaL
 
 template <typename T>
 FaRun<T> fa_forward(const FaWeights<T>& w, std::span<const int32_t> tokens, bool save_all_positions,
-                    const HeadHook<T>& hook) {
+                    const HeadHook<T>& hook, const FaRun<T>* share, std::span<const int32_t> share_tokens) {
     const ModelConfig& c = w.config();
     const int64_t N = int64_t(tokens.size()), C = c.hidden_size, HDh = c.num_heads * c.head_dim;
     const int64_t KVD = c.num_kv_heads * c.head_dim;
@@ -78,32 +87,59 @@ FaRun<T> fa_forward(const FaWeights<T>& w, std::span<const int32_t> tokens, bool
     FaRun<T> run;
     run.num_tokens = N;
     run.saved_from = save_all_positions ? 0 : N - 1;
-    const int64_t R = run.saved_rows(), from = run.saved_from;
+    // Positions [0, p) come from `share`; at least the answer position is always computed.
+    int64_t p = 0;
+    if (share) {
+        HYDRA_ASSERT(!hook, "a shared prefix cannot be combined with a head hook");
+        HYDRA_ASSERT(int64_t(share_tokens.size()) == share->num_tokens,
+                     "shared run of {} tokens, {} ids given", share->num_tokens, share_tokens.size());
+        while (p < N - 1 && p < int64_t(share_tokens.size()) && tokens[size_t(p)] == share_tokens[size_t(p)])
+            ++p;
+        if (p > run.saved_from && share->saved_from > run.saved_from) p = 0;  // rows we need were not kept
+    }
+    run.shared_prefix = p;
+    const int64_t n = N - p, R = run.saved_rows(), from = run.saved_from;
+    const int64_t old_from = share ? share->saved_from : 0;
 
-    std::vector<T> x(static_cast<size_t>(N * C));
-    for (int64_t t = 0; t < N; ++t)
-        std::memcpy(x.data() + t * C, w.embedding() + int64_t(tokens[size_t(t)]) * C, size_t(C) * sizeof(T));
+    std::vector<T> x(static_cast<size_t>(n * C));
+    for (int64_t t = 0; t < n; ++t)
+        std::memcpy(x.data() + t * C, w.embedding() + int64_t(tokens[size_t(p + t)]) * C,
+                    size_t(C) * sizeof(T));
+    // Rows [from, N) of an (N, width) quantity whose rows [p, N) are `fresh` and earlier ones in `old`.
+    auto saved_rows = [&](const std::vector<T>* old, const T* fresh, int64_t width) {
+        std::vector<T> out(static_cast<size_t>(R * width));
+        for (int64_t t = from; t < N; ++t) {
+            const T* src = t >= p ? fresh + (t - p) * width : old->data() + (t - old_from) * width;
+            std::memcpy(out.data() + (t - from) * width, src, size_t(width) * sizeof(T));
+        }
+        return out;
+    };
     FaLayerActs<T> acts;
     for (int64_t l = 0; l < c.num_layers; ++l) {
-        run.x_in.emplace_back(x.begin() + from * C, x.end());
-        fa_layer_forward(w, l, x.data(), N, acts, hook);
-        run.k.push_back(acts.k);
-        run.v.push_back(acts.v);
-        run.heads.emplace_back(acts.heads.begin() + from * HDh, acts.heads.end());
-        HYDRA_ASSERT(int64_t(run.k.back().size()) == N * KVD && int64_t(run.heads.back().size()) == R * HDh,
-                     "layer {} saved sizes", l);
+        run.x_in.push_back(saved_rows(share ? &share->x_in[size_t(l)] : nullptr, x.data(), C));
+        run.k.emplace_back(static_cast<size_t>(N * KVD));
+        run.v.emplace_back(static_cast<size_t>(N * KVD));
+        if (p > 0) {
+            std::memcpy(run.k.back().data(), share->k[size_t(l)].data(), size_t(p * KVD) * sizeof(T));
+            std::memcpy(run.v.back().data(), share->v[size_t(l)].data(), size_t(p * KVD) * sizeof(T));
+        }
+        fa_layer_forward(w, l, x.data(), n, acts, hook, p, run.k.back().data(), run.v.back().data());
+        run.heads.push_back(saved_rows(share ? &share->heads[size_t(l)] : nullptr, acts.heads.data(), HDh));
     }
-    run.x_final.assign(x.begin() + from * C, x.end());
+    run.x_final = saved_rows(share ? &share->x_final : nullptr, x.data(), C);
     return run;
 }
 
 template void fa_layer_forward<float>(const FaWeights<float>&, int64_t, float*, int64_t, FaLayerActs<float>&,
-                                      const HeadHook<float>&);
+                                      const HeadHook<float>&, int64_t, float*, float*);
 template void fa_layer_forward<double>(const FaWeights<double>&, int64_t, double*, int64_t,
-                                       FaLayerActs<double>&, const HeadHook<double>&);
+                                       FaLayerActs<double>&, const HeadHook<double>&, int64_t, double*,
+                                       double*);
 template FaRun<float> fa_forward<float>(const FaWeights<float>&, std::span<const int32_t>, bool,
-                                        const HeadHook<float>&);
+                                        const HeadHook<float>&, const FaRun<float>*,
+                                        std::span<const int32_t>);
 template FaRun<double> fa_forward<double>(const FaWeights<double>&, std::span<const int32_t>, bool,
-                                          const HeadHook<double>&);
+                                          const HeadHook<double>&, const FaRun<double>*,
+                                          std::span<const int32_t>);
 
 }  // namespace hydra

@@ -20,6 +20,7 @@ namespace hydra {
 template <typename T>
 struct FaRun {
     int64_t num_tokens = 0;             // prompt length T
+    int64_t shared_prefix = 0;          // leading positions copied from a shared run (not recomputed)
     int64_t saved_from = 0;             // first position whose rows are kept in x_in, heads, x_final
     std::vector<std::vector<T>> x_in;   // [L] (T - saved_from, C) input residual of each layer
     std::vector<std::vector<T>> k, v;   // [L] (T, Hkv, Dh): keys after RoPE, values (the KV cache)
@@ -54,16 +55,24 @@ struct FaLayerActs {
 template <typename T>
 using HeadHook = std::function<void(int64_t layer, T* heads)>;
 
-// One decoder layer over a whole prompt (positions 0..N-1, its own keys/values): x (N, C) is the
-// layer input on entry and its output on return; acts receives the intermediates.
+// One decoder layer over N tokens at positions pos0..pos0+N-1: x (N, C) is the layer input on entry
+// and its output on return; acts receives the intermediates (acts.k/v: the N new rows). With
+// k_cache/v_cache ((pos0+N, Hkv, Dh) at least) the new rows are written there at pos0 and attention
+// reads rows [0, pos0+N); without them pos0 must be 0 and the tokens attend to each other only.
 template <typename T>
 void fa_layer_forward(const FaWeights<T>& w, int64_t layer, T* x, int64_t N, FaLayerActs<T>& acts,
-                      const HeadHook<T>& hook = {});
+                      const HeadHook<T>& hook = {}, int64_t pos0 = 0, T* k_cache = nullptr,
+                      T* v_cache = nullptr);
 
 // The whole prompt. Token ids are checked (hydra::Error). save_all_positions keeps x_in/heads/x_final
 // at every position (attribution over all positions) instead of the answer position only.
+// share: an earlier run (same weights) of a prompt that starts with the same tokens, e.g. the other
+// prompt of a patching pair: its keys/values (and saved rows) of the common prefix are reused and only
+// positions from the first differing token are computed (a value swap at depth d costs 1 - d of a
+// pass, a key swap in the question almost nothing). Not allowed with a hook.
 template <typename T>
 FaRun<T> fa_forward(const FaWeights<T>& w, std::span<const int32_t> tokens, bool save_all_positions = false,
-                    const HeadHook<T>& hook = {});
+                    const HeadHook<T>& hook = {}, const FaRun<T>* share = nullptr,
+                    std::span<const int32_t> share_tokens = {});
 
 }  // namespace hydra

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/gemm.h"
+#include "interp/parallel_jobs.h"
 #include "ops/cpu/linear.h"
 #include "ops/cpu/rmsnorm.h"
 #include "ops/cpu/rope.h"
@@ -142,17 +143,24 @@ std::vector<T> last_position_sweep(const FaWeights<T>& w, const FaRun<T>& base,
                      [&](int64_t a, int64_t b) { return start[size_t(a)] < start[size_t(b)]; });
 
     std::vector<T> out(static_cast<size_t>(N * C));
-    LastPosActs<T> acts;
-    for (int64_t c0 = 0; c0 < N; c0 += max_batch) {
-        const int64_t B = std::min(max_batch, N - c0);
-        const int64_t* ids = order.data() + c0;
-        std::vector<T> X(size_t(B * C));
+    // Chunks of at most max_batch copies, a multiple of the thread count, dealt round-robin from the
+    // sorted order so every chunk holds copies of all start layers (equal work per chunk) and stays
+    // sorted (the active copies of a layer are a prefix of the chunk).
+    const int64_t threads = parallel_job_threads();
+    int64_t chunks = (N + max_batch - 1) / max_batch;
+    chunks = std::min(N, (chunks + threads - 1) / threads * threads);
+    run_parallel_jobs(chunks, [&](int64_t chunk) {
+        std::vector<int64_t> ids;
+        for (int64_t i = chunk; i < N; i += chunks) ids.push_back(order[size_t(i)]);
+        const int64_t B = int64_t(ids.size());
+        LastPosActs<T> acts;
+        std::vector<T> X(static_cast<size_t>(B * C));
         int64_t active = 0;
         for (int64_t l = start[size_t(ids[0])]; l < L; ++l) {
             // Copies joining at layer l have the base input there, and (until the patch below) the base
             // run's head outputs: copy those instead of recomputing the same attention.
             const int64_t before = active;
-            while (active < B && start[size_t(ids[active])] == l) {
+            while (active < B && start[size_t(ids[size_t(active)])] == l) {
                 std::memcpy(X.data() + active * C, base.x_in_last(l, C), size_t(C) * sizeof(T));
                 ++active;
             }
@@ -163,17 +171,17 @@ std::vector<T> last_position_sweep(const FaWeights<T>& w, const FaRun<T>& base,
                 std::memcpy(acts.heads.data() + b * H * Dh, base.heads_last(l, H * Dh),
                             size_t(H * Dh) * sizeof(T));
             for (int64_t b = 0; b < active; ++b)
-                for (const auto& p : copies[size_t(ids[b])].patches)
+                for (const auto& p : copies[size_t(ids[size_t(b)])].patches)
                     if (p.layer == l)
                         std::memcpy(acts.heads.data() + (b * H + p.head) * Dh, p.value,
                                     size_t(Dh) * sizeof(T));
             last_position_finish(w, l, X.data(), active, acts);
         }
         for (int64_t b = 0; b < B; ++b) {
-            const T* src = start[size_t(ids[b])] >= L ? base.x_final_last(C) : X.data() + b * C;
-            std::memcpy(out.data() + ids[b] * C, src, size_t(C) * sizeof(T));
+            const T* src = start[size_t(ids[size_t(b)])] >= L ? base.x_final_last(C) : X.data() + b * C;
+            std::memcpy(out.data() + ids[size_t(b)] * C, src, size_t(C) * sizeof(T));
         }
-    }
+    });
     return out;
 }
 

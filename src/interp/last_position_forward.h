@@ -67,7 +67,8 @@ template <typename T>
 void last_position_finish(const FaWeights<T>& w, int64_t layer, T* x, int64_t n, LastPosActs<T>& a);
 
 // Runs every copy through the network and returns their final residuals at the answer position
-// (before the final norm): (copies, C). At most max_batch copies share one batch.
+// (before the final norm): (copies, C). At most max_batch copies share one batch; batches run as
+// parallel jobs (parallel_jobs.h), so a copy's rounding may depend on the thread count (1e-6 level).
 template <typename T>
 std::vector<T> last_position_sweep(const FaWeights<T>& w, const FaRun<T>& base,
                                    std::span<const PatchedCopy<T>> copies, int64_t max_batch = 96);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "interp/last_position_forward.h"
+#include "interp/parallel_jobs.h"
 
 namespace hydra {
 
@@ -101,8 +102,13 @@ PathPatchResult path_patching(const FaWeights<T>& w, const FaRun<T>& clean, cons
                                                          zr.data() + (s * NR + k) * Dh});
         via = ld.rows(last_position_sweep<T>(w, base, copies, max_batch));
     };
-    direction(clean, corrupted, out.direct.ld_noised, out.via_receivers.ld_noised);
-    direction(corrupted, clean, out.direct.ld_denoised, out.via_receivers.ld_denoised);
+    // One direction per thread (each runs its batches single-threaded).
+    run_parallel_jobs(2, [&](int64_t d) {
+        if (d == 0)
+            direction(clean, corrupted, out.direct.ld_noised, out.via_receivers.ld_noised);
+        else
+            direction(corrupted, clean, out.direct.ld_denoised, out.via_receivers.ld_denoised);
+    });
     return out;
 }
 

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "interp/activation_patching.h"
 #include "interp/fa_forward.h"
+#include "interp/parallel_jobs.h"
 #include "interp/path_patching.h"
 #include "interp/retrieval_score.h"
 
@@ -165,8 +166,13 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                     rec.seconds["generate"] = since(t0);
                     t0 = std::chrono::steady_clock::now();
                     const bool all_pos = atp && o.attribution_positions == AttributionPositions::All;
-                    KeptPair k{fa_forward(w, pp.clean, all_pos), fa_forward(w, pp.corrupted, all_pos),
-                               std::make_unique<LogitDiff<float>>(w, pp.answer_token, pp.distractor_token)};
+                    KeptPair k;
+                    k.ld = std::make_unique<LogitDiff<float>>(w, pp.answer_token, pp.distractor_token);
+                    // The corrupted prompt shares the clean one's prefix up to the first changed token
+                    // (the needle for value swaps, the question for key swaps): only the rest is run.
+                    k.clean = fa_forward(w, pp.clean, all_pos);
+                    k.corrupted = fa_forward(w, pp.corrupted, all_pos, {}, &k.clean, pp.clean);
+                    rec.shared_prefix = k.corrupted.shared_prefix;
                     rec.seconds["forward"] = since(t0);
                     rec.ld_clean = (*k.ld)(k.clean.x_final_last(C));
                     rec.ld_corrupted = (*k.ld)(k.corrupted.x_final_last(C));

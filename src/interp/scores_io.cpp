@@ -94,6 +94,7 @@ nlohmann::json report_to_json(const ModelConfig& config, const ScoreReport& r) {
                          {"distractor_token", p.distractor_token},
                          {"ld_clean", finite(p.ld_clean)},
                          {"ld_corrupted", finite(p.ld_corrupted)},
+                         {"shared_prefix", p.shared_prefix},
                          {"used", p.used},
                          {"seconds", p.seconds}});
     j["pairs"] = std::move(pairs);

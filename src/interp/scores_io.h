@@ -33,6 +33,7 @@ struct PairRecord {
     int64_t length = 0, index = 0;
     int32_t answer_token = -1, distractor_token = -1;
     double ld_clean = 0, ld_corrupted = 0;
+    int64_t shared_prefix = 0;              // positions the corrupted run reused from the clean run
     bool used = false;                      // gap >= min_gap
     std::map<std::string, double> seconds;  // forward, activation, attribution, path
 };
