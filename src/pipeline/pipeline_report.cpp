@@ -118,6 +118,20 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
         md += fmt::format("![{} loss](loss_{}.png)\n\n", stage, stage);
     }
     if (fs::exists(out / "heads.png")) md += "Head scores of the teacher (outlined: the top eighth): ![heads](heads.png)\n\n";
+    if (fs::exists(out / "ablation.json")) {
+        const json ab = json::parse(read_text_file(out / "ablation.json"), nullptr, false);
+        if (ab.is_object()) {
+            md += fmt::format("Causality check of the scores: the teacher's accuracy on the scoring tasks at {} tokens "
+                              "({} samples per task) is {} intact, {} with the top-scored {} heads zero-ablated, and with "
+                              "{} random heads ablated:",
+                              ab.value("length", 0), ab.value("samples_per_task", 0), num(ab.value("none", NAN), 1),
+                              num(ab.value("top_scored", NAN), 1), ab.value("heads_ablated", 0),
+                              ab.value("heads_ablated", 0));
+            for (const auto& r : ab.value("random", json::array()))
+                md += fmt::format(" {} (seed {})", num(r.value("accuracy", NAN), 1), r.value("seed", 0));
+            md += ".\n\n";
+        }
+    }
 
     md += "## Wall time and tokens\n\n| step | seconds | tokens |\n|---|---|---|\n";
     double total = 0;
