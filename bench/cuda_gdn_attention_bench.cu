@@ -150,6 +150,12 @@ void bench_attn(int B, int T, int H, int Hkv, int D, std::mt19937_64& gen) {
         hydra::cuda::AttnWorkspace ws(s);
         const float fwd = median_ms([&] { hydra::cuda::attention_forward(s, q, k, v, o, lse, scale); });
         emit("attn_fwd", B, T, H, D, fwd, double(B) * T, flops, 0);
+        for (int minb = 1; minb <= 2; ++minb) {  // both register budgets, for the record
+            hydra::cuda::attention_set_fwd_blocks_per_sm(minb);
+            const float ms = median_ms([&] { hydra::cuda::attention_forward(s, q, k, v, o, lse, scale); });
+            emit(minb == 1 ? "attn_fwd_1blk" : "attn_fwd_2blk", B, T, H, D, ms, double(B) * T, flops, 0);
+        }
+        hydra::cuda::attention_set_fwd_blocks_per_sm(0);
         const float fb = median_ms([&] {
             hydra::cuda::attention_forward(s, q, k, v, o, lse, scale);
             hydra::cuda::attention_backward(s, q, k, v, o, lse, dout, dq, dk, dv, scale, ws);

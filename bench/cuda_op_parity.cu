@@ -249,6 +249,13 @@ void attn_case(int B, int T, int H, int Hkv, int D, Rng& rng) {
     record("attention bwd", shape, "dq", down(gq), dq_ref);
     record("attention bwd", shape, "dk", down(gk), dk_ref);
     record("attention bwd", shape, "dv", down(gv), dv_ref);
+    // the forward kernel built for the other register budget (1 or 2 resident blocks per SM)
+    hydra::cuda::attention_set_fwd_blocks_per_sm(1);
+    o.poison();
+    hydra::cuda::attention_forward(s, dq->p, dk->p, dv->p, o.p, lse.p, scale);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    hydra::cuda::attention_set_fwd_blocks_per_sm(0);
+    record("attention fwd alt-regs", shape, "o", down(o), o_ref);
 }
 
 }  // namespace
@@ -273,6 +280,11 @@ int main(int argc, char** argv) {
         gdn_case(1, 4100, 2, 2, 128, rng);   // long, partial last chunk
         gdn_case(1, 37, 1, 1, 128, rng);     // one partial chunk
         if (!quick) gdn_case(3, 130, 3, 3, 64, rng);
+        // many (sequence, head) pairs: the scans' 32-row variants (one wave double-buffered; more
+        // blocks than SMs single-buffered)
+        gdn_case(2, 300, 16, 16, 128, rng);
+        gdn_case(3, 333, 6, 12, 128, rng);
+        gdn_case(8, 200, 9, 9, 64, rng);
         decode_case(3, 2, 4, 64, rng);
         decode_case(5, 2, 2, 128, rng);
         attn_case(2, 1000, 4, 2, 64, rng);   // GQA, T not a multiple of the tiles

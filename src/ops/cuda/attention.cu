@@ -50,8 +50,10 @@ struct FwdSmem {
     bf16 Vs[2][64 * LD];
 };
 
-template <int D>
-__global__ void __launch_bounds__(256, 1) attn_fwd_kernel(FwdArgs a) {
+// MINB: blocks per multiprocessor the register allocation is sized for (1: up to 255 registers a
+// thread; 2: 128, two blocks of 8 warps resident).
+template <int D, int MINB>
+__global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     auto& s = *reinterpret_cast<FwdSmem<D>*>(smem_raw);
     constexpr int LD = FwdSmem<D>::LD;
@@ -332,18 +334,30 @@ void check_shape(const AttnShape& s) {
     require(s.D == 64 || s.D == 128, "head dim " + std::to_string(s.D) + " not supported (64 or 128)");
 }
 
-template <int D>
-void fwd_impl(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, float scale,
-              cudaStream_t st) {
+int g_fwd_minb = 0;  // 0: default per head dim
+
+template <int D, int MINB>
+void fwd_launch(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, float scale,
+                cudaStream_t st) {
     static bool attr = false;
     if (!attr) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<D, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(sizeof(FwdSmem<D>))));
         attr = true;
     }
     FwdArgs a{s.B, s.T, s.H, s.Hkv, scale * kLog2e, q, k, v, o, lse};
-    attn_fwd_kernel<D><<<dim3((s.T + 127) / 128, s.B * s.H), 256, sizeof(FwdSmem<D>), st>>>(a);
+    attn_fwd_kernel<D, MINB><<<dim3((s.T + 127) / 128, s.B * s.H), 256, sizeof(FwdSmem<D>), st>>>(a);
     CUDA_CHECK(cudaGetLastError());
+}
+
+template <int D>
+void fwd_impl(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, float scale,
+              cudaStream_t st) {
+    // two resident blocks per SM by default: at d = 128 the register cap costs a few spilled bytes but
+    // ran 10-14% faster on an H200 than one block with 188 registers (docs/BENCHMARKS.md)
+    const int minb = g_fwd_minb ? g_fwd_minb : 2;
+    if (minb == 2) fwd_launch<D, 2>(s, q, k, v, o, lse, scale, st);
+    else fwd_launch<D, 1>(s, q, k, v, o, lse, scale, st);
 }
 
 template <int D>
@@ -368,6 +382,8 @@ void bwd_impl(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, c
 }
 
 }  // namespace
+
+void attention_set_fwd_blocks_per_sm(int n) { g_fwd_minb = (n == 1 || n == 2) ? n : 0; }
 
 AttnWorkspace::AttnWorkspace(const AttnShape& s) : shape(s) {
     check_shape(s);

@@ -41,4 +41,8 @@ void attention_backward(const AttnShape& s, const __nv_bfloat16* q, const __nv_b
                         __nv_bfloat16* dk, __nv_bfloat16* dv, float scale, AttnWorkspace& ws,
                         cudaStream_t stream = nullptr);
 
+// Tuning knob for benchmarks: size the forward kernel's registers for 1 or 2 resident blocks per
+// multiprocessor (0 = the default per head dim).
+void attention_set_fwd_blocks_per_sm(int n);
+
 }  // namespace hydra::cuda

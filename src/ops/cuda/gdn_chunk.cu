@@ -3,10 +3,12 @@
 //
 // Forward, per sequence b and value head j (chunks of C = 64 tokens, L valid rows in the last one):
 //   prep   (grid NT x B*HV, parallel over chunks): gamma = chunk-local cumsum of g; A = strictly lower
-//          beta_r (k_r . k_c) E[r,c], E = exp(gamma_r - gamma_c); P = (Q K^T) o E (causal); T = (I + A)^-1
-//          by forward substitution in fp32; W = T diag(beta Gamma) K, U = T diag(beta) V (tensor cores).
-//   scan   (grid D/32 x B*HV, sequential over chunks, a 32-row slice of the V x K state per block,
-//          fp32 in registers, next chunk's operands prefetched with cp.async):
+//          beta_r (k_r . k_c) E[r,c], E = exp(gamma_r - gamma_c), and P = (Q K^T) o E (causal) on tensor
+//          cores; W = (I + A)^-1 diag(beta Gamma) K and U = (I + A)^-1 diag(beta) V (and, when saving,
+//          T = (I + A)^-1) by forward substitution in fp32, one right-hand-side column per thread.
+//   scan   (grid D/VT x B*HV, sequential over chunks, a 16- or 32-row slice of the V x K state per
+//          block, fp32 in registers, operands double-buffered with cp.async or single-buffered at two
+//          blocks per SM, see scan_variant):
 //          delta = U - W M0^T;  O = scale [diag(Gamma) Q M0^T + P delta];  M1 = Gamma_L M0 + (dec delta)^T K.
 // Backward:
 //   bscan  (reverse over chunks, V-slices): d delta = diag(dec) K dM^T + scale P^T dO (written out) and
@@ -125,11 +127,29 @@ struct PrepSmem {
     bf16 Ks[64 * LD];
     bf16 Qs[64 * LD];
     bf16 Vs[64 * LD];
-    float As[64 * 65];
-    float Ts[64 * 65];
-    bf16 Tb[64 * 72];
+    float As[64 * 68];  // strictly lower A, rows 16-byte aligned for float4 broadcast reads
     float gam[64], beta[64];
 };
+
+// x <- (I + A)^-1 x for one right-hand-side column held in registers (x[r] for the 64 rows of a
+// chunk): forward substitution x_r -= sum_{m<r} A[r, m] x_m, every index a compile-time constant.
+// A is read four entries at a time; entries on and above the diagonal are zero, so the groups of four
+// that cross the diagonal add nothing.
+__device__ __forceinline__ void unit_lower_solve(float (&x)[64], const float* As) {
+#pragma unroll
+    for (int r = 1; r < 64; ++r) {
+        float a0 = x[r], a1 = 0.f;
+#pragma unroll
+        for (int m = 0; m < r; m += 4) {
+            const float4 w = *reinterpret_cast<const float4*>(As + r * 68 + m);
+            a0 -= w.x * x[m];
+            a1 -= w.y * x[m + 1];
+            a0 -= w.z * x[m + 2];
+            a1 -= w.w * x[m + 3];
+        }
+        x[r] = a0 + a1;
+    }
+}
 
 template <int D>
 __global__ void __launch_bounds__(256) gdn_fwd_prep_kernel(FwdArgs a) {
@@ -178,7 +198,7 @@ __global__ void __launch_bounds__(256) gdn_fwd_prep_kernel(FwdArgs a) {
         G64::each(acc, warp, lane, [&](int r, int c, float& v) {
             float val = 0.f;
             if (c < r && r < L) val = s.beta[r] * v * expf(s.gam[r] - s.gam[c]);
-            s.As[r * 65 + c] = val;
+            s.As[r * 68 + c] = val;
         });
     }
     {
@@ -192,53 +212,32 @@ __global__ void __launch_bounds__(256) gdn_fwd_prep_kernel(FwdArgs a) {
             Pg[r * kC + c] = __float2bfloat16(val);
         });
     }
-    for (int idx = tid; idx < 64 * 64; idx += 256) {
-        const int r = idx >> 6, c = idx & 63;
-        s.Ts[r * 65 + c] = r == c ? 1.f : 0.f;
-    }
     __syncthreads();
-    // T = (I + A)^-1, right-looking: once row m is final, subtract A[r, m] T[m, :] from every later row
-    {
-        const int c = tid & 63, rg = tid >> 6;
-        for (int m = 0; m < 63; ++m) {
-            if (c <= m) {
-                const float tm = s.Ts[m * 65 + c];
-                for (int r = m + 1 + rg; r < 64; r += 4) s.Ts[r * 65 + c] -= s.As[r * 65 + m] * tm;
-            }
-            __syncthreads();
+    // [W | U | T] = (I + A)^-1 [diag(beta Gamma) K | diag(beta) V | I], one column per thread, fp32
+    const int ncols = 2 * D + (a.Tm ? 64 : 0);
+    for (int col = tid; col < ncols; col += 256) {
+        float x[64];
+        if (col < D) {
+#pragma unroll
+            for (int r = 0; r < 64; ++r) x[r] = s.beta[r] * expf(s.gam[r]) * __bfloat162float(s.Ks[r * LD + col]);
+        } else if (col < 2 * D) {
+#pragma unroll
+            for (int r = 0; r < 64; ++r) x[r] = s.beta[r] * __bfloat162float(s.Vs[r * LD + col - D]);
+        } else {
+#pragma unroll
+            for (int r = 0; r < 64; ++r) x[r] = r == col - 2 * D ? 1.f : 0.f;
         }
-    }
-    float* Tg = a.Tm ? a.Tm + (size_t(bj) * a.NT + n) * (kC * kC) : nullptr;
-    for (int idx = tid; idx < 64 * 64; idx += 256) {
-        const int r = idx >> 6, c = idx & 63;
-        const float t = s.Ts[r * 65 + c];
-        s.Tb[r * 72 + c] = __float2bfloat16(t);
-        if (Tg) Tg[idx] = t;
-    }
-    // X = diag(beta Gamma) K (in place of K), Y = diag(beta) V (in place of V)
-    for (int idx = tid; idx < 64 * D; idx += 256) {
-        const int r = idx / D, c = idx % D;
-        const float bg = s.beta[r] * expf(s.gam[r]);
-        s.Ks[r * LD + c] = __float2bfloat16(bg * __bfloat162float(s.Ks[r * LD + c]));
-        s.Vs[r * LD + c] = __float2bfloat16(s.beta[r] * __bfloat162float(s.Vs[r * LD + c]));
-    }
-    __syncthreads();
-    using GW = BlockGemm<64, D, 64, 4, 2, false, false>;
-    {
-        float acc[GW::MT][GW::NT][4];
-        zero(acc);
-        GW::run(acc, s.Tb, 72, s.Ks, LD, warp, lane);
-        GW::each(acc, warp, lane, [&](int r, int c, float& v) {
-            if (r < L) a.W[(hrow0 + r) * D + c] = __float2bfloat16(v);
-        });
-    }
-    {
-        float acc[GW::MT][GW::NT][4];
-        zero(acc);
-        GW::run(acc, s.Tb, 72, s.Vs, LD, warp, lane);
-        GW::each(acc, warp, lane, [&](int r, int c, float& v) {
-            if (r < L) a.U[(hrow0 + r) * D + c] = __float2bfloat16(v);
-        });
+        unit_lower_solve(x, s.As);
+        if (col < 2 * D) {
+            bf16* dst = col < D ? a.W + hrow0 * D + col : a.U + hrow0 * D + (col - D);
+#pragma unroll
+            for (int r = 0; r < 64; ++r)
+                if (r < L) dst[size_t(r) * D] = __float2bfloat16(x[r]);
+        } else {
+            float* dst = a.Tm + (size_t(bj) * a.NT + n) * (kC * kC) + (col - 2 * D);
+#pragma unroll
+            for (int r = 0; r < 64; ++r) dst[r * kC] = x[r];
+        }
     }
 }
 
@@ -256,27 +255,35 @@ struct ScanArgs {
     bf16* delta;   // null unless saving
 };
 
-template <int D>
+// VT = 32 or 16 state rows per block (16 when there are too few (sequence, head) pairs to fill the
+// GPU with 32-row slices). Warps 0 and 1 own the slice in registers: for VT = 32, 16 rows each over
+// all D columns; for VT = 16, all 16 rows over half the columns each.
+// ST = 2: the next chunk's operands are prefetched while this one is computed (one block per SM);
+// ST = 1: single buffers, half the shared memory, two blocks per SM overlapping each other instead.
+template <int D, int VT, int ST>
 struct ScanSmem {
-    static constexpr int LD = D + 8;
-    bf16 QW[2][128 * LD];  // rows 0..63: W, rows 64..127: Q
-    bf16 Ks[2][64 * LD];
-    bf16 Us[2][64 * 40];
-    bf16 Ps[2][64 * 72];
-    float gam[2][64];
-    bf16 Mb[32 * LD];
-    bf16 Db[64 * 40];  // delta
-    bf16 Dd[64 * 40];  // dec * delta
+    static constexpr int LD = D + 8, LV = VT + 8;
+    bf16 QW[ST][128 * LD];  // rows 0..63: W, rows 64..127: Q
+    bf16 Ks[ST][64 * LD];
+    bf16 Us[ST][64 * LV];
+    bf16 Ps[ST][64 * 72];
+    float gam[ST][64];
+    bf16 Mb[VT * LD];
+    bf16 Db[64 * LV];  // delta
+    bf16 Dd[64 * LV];  // dec * delta
 };
 
-template <int D>
+template <int D, int VT, int ST>
 __global__ void __launch_bounds__(128) gdn_fwd_scan_kernel(ScanArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    auto& s = *reinterpret_cast<ScanSmem<D>*>(smem_raw);
-    constexpr int LD = ScanSmem<D>::LD;
-    const int v0 = blockIdx.x * 32, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
+    using S = ScanSmem<D, VT, ST>;
+    auto& s = *reinterpret_cast<S*>(smem_raw);
+    constexpr int LD = S::LD, LV = S::LV, NV = VT / 8;
+    constexpr int MC = VT == 32 ? D : D / 2;  // state columns per owning warp
+    const int v0 = blockIdx.x * VT, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
+    const int mrow0 = VT == 32 ? 16 * warp : 0, mcol0 = VT == 32 ? 0 : warp * (D / 2);
 
     auto issue = [&](int n, int st) {
         const int t0 = n * kC, L = min(kC, a.T - t0);
@@ -285,20 +292,19 @@ __global__ void __launch_bounds__(128) gdn_fwd_scan_kernel(ScanArgs a) {
         load_rows<64, D, 128>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
         load_rows<64, D, 128>(s.QW[st] + 64 * LD, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
         load_rows<64, D, 128>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, 32, 128>(s.Us[st], 40, a.U + hrow0 * D + v0, D, L, tid);
+        load_rows<64, VT, 128>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
         load_rows<64, 64, 128>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
         if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
         cp_async_commit();
     };
 
-    // the state slice rows [v0, v0 + 32): warps 0 and 1 own 16 rows each, all D columns, fp32
-    float M[1][D / 8][4];
+    float M[1][MC / 8][4];
     if (warp < 2) {
 #pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
+        for (int nt = 0; nt < MC / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int r = 16 * warp + frag_row(0, e, lane), c = frag_col(nt, e, lane);
+                const int r = mrow0 + frag_row(0, e, lane), c = mcol0 + frag_col(nt, e, lane);
                 const float x = a.h0 ? a.h0[(size_t(bj) * D + v0 + r) * D + c] : 0.f;
                 M[0][nt][e] = x;
                 s.Mb[r * LD + c] = __float2bfloat16(x);
@@ -306,56 +312,57 @@ __global__ void __launch_bounds__(128) gdn_fwd_scan_kernel(ScanArgs a) {
     }
     issue(0, 0);
     for (int n = 0; n < a.NT; ++n) {
-        const int st = n & 1, t0 = n * kC, L = min(kC, a.T - t0);
+        const int st = ST == 2 ? (n & 1) : 0, t0 = n * kC, L = min(kC, a.T - t0);
         cp_async_wait_all();
         __syncthreads();
-        if (n + 1 < a.NT) issue(n + 1, st ^ 1);
+        if (ST == 2 && n + 1 < a.NT) issue(n + 1, st ^ 1);
         if (a.states) {
             bf16* dst = a.states + ((size_t(bj) * a.NT + n) * D + v0) * D;
-            for (int idx = tid; idx < 32 * D / 8; idx += 128) {
+            for (int idx = tid; idx < VT * D / 8; idx += 128) {
                 const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
                 *reinterpret_cast<uint4*>(dst + size_t(r) * D + c) = *reinterpret_cast<const uint4*>(&s.Mb[r * LD + c]);
             }
         }
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
-        float acc[2][4][4];
+        float acc[2][NV][4];
         zero(acc);
         // [W; Q] M0^T: warps 0-1 the W rows (-> delta), warps 2-3 the Q rows (-> outputs)
-        warp_gemm<2, 4, D / 16, false, true>(acc, s.QW[st] + 32 * warp * LD, LD, s.Mb, LD, lane);
+        warp_gemm<2, NV, D / 16, false, true>(acc, s.QW[st] + 32 * warp * LD, LD, s.Mb, LD, lane);
         if (warp < 2) {
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
+                for (int e = 0; e < 4; ++e) {
+                    const int t = 32 * warp + frag_row(mt, e, lane);
+                    const float dec = t < L ? expf(glast - gm[t]) : 0.f;
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int t = 32 * warp + frag_row(mt, e, lane), c = frag_col(nt, e, lane);
-                        const float dl = __bfloat162float(s.Us[st][t * 40 + c]) - acc[mt][nt][e];
-                        const float dec = t < L ? expf(glast - gm[t]) : 0.f;
-                        s.Db[t * 40 + c] = __float2bfloat16(dl);
-                        s.Dd[t * 40 + c] = __float2bfloat16(dec * dl);
+                    for (int nt = 0; nt < NV; ++nt) {
+                        const int c = frag_col(nt, e, lane);
+                        const float dl = __bfloat162float(s.Us[st][t * LV + c]) - acc[mt][nt][e];
+                        s.Db[t * LV + c] = __float2bfloat16(dl);
+                        s.Dd[t * LV + c] = __float2bfloat16(dec * dl);
                         if (a.delta && t < L) a.delta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = __float2bfloat16(dl);
                     }
+                }
         } else {
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
+                for (int e = 0; e < 4; ++e) {
+                    const float G = expf(gm[32 * (warp - 2) + frag_row(mt, e, lane)]);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int t = 32 * (warp - 2) + frag_row(mt, e, lane);
-                        acc[mt][nt][e] *= expf(gm[t]);
-                    }
+                    for (int nt = 0; nt < NV; ++nt) acc[mt][nt][e] *= G;
+                }
         }
         __syncthreads();
         if (warp >= 2) {
             // O = scale [diag(Gamma) Q M0^T + P delta]
-            warp_gemm<2, 4, 4, false, false>(acc, s.Ps[st] + 32 * (warp - 2) * 72, 72, s.Db, 40, lane);
+            warp_gemm<2, NV, 4, false, false>(acc, s.Ps[st] + 32 * (warp - 2) * 72, 72, s.Db, LV, lane);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
+                for (int nt = 0; nt < NV; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; e += 2) {
                         const int t = 32 * (warp - 2) + frag_row(mt, e, lane), c = frag_col(nt, e, lane);
@@ -368,26 +375,30 @@ __global__ void __launch_bounds__(128) gdn_fwd_scan_kernel(ScanArgs a) {
             // M1 = Gamma_L M0 + (dec delta)^T K
             const float gl = expf(glast);
 #pragma unroll
-            for (int nt = 0; nt < D / 8; ++nt)
+            for (int nt = 0; nt < MC / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) M[0][nt][e] *= gl;
-            warp_gemm<1, D / 8, 4, true, false>(M, s.Dd + 16 * warp, 40, s.Ks[st], LD, lane);
+            warp_gemm<1, MC / 8, 4, true, false>(M, s.Dd + mrow0, LV, s.Ks[st] + mcol0, LD, lane);
 #pragma unroll
-            for (int nt = 0; nt < D / 8; ++nt)
+            for (int nt = 0; nt < MC / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; e += 2) {
-                    const int r = 16 * warp + frag_row(0, e, lane), c = frag_col(nt, e, lane);
+                    const int r = mrow0 + frag_row(0, e, lane), c = mcol0 + frag_col(nt, e, lane);
                     *reinterpret_cast<__nv_bfloat162*>(&s.Mb[r * LD + c]) =
                         __floats2bfloat162_rn(M[0][nt][e], M[0][nt][e + 1]);
                 }
         }
+        if (ST == 1 && n + 1 < a.NT) {
+            __syncthreads();  // every read of this chunk's buffers is done
+            issue(n + 1, 0);
+        }
     }
     if (a.ht && warp < 2) {
 #pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
+        for (int nt = 0; nt < MC / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int r = 16 * warp + frag_row(0, e, lane), c = frag_col(nt, e, lane);
+                const int r = mrow0 + frag_row(0, e, lane), c = mcol0 + frag_col(nt, e, lane);
                 a.ht[(size_t(bj) * D + v0 + r) * D + c] = M[0][nt][e];
             }
     }
@@ -406,24 +417,25 @@ struct BScanArgs {
     float* ddelta;
 };
 
-template <int D>
+template <int D, int VT, int ST>
 struct BScanSmem {
-    static constexpr int LD = D + 8;
-    bf16 QW[2][128 * LD];  // rows 0..63: Q, rows 64..127: W
-    bf16 Ks[2][64 * LD];
-    bf16 dOs[2][64 * 40];
-    bf16 Ps[2][64 * 72];
-    float gam[2][64];
-    bf16 dMb[32 * LD];
-    bf16 AD[128 * 40];  // rows 0..63: scale Gamma dO, rows 64..127: -d delta
+    static constexpr int LD = D + 8, LV = VT + 8;
+    bf16 QW[ST][128 * LD];  // rows 0..63: Q, rows 64..127: W
+    bf16 Ks[ST][64 * LD];
+    bf16 dOs[ST][64 * LV];
+    bf16 Ps[ST][64 * 72];
+    float gam[ST][64];
+    bf16 dMb[VT * LD];
+    bf16 AD[128 * LV];  // rows 0..63: scale Gamma dO, rows 64..127: -d delta
 };
 
-template <int D>
+template <int D, int VT, int ST>
 __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(BScanArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    auto& s = *reinterpret_cast<BScanSmem<D>*>(smem_raw);
-    constexpr int LD = BScanSmem<D>::LD;
-    const int v0 = blockIdx.x * 32, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
+    using S = BScanSmem<D, VT, ST>;
+    auto& s = *reinterpret_cast<S*>(smem_raw);
+    constexpr int LD = S::LD, LV = S::LV, NV = VT / 8;
+    const int v0 = blockIdx.x * VT, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
 
@@ -435,13 +447,13 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(BScanArgs a) {
         load_rows<64, D, 128>(s.QW[st], LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
         load_rows<64, D, 128>(s.QW[st] + 64 * LD, LD, a.W + hrow0 * D, D, L, tid);
         load_rows<64, D, 128>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, 32, 128>(s.dOs[st], 40, a.d_o + vrow0 * D + v0, size_t(a.HV) * D, L, tid);
+        load_rows<64, VT, 128>(s.dOs[st], LV, a.d_o + vrow0 * D + v0, size_t(a.HV) * D, L, tid);
         load_rows<64, 64, 128>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
         if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
         cp_async_commit();
     };
 
-    using GM = BlockGemm<32, D, 128, 2, 2, true, false>;
+    using GM = BlockGemm<VT, D, 128, (VT == 32 ? 2 : 1), (VT == 32 ? 2 : 4), true, false>;
     float dM[GM::MT][GM::NT][4];
     GM::each(dM, warp, lane, [&](int r, int c, float& x) {
         x = a.dht ? a.dht[(size_t(bj) * D + v0 + r) * D + c] : 0.f;
@@ -449,13 +461,13 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(BScanArgs a) {
     });
     issue(a.NT - 1, 0);
     for (int i = 0; i < a.NT; ++i) {
-        const int n = a.NT - 1 - i, st = i & 1, t0 = n * kC, L = min(kC, a.T - t0);
+        const int n = a.NT - 1 - i, st = ST == 2 ? (i & 1) : 0, t0 = n * kC, L = min(kC, a.T - t0);
         cp_async_wait_all();
         __syncthreads();
-        if (n > 0) issue(n - 1, st ^ 1);
+        if (ST == 2 && n > 0) issue(n - 1, st ^ 1);
         if (a.dstates) {
             bf16* dst = a.dstates + ((size_t(bj) * a.NT + n) * D + v0) * D;
-            for (int idx = tid; idx < 32 * D / 8; idx += 128) {
+            for (int idx = tid; idx < VT * D / 8; idx += 128) {
                 const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
                 *reinterpret_cast<uint4*>(dst + size_t(r) * D + c) = *reinterpret_cast<const uint4*>(&s.dMb[r * LD + c]);
             }
@@ -463,31 +475,37 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(BScanArgs a) {
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
         // d delta = diag(dec) K dM^T + scale P^T dO   (rows t of this warp: 16 warp .. +16)
-        float a1[1][4][4], a2[1][4][4];
+        float a1[1][NV][4], a2[1][NV][4];
         zero(a1);
         zero(a2);
-        warp_gemm<1, 4, D / 16, false, true>(a1, s.Ks[st] + 16 * warp * LD, LD, s.dMb, LD, lane);
-        warp_gemm<1, 4, 4, true, false>(a2, s.Ps[st] + 16 * warp, 72, s.dOs[st], 40, lane);
+        warp_gemm<1, NV, D / 16, false, true>(a1, s.Ks[st] + 16 * warp * LD, LD, s.dMb, LD, lane);
+        warp_gemm<1, NV, 4, true, false>(a2, s.Ps[st] + 16 * warp, 72, s.dOs[st], LV, lane);
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int e = 0; e < 4; ++e) {
+            const int t = 16 * warp + frag_row(0, e, lane);
+            const float dec = t < L ? expf(glast - gm[t]) : 0.f;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int t = 16 * warp + frag_row(0, e, lane), c = frag_col(nt, e, lane);
-                const float dec = t < L ? expf(glast - gm[t]) : 0.f;
+            for (int nt = 0; nt < NV; ++nt) {
+                const int c = frag_col(nt, e, lane);
                 const float dd = dec * a1[0][nt][e] + a.scale * a2[0][nt][e];
                 if (t < L) a.ddelta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = dd;
-                s.AD[(64 + t) * 40 + c] = __float2bfloat16(-dd);
+                s.AD[(64 + t) * LV + c] = __float2bfloat16(-dd);
             }
-        for (int idx = tid; idx < 64 * 32; idx += 128) {
-            const int t = idx >> 5, c = idx & 31;
-            s.AD[t * 40 + c] = __float2bfloat16(a.scale * expf(gm[t]) * __bfloat162float(s.dOs[st][t * 40 + c]));
+        }
+        for (int idx = tid; idx < 64 * VT; idx += 128) {
+            const int t = idx / VT, c = idx % VT;
+            s.AD[t * LV + c] = __float2bfloat16(a.scale * expf(gm[t]) * __bfloat162float(s.dOs[st][t * LV + c]));
         }
         __syncthreads();
         // dM0 = Gamma_L dM + [scale Gamma dO; -d delta]^T [Q; W]
         const float gl = expf(glast);
         GM::each(dM, warp, lane, [&](int, int, float& x) { x *= gl; });
-        GM::run(dM, s.AD, 40, s.QW[st], LD, warp, lane);
+        GM::run(dM, s.AD, LV, s.QW[st], LD, warp, lane);
         GM::each(dM, warp, lane, [&](int r, int c, float& x) { s.dMb[r * LD + c] = __float2bfloat16(x); });
+        if (ST == 1 && n > 0) {
+            __syncthreads();
+            issue(n - 1, 0);
+        }
     }
     if (a.dh0) GM::each(dM, warp, lane, [&](int r, int c, float& x) { a.dh0[(size_t(bj) * D + v0 + r) * D + c] = x; });
 }
@@ -567,26 +585,23 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
 
     // ---- phase 1: products with the states ----
     using GD = BlockGemm<64, D, D, 4, 2, false, false>;
-    {  // dq (inter-chunk) = scale Gamma dO M0;  d gamma_r += q_r . dq_r
-        float acc[GD::MT][GD::NT][4];
-        zero(acc);
-        GD::run(acc, s.dOs, LD, M0s, LD, warp, lane);
-        each_rowsum<GD>(acc, warp, lane, s.dgam, [&](int r, int c, float& v) {
-            const float x = scale * Gam(r) * v;
-            if (r < L) a.dqv[(hrow0 + r) * D + c] = x;
-            return __bfloat162float(s.Qs[r * LD + c]) * x;
-        });
-    }
-    {  // dk (leaving state) = diag(dec) delta dM;  d gamma_r -= k_r . that, glast += the same
-        float acc[GD::MT][GD::NT][4];
-        zero(acc);
-        GD::run(acc, s.Dls, LD, dMs, LD, warp, lane);
-        each_rowsum<GD>(acc, warp, lane, s.tmp, [&](int r, int c, float& v) {
-            const float x = dec(r) * v;
-            if (r < L) a.dkv[(hrow0 + r) * D + c] = x;
-            return __bfloat162float(s.Ks[r * LD + c]) * x;
-        });
-    }
+    // dq and dk of the chunk accumulate in registers (one tiling for every 64 x D product below) and
+    // are written once at the end
+    float dqA[GD::MT][GD::NT][4], dkA[GD::MT][GD::NT][4];
+    zero(dqA);
+    zero(dkA);
+    // dq (inter-chunk) = scale Gamma dO M0;  d gamma_r += q_r . dq_r
+    GD::run(dqA, s.dOs, LD, M0s, LD, warp, lane);
+    each_rowsum<GD>(dqA, warp, lane, s.dgam, [&](int r, int c, float& v) {
+        v *= scale * Gam(r);
+        return __bfloat162float(s.Qs[r * LD + c]) * v;
+    });
+    // dk (leaving state) = diag(dec) delta dM;  d gamma_r -= k_r . that, glast += the same
+    GD::run(dkA, s.Dls, LD, dMs, LD, warp, lane);
+    each_rowsum<GD>(dkA, warp, lane, s.tmp, [&](int r, int c, float& v) {
+        v *= dec(r);
+        return __bfloat162float(s.Ks[r * LD + c]) * v;
+    });
     float accW[GD::MT][GD::NT][4];  // -dW = d delta M0
     zero(accW);
     GD::run(accW, s.dDs, LD, M0s, LD, warp, lane);
@@ -692,30 +707,24 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     }
     using GK = BlockGemm<64, D, 64, 4, 2, false, false>;
     using GKT = BlockGemm<64, D, 64, 4, 2, true, false>;
-    {  // dq += G_P K
-        float acc[GK::MT][GK::NT][4];
-        zero(acc);
-        GK::run(acc, s.GPs, 72, s.Ks, LD, warp, lane);
-        GK::each(acc, warp, lane, [&](int r, int c, float& v) {
-            if (r < L) a.dqv[(hrow0 + r) * D + c] += v;
-        });
-    }
-    {  // dk += G_P^T Q
-        float acc[GKT::MT][GKT::NT][4];
-        zero(acc);
-        GKT::run(acc, s.GPs, 72, s.Qs, LD, warp, lane);
-        GKT::each(acc, warp, lane, [&](int r, int c, float& v) {
-            if (r < L) a.dkv[(hrow0 + r) * D + c] += v;
-        });
-    }
+    static_assert(GK::MT == GD::MT && GK::NT == GD::NT && GKT::NT == GD::NT, "one output tiling");
+    GK::run(dqA, s.GPs, 72, s.Ks, LD, warp, lane);   // dq += G_P K
+    GKT::run(dkA, s.GPs, 72, s.Qs, LD, warp, lane);  // dk += G_P^T Q
     {  // dX = T^T dW: dk += beta Gamma dX; row sums dX . k for dbeta / d gamma
         float acc[GKT::MT][GKT::NT][4];
         zero(acc);
         GKT::run(acc, s.LGs, 72, dWs, LD, warp, lane);
         each_rowsum<GKT>(acc, warp, lane, s.tmpX, [&](int r, int c, float& v) {
-            if (r < L) a.dkv[(hrow0 + r) * D + c] += s.beta[r] * Gam(r) * v;
             return v * __bfloat162float(s.Ks[r * LD + c]);
         });
+        const int r0 = GKT::row0(warp);
+#pragma unroll
+        for (int nt = 0; nt < GKT::NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + frag_row(0, e, lane);
+                dkA[0][nt][e] += s.beta[r] * Gam(r) * acc[0][nt][e];
+            }
     }
     {  // dY = T^T d delta: dv = beta dY; row sums dY . v for dbeta
         float acc[GKT::MT][GKT::NT][4];
@@ -783,10 +792,12 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 const float da = dTf[i * 65 + c];
                 const float hh = da * bi * kk * E;
                 rs += hh;
-                atomicAdd(&s.dgam[c], -hh);
+                s.KKf[i * 65 + c] = hh;  // for the column sums below (this thread read kk already)
                 const float G = da * E;
                 db += G * kk;
                 gb = bi * G;
+            } else {
+                s.KKf[i * 65 + c] = 0.f;
             }
             tLf[i * 65 + c] = gb;
         }
@@ -800,18 +811,29 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         }
     }
     __syncthreads();
+    if (tid < 64) {  // column sums of dA o A
+        float cs = 0.f;
+        for (int i = 0; i < 64; ++i) cs += s.KKf[i * 65 + tid];
+        atomicAdd(&s.dgam[tid], -cs);
+    }
     for (int idx = tid; idx < 64 * 64; idx += 256) {
         const int r = idx >> 6, c = idx & 63;
         s.LGs[r * 72 + c] = __float2bfloat16(tLf[r * 65 + c] + tLf[c * 65 + r]);
     }
     __syncthreads();
-    {  // dk += (Gb + Gb^T) K
-        float acc[GK::MT][GK::NT][4];
-        zero(acc);
-        GK::run(acc, s.LGs, 72, s.Ks, LD, warp, lane);
-        GK::each(acc, warp, lane, [&](int r, int c, float& v) {
-            if (r < L) a.dkv[(hrow0 + r) * D + c] += v;
-        });
+    GK::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);  // dk += (Gb + Gb^T) K
+    {
+        const int r0 = GD::row0(warp), c0 = GD::col0(warp);
+#pragma unroll
+        for (int nt = 0; nt < GD::NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
+                if (r < L) {
+                    *reinterpret_cast<float2*>(a.dqv + (hrow0 + r) * D + c) = make_float2(dqA[0][nt][e], dqA[0][nt][e + 1]);
+                    *reinterpret_cast<float2*>(a.dkv + (hrow0 + r) * D + c) = make_float2(dkA[0][nt][e], dkA[0][nt][e + 1]);
+                }
+            }
     }
     if (tid == 0) {
         s.dgam[L - 1] += s.glast;
@@ -992,6 +1014,23 @@ void check_shape(const GdnShape& s) {
     require(s.D == 64 || s.D == 128, "head dim " + std::to_string(s.D) + " not supported (64 or 128)");
 }
 
+// The scans run one block per (sequence, value head, state slice) for the whole sequence. Variant
+// 0: 16-row slices, double-buffered, when that still fits the GPU in one wave (long sequences, few
+// heads: twice the blocks at work); 1: 32-row slices, double-buffered, when they fit one wave; 2:
+// 32-row slices, single-buffered, two blocks per SM, when there are more blocks than SMs.
+int scan_variant(const GdnShape& s) {
+    static int sms = 0;
+    if (sms == 0) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    const size_t blocks32 = size_t(s.B) * s.HV * (s.D / 32);
+    if (2 * blocks32 <= size_t(sms)) return 0;
+    if (blocks32 <= size_t(sms)) return 1;
+    return 2;
+}
+
 template <int D>
 void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta,
                   const float* h0, bf16* o, float* ht, float scale, bool l2norm, bool save, GdnWorkspace& ws,
@@ -1012,7 +1051,9 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
     static bool attr = false;
     if (!attr) {
         set_smem(gdn_fwd_prep_kernel<D>, sizeof(PrepSmem<D>));
-        set_smem(gdn_fwd_scan_kernel<D>, sizeof(ScanSmem<D>));
+        set_smem(gdn_fwd_scan_kernel<D, 32, 2>, sizeof(ScanSmem<D, 32, 2>));
+        set_smem(gdn_fwd_scan_kernel<D, 32, 1>, sizeof(ScanSmem<D, 32, 1>));
+        set_smem(gdn_fwd_scan_kernel<D, 16, 2>, sizeof(ScanSmem<D, 16, 2>));
         attr = true;
     }
     FwdArgs fa{s.B, s.T, s.H, s.HV, NT, qn, kn, v, g, beta, ws.gam, ws.W, ws.U, ws.P, save ? ws.Tm : nullptr};
@@ -1021,7 +1062,11 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
     stages.mark("prep");
     ScanArgs sa{s.B,    s.T,   s.H,   s.HV, NT, scale, qn, kn, ws.W, ws.U, ws.P, ws.gam, h0, o, ht,
                 save ? ws.states : nullptr, save ? ws.delta : nullptr};
-    gdn_fwd_scan_kernel<D><<<dim3(D / 32, s.B * s.HV), 128, sizeof(ScanSmem<D>), st>>>(sa);
+    switch (scan_variant(s)) {
+        case 0: gdn_fwd_scan_kernel<D, 16, 2><<<dim3(D / 16, s.B * s.HV), 128, sizeof(ScanSmem<D, 16, 2>), st>>>(sa); break;
+        case 1: gdn_fwd_scan_kernel<D, 32, 2><<<dim3(D / 32, s.B * s.HV), 128, sizeof(ScanSmem<D, 32, 2>), st>>>(sa); break;
+        default: gdn_fwd_scan_kernel<D, 32, 1><<<dim3(D / 32, s.B * s.HV), 128, sizeof(ScanSmem<D, 32, 1>), st>>>(sa);
+    }
     CUDA_CHECK(cudaGetLastError());
     stages.mark("scan");
     stages.report(save ? "forward (saving)" : "forward");
@@ -1036,13 +1081,19 @@ void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* 
     const bf16* kn = l2norm ? ws.kn : k;
     static bool attr = false;
     if (!attr) {
-        set_smem(gdn_bwd_scan_kernel<D>, sizeof(BScanSmem<D>));
+        set_smem(gdn_bwd_scan_kernel<D, 32, 2>, sizeof(BScanSmem<D, 32, 2>));
+        set_smem(gdn_bwd_scan_kernel<D, 32, 1>, sizeof(BScanSmem<D, 32, 1>));
+        set_smem(gdn_bwd_scan_kernel<D, 16, 2>, sizeof(BScanSmem<D, 16, 2>));
         set_smem(gdn_bwd_chunk_kernel<D>, sizeof(BChunkSmem<D>));
         attr = true;
     }
     Stages stages(st);
     BScanArgs ba{s.B, s.T, s.H, s.HV, NT, scale, qn, kn, ws.W, ws.P, d_o, ws.gam, dht, dh0, ws.dstates, ws.ddelta};
-    gdn_bwd_scan_kernel<D><<<dim3(D / 32, s.B * s.HV), 128, sizeof(BScanSmem<D>), st>>>(ba);
+    switch (scan_variant(s)) {
+        case 0: gdn_bwd_scan_kernel<D, 16, 2><<<dim3(D / 16, s.B * s.HV), 128, sizeof(BScanSmem<D, 16, 2>), st>>>(ba); break;
+        case 1: gdn_bwd_scan_kernel<D, 32, 2><<<dim3(D / 32, s.B * s.HV), 128, sizeof(BScanSmem<D, 32, 2>), st>>>(ba); break;
+        default: gdn_bwd_scan_kernel<D, 32, 1><<<dim3(D / 32, s.B * s.HV), 128, sizeof(BScanSmem<D, 32, 1>), st>>>(ba);
+    }
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bscan");
     BChunkArgs ca{s.B,       s.T,      s.H,       s.HV,      NT,     scale,   qn,   kn, v, d_o, beta, ws.gam, ws.Tm,
