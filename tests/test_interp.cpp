@@ -4,18 +4,22 @@
 // aggregation, the scores.json round trip through load_head_scores, and input errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
 
 #include "core/error.h"
 #include "core/threading.h"
+#include "eval/model_text_encoder.h"
+#include "eval/task_registry.h"
 #include "interp/activation_patching.h"
 #include "interp/attribution_patching.h"
 #include "interp/fa_forward.h"
 #include "interp/last_position_forward.h"
 #include "interp/patching_metric.h"
 #include "interp/path_patching.h"
+#include "interp/retrieval_score.h"
 #include "interp/score_aggregation.h"
 #include "interp/score_heads.h"
 #include "interp/scores_io.h"
@@ -89,8 +93,8 @@ Taps head_patch_tap(int64_t layer, int64_t head, std::vector<float> value) {
     return taps;
 }
 
-// Tiny models run single-threaded: OpenMP regions over a few rows only cost barriers, which get very
-// slow on a busy 2-core machine.
+// Tests run single-threaded: OpenMP regions over a few rows only cost barriers, which get very slow
+// on a busy shared 2-core machine (scoring itself parallelises by whole jobs, see parallel_jobs.h).
 struct OneThread {
     int prev = num_threads();
     OneThread() { set_num_threads(1); }
@@ -207,10 +211,16 @@ TEST(InterpLastPosition, PatchedRunEqualsFullForwardWithHeadOutTap) {
     }
 }
 
+// The default model, loaded once for all tests that use it.
+const LoadedModel& real_model() {
+    static const LoadedModel m = load_model(test::default_model_path());
+    return m;
+}
+
 TEST(InterpLastPosition, RealModelPatchMatchesEngine) {
     if (!test::default_model_present()) GTEST_SKIP() << "default model not present";
-    LoadedModel lm = load_model(test::default_model_path());
-    const LlamaModel& m = *lm.model;
+    OneThread one;
+    const LlamaModel& m = *real_model().model;
     std::vector<int32_t> clean, corr;
     for (int i = 0; i < 48; ++i) clean.push_back(int32_t(1000 + (i * 37) % 900));
     corr = clean;
@@ -432,6 +442,62 @@ TEST(InterpAggregation, SpearmanAndTopHeads) {
     EXPECT_EQ(top, (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 1}, {1, 0}}));
 }
 
+// --- retrieval score and the driver on the real model ----------------------------------------------
+
+TEST(InterpRetrieval, RealModelCopiesTheNeedle) {
+    if (!test::default_model_present()) GTEST_SKIP() << "default model not present";
+    OneThread one;
+    const LoadedModel& lm = real_model();
+    auto ctx = std::make_shared<TaskContext>();
+    ctx->text = model_text_for(test::default_model_path(), lm.vocab, lm.model->config().eos_token_ids);
+    const TaskSample s = make_task("niah_single_2", ctx)->sample(256, 1, 0);
+    const RetrievalTrial t = retrieval_trial(
+        *lm.model, s.prompt, s.needle_spans, 16, ctx->text.stop_ids,
+        [&](const std::vector<int32_t>& g) { return score_output(s, ctx->text.decode(g)) >= 1.0; });
+    const std::string out = ctx->text.decode(t.generated);
+    EXPECT_EQ(score_output(s, out), 1.0) << out;
+    // Some head copied most of the 7-digit value out of the needle; scores are fractions of it.
+    const double best = *std::max_element(t.scores.begin(), t.scores.end());
+    EXPECT_GT(best, 0.1);
+    EXPECT_LE(best, 1.0 + 1e-12);
+    EXPECT_THROW(retrieval_trial(*lm.model, s.prompt, {{10, 5000}}, 4, {}), Error);
+    std::vector<int32_t> empty;
+    EXPECT_THROW(retrieval_trial(*lm.model, empty, {}, 4, {}), Error);
+}
+
+TEST(InterpScoreHeads, RealModelEndToEnd) {
+    if (!test::default_model_present()) GTEST_SKIP() << "default model not present";
+    OneThread one;
+    const LoadedModel& lm = real_model();
+    auto ctx = std::make_shared<TaskContext>();
+    ctx->text = model_text_for(test::default_model_path(), lm.vocab, lm.model->config().eos_token_ids);
+    auto gen = make_task("niah_single_2", ctx);
+    ScoreHeadsOptions o;
+    o.methods = parse_methods("all");
+    o.lengths = {192};
+    o.samples = 1;
+    o.receivers = 4;
+    int64_t calls = 0;
+    const ScoreReport r = score_heads(*lm.model, ctx->text, {{gen.get(), "value-swap"}}, o,
+                                      [&](int64_t, int64_t, const std::string&) { ++calls; });
+    EXPECT_EQ(calls, 2);
+    ASSERT_EQ(r.pairs.size(), 1u);
+    EXPECT_TRUE(r.pairs[0].used) << r.pairs[0].ld_clean << " " << r.pairs[0].ld_corrupted;
+    EXPECT_GT(r.pairs[0].shared_prefix, 0);
+    for (const char* m : {"activation", "attribution", "path", "path_direct", "retrieval"})
+        EXPECT_EQ(r.scores.methods.count(m), 1u) << m;
+    const int64_t n = 30 * 9;
+    ASSERT_EQ(r.scores.aggregate.size(), size_t(n));
+    EXPECT_EQ(r.scores.aggregate_kv.size(), size_t(30 * 3));
+    EXPECT_NEAR(*std::max_element(r.scores.aggregate.begin(), r.scores.aggregate.end()), 1.0, 0.5);
+    EXPECT_GT(spearman(r.scores.methods.at("activation").heads, r.scores.methods.at("attribution").heads),
+              0.5);
+    EXPECT_EQ(r.receivers.at("niah_single_2").size(), 4u);
+    // A task without pairs cannot be patched.
+    auto cwe = make_task("cwe", ctx);
+    EXPECT_THROW(score_heads(*lm.model, ctx->text, {{cwe.get(), ""}}, o), Error);
+}
+
 // --- scores.json and the driver's input checks -------------------------------------------------
 
 TEST(InterpScoresIo, RoundTripThroughLoadHeadScores) {
@@ -495,8 +561,13 @@ TEST(InterpScoreHeads, InputErrors) {
     ScoreHeadsOptions o;
     o.lengths = {32};
     EXPECT_NO_THROW(check_score_options(cfg, o));
-    o.lengths = {32, 64};
+    o.lengths = {32, 65};
     EXPECT_THROW(check_score_options(cfg, o), Error);  // beyond the context
+    o.lengths = {64};
+    EXPECT_NO_THROW(check_score_options(cfg, o));  // patching reads the answer position only
+    o.methods = {"activation", "retrieval"};
+    EXPECT_THROW(check_score_options(cfg, o), Error);  // no position left for decoding
+    o.methods = {"activation"};
     o.lengths = {8};
     EXPECT_THROW(check_score_options(cfg, o), Error);
     o.lengths = {32};

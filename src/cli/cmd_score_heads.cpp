@@ -36,6 +36,7 @@ struct ScoreHeadsCliOptions {
     int64_t receivers = 8;
     std::string attribution_positions = "answer";
     int64_t batch = 96;
+    int64_t retrieval_max_new = 64;
     double lambda = 0.5;
     double min_gap = 0.5;
     std::string format = "auto";
@@ -97,6 +98,8 @@ void register_score_heads(CLI::App& app) {
                     "answer (the patched position, like activation patching) or all positions")
         ->capture_default_str();
     cmd->add_option("--batch", o->batch, "patched copies per batch")->capture_default_str();
+    cmd->add_option("--retrieval-max-new", o->retrieval_max_new, "retrieval: decode at most this many tokens")
+        ->capture_default_str();
     cmd->add_option("--lambda", o->lambda, "max-aware mean over tasks: lambda max + (1 - lambda) mean")
         ->capture_default_str();
     cmd->add_option("--min-gap", o->min_gap,
@@ -118,6 +121,7 @@ void register_score_heads(CLI::App& app) {
         so.attribution_positions =
             o->attribution_positions == "all" ? AttributionPositions::All : AttributionPositions::Answer;
         so.max_batch = o->batch;
+        so.retrieval_max_new_tokens = o->retrieval_max_new;
         so.config.lambda = o->lambda;
         so.config.min_gap = o->min_gap;
         const std::vector<TaskSpec> specs = parse_task_specs(o->tasks);

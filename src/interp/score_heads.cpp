@@ -88,14 +88,21 @@ void check_score_options(const ModelConfig& config, const ScoreHeadsOptions& o) 
                     "--method: unknown method '{}' (known: activation, attribution, path, retrieval, all)",
                     m);
     HYDRA_CHECK(!o.lengths.empty(), "--lengths: no length given");
+    // Patching reads the answer position only (a prompt may fill the context); retrieval also decodes.
     const int64_t ctx = config.max_position_embeddings;
+    const bool decodes = std::find(o.methods.begin(), o.methods.end(), "retrieval") != o.methods.end();
     for (int64_t len : o.lengths) {
         HYDRA_CHECK(len >= 16, "--lengths: {} tokens is too short for a task prompt (at least 16)", len);
-        HYDRA_CHECK(
-            ctx <= 0 || len < ctx,
-            "--lengths: {} tokens is beyond the model's context of {} (the answer needs positions too)", len,
-            ctx);
+        HYDRA_CHECK(ctx <= 0 || len <= ctx, "--lengths: {} tokens is beyond the model's context of {}", len,
+                    ctx);
+        HYDRA_CHECK(ctx <= 0 || !decodes || len < ctx,
+                    "--lengths: a {}-token prompt fills the model's context of {}, leaving no position for "
+                    "the answer "
+                    "that --method retrieval decodes",
+                    len, ctx);
     }
+    HYDRA_CHECK(o.retrieval_max_new_tokens >= 1, "retrieval: max new tokens must be at least 1 (got {})",
+                o.retrieval_max_new_tokens);
     HYDRA_CHECK(o.samples >= 1, "--samples must be at least 1 (got {})", o.samples);
     HYDRA_CHECK(o.receivers >= 1, "--receivers must be at least 1 (got {})", o.receivers);
     HYDRA_CHECK(o.max_batch >= 1, "--batch must be at least 1 (got {})", o.max_batch);
@@ -246,11 +253,11 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                             }
                     }
                     if (spans.empty()) spans = s.needle_spans;
-                    const RetrievalTrial trial =
-                        retrieval_trial(model, s.prompt, spans, s.max_new_tokens, text.stop_ids,
-                                        [&](const std::vector<int32_t>& g) {
-                                            return score_output(s, text.decode(g)) >= 1.0;
-                                        });
+                    const RetrievalTrial trial = retrieval_trial(
+                        model, s.prompt, spans, std::min(s.max_new_tokens, o.retrieval_max_new_tokens),
+                        text.stop_ids, [&](const std::vector<int32_t>& g) {
+                            return score_output(s, text.decode(g)) >= 1.0;
+                        });
                     TrialRecord tr;
                     tr.task = key, tr.length = length, tr.index = i;
                     tr.output = text.decode(trial.generated);
@@ -276,6 +283,7 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
     settings["samples"] = o.samples;
     settings["seed"] = o.seed;
     settings["receivers"] = o.receivers;
+    settings["retrieval_max_new_tokens"] = o.retrieval_max_new_tokens;
     settings["attribution_positions"] =
         o.attribution_positions == AttributionPositions::All ? "all" : "answer";
     settings["patch_position"] = "answer (last prompt token)";

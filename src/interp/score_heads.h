@@ -46,11 +46,15 @@ struct ScoreHeadsOptions {
     int64_t receivers = 8;  // path patching: receiver heads per task
     AttributionPositions attribution_positions = AttributionPositions::Answer;
     int64_t max_batch = 96;  // patched copies per batch
+    // Retrieval decodes at most this many tokens per sample (Wu et al. decode 50); decoding also stops
+    // once every answer is in the output.
+    int64_t retrieval_max_new_tokens = 64;
     ScoreConfig config;
 };
 
 // Input checks, hydra::Error naming the option: unknown method, lengths below 16 or beyond the model's
-// context, samples / receivers / max_batch < 1, lambda outside [0, 1], clip_lo >= clip_hi.
+// context (with retrieval: no position left to decode), samples / receivers / max_batch < 1, lambda
+// outside [0, 1], clip_lo >= clip_hi.
 void check_score_options(const ModelConfig& config, const ScoreHeadsOptions& options);
 
 // A task to score: its generator (kept alive by the caller) and the corruption its pairs use.
