@@ -83,10 +83,11 @@ struct Workspace {
     Buf<T> rstd_f, hidden, dh, dx, dxn, dact, dq, dk, dv, dheads, dpre_q, dpre_k;
 };
 
-// Resizes without zeroing what is already there; every user overwrites its buffer completely.
+// At least n elements; grow-only, so a smaller step (an evaluation batch) keeps the buffer. Every user
+// overwrites the first n elements completely before reading them.
 template <typename T>
 T* sized(Buf<T>& b, int64_t n) {
-    if (b.size() != size_t(n)) b.resize(size_t(n));
+    if (b.size() < size_t(n)) b.resize(size_t(n));
     return b.data();
 }
 
@@ -161,9 +162,10 @@ TrainStepResult lm_train_step(const ModelConfig& cfg, const ParamArena& layout, 
     const bool keep_probs = train && !options.recompute_attention;
 
     static thread_local Workspace<T> ws;
-    ws.acts.resize(size_t(train ? L : 1));
-    ws.resid.resize(size_t(train ? L + 1 : 2));
-    ws.mid.resize(size_t(train ? L : 1));
+    // Grow only: an evaluation step between training steps must not free the per-layer buffers.
+    ws.acts.resize(std::max(ws.acts.size(), size_t(train ? L : 1)));
+    ws.resid.resize(std::max(ws.resid.size(), size_t(train ? L + 1 : 2)));
+    ws.mid.resize(std::max(ws.mid.size(), size_t(train ? L : 1)));
     auto act_of = [&](int64_t l) -> LayerActs<T>& { return ws.acts[size_t(train ? l : 0)]; };
     auto resid = [&](int64_t l) -> T* { return sized(ws.resid[size_t(train ? l : l % 2)], N * C); };
     auto mid = [&](int64_t l) -> T* { return sized(ws.mid[size_t(train ? l : 0)], N * C); };

@@ -35,8 +35,8 @@ struct TrainStepResult {
 // Activations and scratch live in a workspace kept per calling thread and per T between calls (sized by
 // the largest step so far), so a training loop does not allocate or fault in fresh pages every step.
 // Without grads only one layer's buffers are used and no attention probabilities are stored.
-// Results depend on the OpenMP thread count only through OpenBLAS; every loop of ours uses a static
-// schedule with fixed-order sums.
+// Deterministic for a given thread count: every loop of ours has a static schedule and fixed-order sums,
+// and none of them changes its arithmetic with the thread count (only OpenBLAS's internal split could).
 template <typename T>
 TrainStepResult lm_train_step(const ModelConfig& config, const ParamArena& layout, const T* params, T* grads,
                               const TrainBatch& batch, const TrainStepOptions& options = {});
