@@ -82,7 +82,9 @@ struct Dev {
     T* p = nullptr;
     size_t n = 0;
     explicit Dev(size_t n_) : n(n_) { CUDA_CHECK(cudaMalloc(&p, n * sizeof(T))); poison(); }
-    ~Dev() { cudaFree(p); }
+    ~Dev() {
+        if (cudaFree(p) != cudaSuccess) std::printf("warning: cudaFree failed\n");
+    }
     void poison() { CUDA_CHECK(cudaMemset(p, 0xFF, n * sizeof(T))); }  // NaN in bf16 and fp32
     Dev(const Dev&) = delete;
 };

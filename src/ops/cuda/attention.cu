@@ -9,6 +9,7 @@
 // dS = P (dP - D); dV += P^T dO and dK += dS^T Q in registers; dQ += dS K through fp32 atomics.
 #include "ops/cuda/attention.h"
 
+#include <cstdio>
 #include <string>
 
 #include "core/error.h"
@@ -394,8 +395,12 @@ AttnWorkspace::AttnWorkspace(const AttnShape& s) : shape(s) {
 }
 
 AttnWorkspace::~AttnWorkspace() {
-    if (dq_acc) cudaFree(dq_acc);
-    if (dvec) cudaFree(dvec);
+    // checked, but reported rather than thrown (a destructor must not throw)
+    for (void* p : {static_cast<void*>(dq_acc), static_cast<void*>(dvec)}) {
+        if (!p) continue;
+        const cudaError_t err = cudaFree(p);
+        if (err != cudaSuccess) std::fprintf(stderr, "attention cuda: cudaFree failed: %s\n", cudaGetErrorString(err));
+    }
 }
 
 void attention_forward(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,

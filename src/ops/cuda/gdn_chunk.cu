@@ -1148,7 +1148,11 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
 }
 
 GdnWorkspace::~GdnWorkspace() {
-    if (base_) cudaFree(base_);  // no throw from a destructor
+    // checked, but reported rather than thrown (a destructor must not throw)
+    if (base_) {
+        const cudaError_t err = cudaFree(base_);
+        if (err != cudaSuccess) std::fprintf(stderr, "gdn cuda: cudaFree failed: %s\n", cudaGetErrorString(err));
+    }
 }
 
 void gdn_chunk_forward(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g,
