@@ -54,14 +54,16 @@ void print_summary(const ScoreReport& r, int64_t H) {
             if (r.seconds.count(stage)) {
                 const double n = std::string(stage) == "forward" ? double(r.pairs.size())
                                                                  : double(std::max<int64_t>(used, 1));
-                fmt::print("  {:<12} {:8.2f} s per pair\n", stage, r.seconds.at(stage) / n);
+                fmt::print("  {:<12} {:8.2f} s per pair (CPU {:.2f} s)\n", stage, r.seconds.at(stage) / n,
+                           r.cpu_seconds.at(stage) / n);
             }
     }
     if (!r.trials.empty()) {
         int64_t ok = 0;
         for (const TrialRecord& t : r.trials) ok += t.correct ? 1 : 0;
-        fmt::print("retrieval: {} of {} trials correct, {:.2f} s per trial\n", ok, r.trials.size(),
-                   r.seconds.at("retrieval") / double(r.trials.size()));
+        fmt::print("retrieval: {} of {} trials correct, {:.2f} s per trial (CPU {:.2f} s)\n", ok,
+                   r.trials.size(), r.seconds.at("retrieval") / double(r.trials.size()),
+                   r.cpu_seconds.at("retrieval") / double(r.trials.size()));
     }
     if (s.methods.count("activation") && s.methods.count("attribution")) {
         const double rho = spearman(s.methods.at("activation").heads, s.methods.at("attribution").heads);

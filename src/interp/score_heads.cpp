@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <ctime>
 #include <map>
 #include <memory>
 
@@ -22,9 +23,16 @@ namespace {
 
 const std::vector<std::string> kMethods = {"activation", "attribution", "path", "retrieval"};
 
-double since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+// Wall time and process CPU time of a stage: on a machine shared with other work the wall time
+// overstates the cost, the CPU time (all threads) does not.
+struct Stopwatch {
+    std::chrono::steady_clock::time_point wall = std::chrono::steady_clock::now();
+    std::clock_t cpu = std::clock();
+    double seconds() const {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+    }
+    double cpu_seconds() const { return double(std::clock() - cpu) / CLOCKS_PER_SEC; }
+};
 
 std::vector<std::string> split(const std::string& s, char sep) {
     std::vector<std::string> out;
@@ -151,7 +159,12 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
         ++done;
         if (progress) progress(done, total, status);
     };
-    auto add_seconds = [&](const std::string& stage, double s) { report.seconds[stage] += s; };
+    auto add_time = [&](const std::string& stage, const Stopwatch& sw) {
+        const double s = sw.seconds();
+        report.seconds[stage] += s;
+        report.cpu_seconds[stage] += sw.cpu_seconds();
+        return s;
+    };
 
     for (const ScoreTask& task : tasks) {
         const std::string key = task.key();
@@ -162,7 +175,7 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
         if (pairs_needed) {
             for (int64_t length : o.lengths)
                 for (int64_t i = 0; i < o.samples; ++i) {
-                    auto t0 = std::chrono::steady_clock::now();
+                    Stopwatch sw;
                     const PatchingPair pp = task.generator->pair(length, o.seed, i, task.corruption);
                     HYDRA_CHECK(pp.clean.size() == pp.corrupted.size() && !pp.clean.empty(),
                                 "task '{}': pair {} at length {} has prompts of {} and {} tokens", key, i,
@@ -170,8 +183,8 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                     PairRecord rec;
                     rec.task = key, rec.corruption = task.corruption, rec.length = length, rec.index = i;
                     rec.answer_token = pp.answer_token, rec.distractor_token = pp.distractor_token;
-                    rec.seconds["generate"] = since(t0);
-                    t0 = std::chrono::steady_clock::now();
+                    rec.seconds["generate"] = add_time("generate", sw);
+                    sw = Stopwatch();
                     const bool all_pos = atp && o.attribution_positions == AttributionPositions::All;
                     KeptPair k;
                     k.ld = std::make_unique<LogitDiff<float>>(w, pp.answer_token, pp.distractor_token);
@@ -180,7 +193,7 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                     k.clean = fa_forward(w, pp.clean, all_pos);
                     k.corrupted = fa_forward(w, pp.corrupted, all_pos, {}, &k.clean, pp.clean);
                     rec.shared_prefix = k.corrupted.shared_prefix;
-                    rec.seconds["forward"] = since(t0);
+                    rec.seconds["forward"] = add_time("forward", sw);
                     rec.ld_clean = (*k.ld)(k.clean.x_final_last(C));
                     rec.ld_corrupted = (*k.ld)(k.corrupted.x_final_last(C));
                     rec.used = rec.ld_clean - rec.ld_corrupted >= o.config.min_gap;
@@ -192,20 +205,19 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                         }
                     } else {
                         if (act || path) {
-                            t0 = std::chrono::steady_clock::now();
+                            sw = Stopwatch();
                             acc_act.add_pair(activation_patching(w, k.clean, k.corrupted, *k.ld, o.max_batch),
                                              o.config);
-                            rec.seconds["activation"] = since(t0);
+                            rec.seconds["activation"] = add_time("activation", sw);
                         }
                         if (atp) {
-                            t0 = std::chrono::steady_clock::now();
+                            sw = Stopwatch();
                             acc_atp.add_pair(
                                 attribution_patching(w, k.clean, k.corrupted, *k.ld, o.attribution_positions),
                                 o.config);
-                            rec.seconds["attribution"] = since(t0);
+                            rec.seconds["attribution"] = add_time("attribution", sw);
                         }
                     }
-                    for (const auto& [stage, s] : rec.seconds) add_seconds(stage, s);
                     if (path && rec.used) {
                         kept.push_back(std::move(k));
                         kept_record.push_back(report.pairs.size());
@@ -223,14 +235,12 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
             const auto receivers = top_heads(a.score, H, o.receivers);
             report.receivers[key] = receivers;
             for (size_t p = 0; p < kept.size(); ++p) {
-                const auto t0 = std::chrono::steady_clock::now();
+                const Stopwatch sw;
                 const PathPatchResult r =
                     path_patching(w, kept[p].clean, kept[p].corrupted, *kept[p].ld, receivers, o.max_batch);
                 acc_path.add_pair(r.via_receivers, o.config);
                 acc_direct.add_pair(r.direct, o.config);
-                const double s = since(t0);
-                report.pairs[kept_record[p]].seconds["path"] = s;
-                add_seconds("path", s);
+                report.pairs[kept_record[p]].seconds["path"] = add_time("path", sw);
             }
             kept.clear();
             set.methods["path"].tasks[key] = acc_path.mean();
@@ -239,7 +249,7 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
         if (ret) {
             for (int64_t length : o.lengths)
                 for (int64_t i = 0; i < o.samples; ++i) {
-                    const auto t0 = std::chrono::steady_clock::now();
+                    const Stopwatch sw;
                     const TaskSample s = task.generator->sample(length, o.seed, i);
                     // The needles that hold an answer are the ones a correct copy comes from.
                     std::vector<std::pair<int64_t, int64_t>> spans;
@@ -263,8 +273,7 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                     tr.output = text.decode(trial.generated);
                     // Wu et al. count a trial when the answer's recall is above 50%.
                     tr.correct = score_output(s, tr.output) > 0.5;
-                    tr.seconds = since(t0);
-                    add_seconds("retrieval", tr.seconds);
+                    tr.seconds = add_time("retrieval", sw);
                     acc_ret.add_trial(trial.scores, tr.correct);
                     tick(fmt::format("{} len {} #{}: retrieval {}", key, length, i,
                                      tr.correct ? "correct" : "wrong"));

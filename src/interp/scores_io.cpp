@@ -108,6 +108,7 @@ nlohmann::json report_to_json(const ModelConfig& config, const ScoreReport& r) {
                           {"seconds", t.seconds}});
     j["trials"] = std::move(trials);
     j["timing"] = r.seconds;
+    j["cpu_timing"] = r.cpu_seconds;
     j["aggregate"] = {{"formula", kFormula},
                       {"heads", score_table(s.aggregate, L, H)},
                       {"kv_groups", score_table(s.aggregate_kv, L, s.kv_heads)}};

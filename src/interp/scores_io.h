@@ -11,7 +11,7 @@
 //    "pairs": [{task, corruption, length, index, answer_token, distractor_token, ld_clean,
 //               ld_corrupted, used, seconds: {...}}],
 //    "trials": [{task, length, index, output, correct}],      (retrieval)
-//    "timing": {"<stage>": seconds},
+//    "timing": {"<stage>": seconds}, "cpu_timing": {"<stage>": CPU seconds, all threads},
 //    "aggregate": {"formula", "heads": [L][H], "kv_groups": [L][Hkv]}}
 #pragma once
 
@@ -53,7 +53,8 @@ struct ScoreReport {
     std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> receivers;  // per task
     std::vector<PairRecord> pairs;
     std::vector<TrialRecord> trials;
-    std::map<std::string, double> seconds;  // wall time per stage
+    std::map<std::string, double> seconds;      // wall time per stage
+    std::map<std::string, double> cpu_seconds;  // process CPU time per stage (all threads)
 };
 
 // (L*H) row-major -> [L][H] nested arrays.
