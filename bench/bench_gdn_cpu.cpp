@@ -1,6 +1,7 @@
 // bench_gdn_cpu: tokens/s of the Gated DeltaNet core on the CPU (ops/cpu/gdn_recurrence), chunked
 // vs recurrent, forward and forward+backward (the recurrent backward is BPTT), at one head group's
-// shape, plus the single-token decode step. Random L2-normalised q, k, typical gates.
+// shape, plus the single-token decode step. Random L2-normalised q, k, typical gates. The chunked
+// forward saves the per-chunk states (as training does) and its backward reads them.
 //   bench_gdn_cpu [--threads N] [--reps R] [--H H] [--HV HV] [--K K] [--V V] [--chunk C] [--T T1,T2,...]
 // Prints a markdown table (median over R repetitions after one warm-up).
 #include <algorithm>
