@@ -87,11 +87,11 @@ struct MapCase {
     std::vector<int32_t> map;
 };
 
-TEST(AttentionMap, ForwardMatchesNaiveDoubleWithCacheOffset) {
-    const int64_t T = 7, pos0 = 4, S = pos0 + T, H = 5, Hkv = 3, Dh = 6;
+void check_forward_against_naive(int64_t T, int64_t pos0, uint32_t seed) {
+    const int64_t S = pos0 + T, H = 5, Hkv = 3, Dh = 6;
     const std::vector<int32_t> map = {0, 0, 1, 2, 2};
     const double scale = 0.4;
-    Vec q = randn(T * H * Dh, 1), k = randn(S * Hkv * Dh, 2), v = randn(S * Hkv * Dh, 3);
+    Vec q = randn(T * H * Dh, seed), k = randn(S * Hkv * Dh, seed + 1), v = randn(S * Hkv * Dh, seed + 2);
     Vec out(q.size()), probs(size_t(T * H * S), -1.0), ref_out, ref_probs;
     cpu::causal_attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), T, pos0, H, Hkv, Dh, scale,
                                   map.data());
@@ -103,6 +103,12 @@ TEST(AttentionMap, ForwardMatchesNaiveDoubleWithCacheOffset) {
     cpu::causal_attention_forward(out2.data(), (double*)nullptr, q.data(), k.data(), v.data(), T, pos0, H, Hkv, Dh,
                                   scale, map.data());
     EXPECT_EQ(out2, out);
+}
+
+TEST(AttentionMap, ForwardMatchesNaiveDoubleWithCacheOffset) {
+    check_forward_against_naive(7, 4, 1);
+    check_forward_against_naive(1, 10, 4);   // decode: one query row
+    check_forward_against_naive(65, 3, 7);   // a last block of one row
 }
 
 // Forward and backward with the map equal those of plain multi-head attention on gathered K/V, whose
@@ -143,6 +149,7 @@ TEST(AttentionMap, UnequalGroupsMatchGatheredMultiHead) {
     // Several query blocks (the block is 64 rows), a partial last one.
     check_against_gather({150, 5, 3, 8, {0, 0, 1, 2, 2}}, 20);
     check_against_gather({70, 4, 2, 3, {0, 1, 1, 1}}, 30);
+    check_against_gather({65, 5, 3, 4, {0, 0, 1, 2, 2}}, 35);  // the last block holds one row
 }
 
 TEST(AttentionMap, UnreadKvHeadGetsZeroGradient) {

@@ -92,6 +92,29 @@ void block_softmax(T* P, int64_t ld, const T* q, const T* k, int64_t t0, int64_t
     for (int64_t i = 0; i < nq; ++i) softmax_row(P + i * ld, pos0 + t0 + i + 1, nk);
 }
 
+// A single query row against keys / values [0, n) with row stride ld: P (n) receives the weights, o (Dh)
+// the output.
+template <typename T>
+void single_query(T* P, T* o, const T* qv, const T* k, const T* v, int64_t n, int64_t ld, int64_t Dh,
+                  double scale) {
+    const T sc = T(scale);
+    for (int64_t s = 0; s < n; ++s) {
+        const T* kr = k + s * ld;
+        T d = 0;
+#pragma omp simd reduction(+ : d)
+        for (int64_t i = 0; i < Dh; ++i) d += qv[i] * kr[i];
+        P[s] = sc * d;
+    }
+    softmax_row(P, n, n);
+    std::fill(o, o + Dh, T(0));
+    for (int64_t s = 0; s < n; ++s) {
+        const T p = P[s];
+        const T* vr = v + s * ld;
+#pragma omp simd
+        for (int64_t i = 0; i < Dh; ++i) o[i] += p * vr[i];
+    }
+}
+
 }  // namespace
 
 template <typename T>
@@ -120,10 +143,16 @@ void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T*
             P = scratch(ws, nq * nk);
             ld = nk;
         }
-        block_softmax(P, ld, q, k, t0, nq, nk, pos0, h, g, H, Hkv, Dh, scale);
+        if (nq == 1) {
+            // One query (decode): dot products and an axpy loop beat two GEMM calls of one row.
+            single_query(P, out + (t0 * H + h) * Dh, q + (t0 * H + h) * Dh, k + g * Dh, v + g * Dh, nk, Hkv * Dh, Dh,
+                         scale);
+        } else {
+            block_softmax(P, ld, q, k, t0, nq, nk, pos0, h, g, H, Hkv, Dh, scale);
+            gemm(false, false, nq, Dh, nk, T(1), P, ld, v + g * Dh, Hkv * Dh, T(0), out + (t0 * H + h) * Dh, H * Dh);
+        }
         if (probs && nk < S)
             for (int64_t r = 0; r < nq; ++r) std::fill(P + r * ld + nk, P + r * ld + S, T(0));
-        gemm(false, false, nq, Dh, nk, T(1), P, ld, v + g * Dh, Hkv * Dh, T(0), out + (t0 * H + h) * Dh, H * Dh);
     }
 }
 
