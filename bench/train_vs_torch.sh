@@ -11,9 +11,9 @@ B="$ROOT/build/bench_train_step"
 MODEL="${HYDRA_MODEL:-$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 ours_tiny="$("$B" --preset tiny-cpu --threads "$T" --steps 5)"
 theirs_tiny="$("$TORCH_PY" "$ROOT/tools/torch_train_step_bench.py" --name tiny-cpu --threads "$T" --steps 5)"
-ours_smol="$("$B" --model "$MODEL" --batch 1 --seq 256 --threads "$T" --steps 2)"
+ours_smol="$("$B" --model "$MODEL" --batch 1 --seq 256 --threads "$T" --steps 5)"
 theirs_smol="$("$TORCH_PY" "$ROOT/tools/torch_train_step_bench.py" --name SmolLM2-135M --hidden 576 --layers 30 \
-  --heads 9 --kv-heads 3 --ffn 1536 --vocab 49152 --batch 1 --seq 256 --threads "$T" --steps 2)"
+  --heads 9 --kv-heads 3 --ffn 1536 --vocab 49152 --batch 1 --seq 256 --threads "$T" --steps 5)"
 python3 - "$ours_tiny" "$theirs_tiny" "$ours_smol" "$theirs_smol" <<'PY'
 import json, sys
 rows = [json.loads(x) for x in sys.argv[1:]]
