@@ -67,9 +67,10 @@ public:
     size_t bytes = 0;  // device memory held
     float *zs = nullptr, *zt = nullptr;  // logits tiles (rb * vc) fp32 (zt: KL only)
     bf16* g = nullptr;                   // logit-gradient tile (rb * vc) bf16
-    // per-row statistics (rb each): student / teacher running max and sum, KL cross term, row loss
+    // per-row statistics (rb each): student / teacher running max and sum, KL cross term, the CE
+    // target's logit, the finished log-sum-exps
     float *s_max = nullptr, *s_sum = nullptr, *t_max = nullptr, *t_sum = nullptr, *cross = nullptr;
-    float* row_loss = nullptr;
+    float *target_logit = nullptr, *s_lse = nullptr, *t_lse = nullptr;
     float* dh_acc = nullptr;  // (rb, max_C) fp32, bf16 dh only
 
 private:
