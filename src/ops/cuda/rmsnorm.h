@@ -4,7 +4,7 @@
 //
 // Layouts (row-major, contiguous): x, dx: (N, C) fp32; y, dy: (N, C) bf16 or fp32; w, dw: (C) fp32;
 // rstd: (N) fp32 = 1 / sqrt(mean(x^2) + eps), written by the forward (may be null for inference) and
-// read by the backward. One warp per row (C any size; vector loads when C % 4 == 0).
+// read by the backward. One warp per row (C any size).
 // Every CUDA call is checked (hydra::Error on failure); the functions are asynchronous on `stream`.
 #pragma once
 

@@ -1,0 +1,205 @@
+// GDN causal depthwise short conv + SiLU on the GPU (see short_conv.h). One thread per (sequence,
+// block of kL positions, channel), channels fastest so a warp reads consecutive channels of a token row;
+// the W-tap window slides in registers (W is a template parameter, 1..8). The backward recomputes the
+// pre-activation and writes its dw column sums per block into a partial buffer reduced in block order
+// (deterministic, layer_util.cuh).
+#include "ops/cuda/short_conv.h"
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/layer_util.cuh"
+
+namespace hydra::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kL = 64;  // positions per thread
+
+// Row j of xc = [prev; x] for sequence b, channel d (j in [0, W-1+T)).
+template <int W>
+__device__ __forceinline__ float xc_at(const bf16* x, int64_t xs, const float* prev, int64_t b, int64_t T, int64_t D,
+                                       int64_t d, int64_t j) {
+    if (j < W - 1) return prev ? prev[(b * (W - 1) + j) * D + d] : 0.f;
+    return __bfloat162float(x[(b * T + j - (W - 1)) * xs + d]);
+}
+
+template <int W>
+__global__ void k_conv_forward(bf16* __restrict__ out, const bf16* __restrict__ x, int64_t xs,
+                               const float* __restrict__ w, const float* __restrict__ prev, int64_t B, int64_t T,
+                               int64_t D, int64_t nch) {
+    const int64_t total = B * nch * D;
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t d = k % D, r = k / D, c = r % nch, b = r / nch;
+        const int64_t t0 = c * kL, t1 = min(T, t0 + kL);
+        float wr[W], win[W];
+#pragma unroll
+        for (int i = 0; i < W; ++i) wr[i] = w[d * W + i];
+#pragma unroll
+        for (int i = 0; i < W - 1; ++i) win[i] = xc_at<W>(x, xs, prev, b, T, D, d, t0 + i);
+        for (int64_t t = t0; t < t1; ++t) {
+            win[W - 1] = xc_at<W>(x, xs, prev, b, T, D, d, t + W - 1);
+            float pre = 0.f;
+#pragma unroll
+            for (int i = 0; i < W; ++i) pre += wr[i] * win[i];
+            out[(b * T + t) * D + d] = __float2bfloat16_rn(pre * detail::sigmoidf_(pre));
+#pragma unroll
+            for (int i = 0; i < W - 1; ++i) win[i] = win[i + 1];
+        }
+    }
+}
+
+// prev_out[b, r] = xc[b, T + r], r < W-1. All loads before the stores: prev_out may alias prev.
+template <int W>
+__global__ void k_conv_next_prev(float* prev_out, const bf16* __restrict__ x, int64_t xs, const float* prev, int64_t B,
+                                 int64_t T, int64_t D) {
+    const int64_t total = B * D;
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t d = k % D, b = k / D;
+        float v[W];
+#pragma unroll
+        for (int r = 0; r < W - 1; ++r) v[r] = xc_at<W>(x, xs, prev, b, T, D, d, T + r);
+#pragma unroll
+        for (int r = 0; r < W - 1; ++r) prev_out[(b * (W - 1) + r) * D + d] = v[r];
+    }
+}
+
+// Thread (b, c, d) owns rows j in [c kL, c kL + kL) of d xc (the gradient of [prev; x]):
+//   dxc[j] = sum_i w[i] dpre[j - i] (+ dprev_out[j - T] for j >= T),  dpre[t] = dout[t] silu'(pre[t])
+// and the dw terms of the positions t = j < T: dw[d, i] += dpre[t] xc[t + i].
+template <int W>
+__global__ void k_conv_backward(bf16* __restrict__ dx, int64_t dxs, float* __restrict__ partials,
+                                float* __restrict__ dprev, const bf16* __restrict__ dout,
+                                const float* __restrict__ dprev_out, const bf16* __restrict__ x, int64_t xs,
+                                const float* __restrict__ w, const float* __restrict__ prev, int64_t B, int64_t T,
+                                int64_t D, int64_t nch) {
+    const int64_t total = B * nch * D, J = W - 1 + T;
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t d = k % D, r = k / D, c = r % nch, b = r / nch;
+        const int64_t j0 = c * kL, j1 = min(J, j0 + kL);
+        float wr[W], xw[W], dpw[W], dwp[W];
+#pragma unroll
+        for (int i = 0; i < W; ++i) {
+            wr[i] = w[d * W + i];
+            dwp[i] = 0.f;
+        }
+        // dpw[m] = dpre[j - (W-1) + m]; the W-1 positions before j0 first
+#pragma unroll
+        for (int m = 0; m < W - 1; ++m) {
+            const int64_t t = j0 - (W - 1) + m;
+            float dp = 0.f;
+            if (t >= 0 && t < T) {
+                float pre = 0.f;
+#pragma unroll
+                for (int i = 0; i < W; ++i) pre += wr[i] * xc_at<W>(x, xs, prev, b, T, D, d, t + i);
+                const float s = detail::sigmoidf_(pre);
+                dp = __bfloat162float(dout[(b * T + t) * D + d]) * s * (1.f + pre * (1.f - s));
+            }
+            dpw[m] = dp;
+        }
+        // xw[i] = xc[j + i]
+#pragma unroll
+        for (int i = 0; i < W - 1; ++i) xw[i] = (j0 + i < J) ? xc_at<W>(x, xs, prev, b, T, D, d, j0 + i) : 0.f;
+        for (int64_t j = j0; j < j1; ++j) {
+            xw[W - 1] = (j + W - 1 < J) ? xc_at<W>(x, xs, prev, b, T, D, d, j + W - 1) : 0.f;
+            float dp = 0.f;
+            if (j < T) {
+                float pre = 0.f;
+#pragma unroll
+                for (int i = 0; i < W; ++i) pre += wr[i] * xw[i];
+                const float s = detail::sigmoidf_(pre);
+                dp = __bfloat162float(dout[(b * T + j) * D + d]) * s * (1.f + pre * (1.f - s));
+#pragma unroll
+                for (int i = 0; i < W; ++i) dwp[i] += dp * xw[i];
+            }
+            dpw[W - 1] = dp;
+            float acc = 0.f;
+#pragma unroll
+            for (int i = 0; i < W; ++i) acc += wr[i] * dpw[W - 1 - i];
+            if (dprev_out && j >= T) acc += dprev_out[(b * (W - 1) + (j - T)) * D + d];
+            if (j < W - 1) {
+                if (dprev) dprev[(b * (W - 1) + j) * D + d] = acc;
+            } else {
+                dx[(b * T + (j - (W - 1))) * dxs + d] = __float2bfloat16_rn(acc);
+            }
+#pragma unroll
+            for (int i = 0; i < W - 1; ++i) {
+                xw[i] = xw[i + 1];
+                dpw[i] = dpw[i + 1];
+            }
+        }
+        if (partials) {
+            float* pr = partials + (b * nch + c) * (D * W) + d * W;
+#pragma unroll
+            for (int i = 0; i < W; ++i) pr[i] = dwp[i];
+        }
+    }
+}
+
+template <int W>
+void forward_w(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev, int64_t B,
+               int64_t T, int64_t D, cudaStream_t stream) {
+    const int64_t nch = (T + kL - 1) / kL;
+    if (T > 0) {
+        k_conv_forward<W><<<detail::grid_for(B * nch * D, kThreads), kThreads, 0, stream>>>(out, x, xs, w, prev, B, T,
+                                                                                          D, nch);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    if (prev_out && W > 1) {
+        k_conv_next_prev<W><<<detail::grid_for(B * D, kThreads), kThreads, 0, stream>>>(prev_out, x, xs, prev, B, T, D);
+        CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+template <int W>
+void backward_w(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout, const float* dprev_out,
+                const bf16* x, int64_t xs, const float* w, const float* prev, int64_t B, int64_t T, int64_t D,
+                cudaStream_t stream) {
+    const int64_t nch = (W - 1 + T + kL - 1) / kL;
+    const int64_t nparts = B * nch;
+    detail::Scratch part(dw ? size_t(nparts * D * W) : 0, stream);
+    k_conv_backward<W><<<detail::grid_for(B * nch * D, kThreads), kThreads, 0, stream>>>(
+        dx, dxs, part.get(), dprev, dout, dprev_out, x, xs, w, prev, B, T, D, nch);
+    CUDA_CHECK(cudaGetLastError());
+    if (dw) detail::accumulate_partials(dw, part.get(), nparts, D * W, D * W, stream);
+    part.release();
+}
+
+#define HYDRA_CONV_DISPATCH(W, CALL)                                           \
+    switch (W) {                                                               \
+        case 1: CALL(1); break;                                                \
+        case 2: CALL(2); break;                                                \
+        case 3: CALL(3); break;                                                \
+        case 4: CALL(4); break;                                                \
+        case 5: CALL(5); break;                                                \
+        case 6: CALL(6); break;                                                \
+        case 7: CALL(7); break;                                                \
+        case 8: CALL(8); break;                                                \
+        default: HYDRA_CHECK(false, "short_conv: kernel width {} outside 1..8", W); \
+    }
+
+}  // namespace
+
+void short_conv_forward(bf16* out, float* prev_out, const bf16* x, int64_t x_stride, const float* w, const float* prev,
+                        int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
+    if (B <= 0 || D <= 0 || T < 0) return;
+    if (x_stride == 0) x_stride = D;
+    HYDRA_CHECK(x_stride >= D, "short_conv_forward: row stride below the channel count");
+#define FWD(w_) forward_w<w_>(out, prev_out, x, x_stride, w, prev, B, T, D, stream)
+    HYDRA_CONV_DISPATCH(W, FWD)
+#undef FWD
+}
+
+void short_conv_backward(bf16* dx, int64_t dx_stride, float* dw, float* dprev, const bf16* dout,
+                         const float* dprev_out, const bf16* x, int64_t x_stride, const float* w, const float* prev,
+                         int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
+    if (B <= 0 || D <= 0 || T < 0) return;
+    if (x_stride == 0) x_stride = D;
+    if (dx_stride == 0) dx_stride = D;
+    HYDRA_CHECK(x_stride >= D && dx_stride >= D, "short_conv_backward: row stride below the channel count");
+#define BWD(w_) backward_w<w_>(dx, dx_stride, dw, dprev, dout, dprev_out, x, x_stride, w, prev, B, T, D, stream)
+    HYDRA_CONV_DISPATCH(W, BWD)
+#undef BWD
+}
+
+}  // namespace hydra::cuda
