@@ -42,8 +42,13 @@ NVFLAGS=(-O3 -std=c++17 --expt-relaxed-constexpr -gencode arch=compute_90,code=s
          -I"$ROOT/src" -isystem "$FMT_INC" -Xcompiler -fopenmp,-march=x86-64-v3)
 
 CPP_SRCS=(src/core/error.cpp src/ops/cpu/attention.cpp src/ops/cpu/gdn_recurrence.cpp src/ops/cpu/l2norm.cpp
+          src/ops/cpu/embedding.cpp src/ops/cpu/rmsnorm.cpp src/ops/cpu/rope.cpp src/ops/cpu/swiglu.cpp
+          src/ops/cpu/short_conv.cpp src/ops/cpu/gdn_gates.cpp src/ops/cpu/gated_rmsnorm.cpp src/model/fusion.cpp
           bench/cuda_gemm_shim.cc)
 CU_SRCS=(src/ops/cuda/gdn_chunk.cu src/ops/cuda/attention.cu bench/cuda_op_parity.cu
+         src/ops/cuda/elementwise.cu src/ops/cuda/embedding.cu src/ops/cuda/rmsnorm.cu src/ops/cuda/rope.cu
+         src/ops/cuda/swiglu.cu src/ops/cuda/short_conv.cu src/ops/cuda/gdn_gates.cu src/ops/cuda/gated_rmsnorm.cu
+         src/ops/cuda/fusion.cu bench/cuda_op_parity_layers.cu
          bench/cuda_gdn_attention_bench.cu)
 
 pids=()
@@ -73,6 +78,17 @@ CPUREF=("$O/src_core_error.cpp.o" "$O/src_ops_cpu_attention.cpp.o" "$O/src_ops_c
 nvcc -o "$OUTDIR/cuda_op_parity" "$O/bench_cuda_op_parity.cu.o" "${KERNELS[@]}" "${CPUREF[@]}" -lgomp
 nvcc -o "$OUTDIR/cuda_gdn_attention_bench" "$O/bench_cuda_gdn_attention_bench.cu.o" "${KERNELS[@]}" \
   "$O/src_core_error.cpp.o"
+# element-wise / normalisation layer ops vs their CPU references (model/fusion.h needs nlohmann-json headers)
+LAYER_KERNELS=()
+for k in elementwise embedding rmsnorm rope swiglu short_conv gdn_gates gated_rmsnorm fusion; do
+  LAYER_KERNELS+=("$O/src_ops_cuda_$k.cu.o")
+done
+LAYER_CPUREF=("$O/src_core_error.cpp.o" "$O/src_model_fusion.cpp.o")
+for k in embedding rmsnorm rope swiglu short_conv gdn_gates gated_rmsnorm; do
+  LAYER_CPUREF+=("$O/src_ops_cpu_$k.cpp.o")
+done
+nvcc -o "$OUTDIR/cuda_op_parity_layers" "$O/bench_cuda_op_parity_layers.cu.o" "${LAYER_KERNELS[@]}" \
+  "${LAYER_CPUREF[@]}" -lgomp
 # what the outputs were built from, so a later run can tell whether they are current
 (cd "$ROOT" && cat "${CPP_SRCS[@]}" "${CU_SRCS[@]}" src/ops/cuda/*.h src/ops/cuda/*.cuh src/ops/cpu/*.h \
   src/core/error.h src/core/gemm.h | sha256sum | cut -d' ' -f1) > "$OUTDIR/.stamp"
