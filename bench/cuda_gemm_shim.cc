@@ -1,6 +1,7 @@
 // Plain-loop stand-in for core/gemm.cpp (hydra::gemm / hydra::gemv without OpenBLAS), linked only by
 // tools/device_build.sh so the CUDA parity program can build its CPU reference on a GPU machine that has
-// no BLAS. Same row-major semantics as core/gemm.h; correct, not fast (the references it serves are small).
+// no BLAS. Same row-major semantics as core/gemm.h; correct, not fast: rows of C are split over OpenMP threads
+// and that is all (the LM-head loss references of cuda_train_ops_parity take ~100 GFLOP through it).
 // (Named .cc so the CMake bench glob, bench/*.cpp, does not take it for a program.)
 #include <cstddef>
 #include <cstdint>
@@ -15,8 +16,12 @@ namespace {
 template <typename T>
 void gemm_t(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
             int64_t ldb, T beta, T* C, int64_t ldc) {
+    // rows of C are independent: split them over the OpenMP threads (each row computed as before)
+#pragma omp parallel if (M * N * K >= (int64_t(1) << 22))
+    {
     std::vector<T> row(size_t(N > 0 ? N : 1));
     std::vector<T> bcol(size_t(K > 0 ? K : 1));
+#pragma omp for schedule(static)
     for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) row[size_t(j)] = 0;
         if (!tb) {
@@ -47,6 +52,7 @@ void gemm_t(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T*
         else
             for (int64_t j = 0; j < N; ++j) c[j] = alpha * row[size_t(j)] + beta * c[j];
     }
+    }  // omp parallel
 }
 
 template <typename T>

@@ -2,13 +2,16 @@
 # Builds the CUDA op-parity and benchmark programs with nvcc and g++ alone, for a GPU machine that has
 # the CUDA toolkit but none of hydra_lib's Debian dependencies and no package registry:
 #   - the CUDA kernels (src/ops/cuda/*.cu),
-#   - the CPU reference sources the parity program compares against (ops/cpu attention, gdn_recurrence,
-#     l2norm; core/error), with a loop GEMM (bench/cuda_gemm_shim.cc) in place of OpenBLAS,
-#   - fmt used header-only, from the system or from Debian's libfmt-dev unpacked into .devdeps/.
-# No CMake, OpenBLAS, nlohmann-json, PCRE2, CLI11 or toml++ needed. OpenMP comes with g++.
+#   - the CPU reference sources the parity programs compare against (ops/cpu attention, gdn_recurrence,
+#     l2norm, linear; train losses, adamw; core/error), with a loop GEMM (bench/cuda_gemm_shim.cc) in place
+#     of OpenBLAS,
+#   - fmt used header-only, from the system or from Debian's libfmt-dev unpacked into .devdeps/, and
+#     nlohmann-json's headers the same way (train/adamw.h includes json_fwd.hpp; nothing of it is linked).
+# No CMake, OpenBLAS, PCRE2, CLI11 or toml++ needed. OpenMP comes with g++; cuBLAS with the CUDA toolkit.
 #
 # Usage:
-#   tools/device_build.sh --fetch   where apt works: download libfmt-dev into .devdeps/ and unpack it
+#   tools/device_build.sh --fetch   where apt works: download libfmt-dev and nlohmann-json3-dev into
+#                                   .devdeps/ and unpack them
 #                                   (.devdeps/ is git-ignored; carry it to the GPU machine)
 #   tools/device_build.sh           build into ${BUILD_DIR:-build-device}/ (here or on the GPU machine)
 # The outputs run on either machine (x86-64-v3 host code, static CUDA runtime, sm_90 device code).
@@ -20,9 +23,9 @@ JOBS="${JOBS:-$(nproc)}"
 
 if [[ "${1:-}" == "--fetch" ]]; then
   mkdir -p "$DEPS/debs" "$DEPS/root"
-  (cd "$DEPS/debs" && apt-get download libfmt-dev)
+  (cd "$DEPS/debs" && apt-get download libfmt-dev nlohmann-json3-dev)
   for f in "$DEPS"/debs/*.deb; do dpkg -x "$f" "$DEPS/root"; done
-  echo "[device_build] fmt headers in $DEPS/root/usr/include"
+  echo "[device_build] fmt and nlohmann-json headers in $DEPS/root/usr/include"
   exit 0
 fi
 
@@ -35,25 +38,33 @@ else
   exit 1
 fi
 command -v nvcc >/dev/null || { echo "[device_build] nvcc not on PATH" >&2; exit 1; }
+# nlohmann/json_fwd.hpp: train/adamw.h (the AdamW reference of cuda_train_ops_parity) includes it
+JSON_INC="$FMT_INC"
+[[ -f "$JSON_INC/nlohmann/json_fwd.hpp" ]] || JSON_INC="$DEPS/root/usr/include"
+[[ -f "$JSON_INC/nlohmann/json_fwd.hpp" ]] || {
+  echo "[device_build] nlohmann-json headers missing: run tools/device_build.sh --fetch where apt works" >&2; exit 1; }
 
 mkdir -p "$OUTDIR/obj"
-CXXFLAGS=(-O3 -std=c++20 -march=x86-64-v3 -fopenmp -DFMT_HEADER_ONLY -I"$ROOT/src" -isystem "$FMT_INC")
+CXXFLAGS=(-O3 -std=c++20 -march=x86-64-v3 -fopenmp -DFMT_HEADER_ONLY -I"$ROOT/src" -isystem "$FMT_INC" -isystem "$JSON_INC")
 NVFLAGS=(-O3 -std=c++17 --expt-relaxed-constexpr -gencode arch=compute_90,code=sm_90 -DFMT_HEADER_ONLY
-         -I"$ROOT/src" -isystem "$FMT_INC" -Xcompiler -fopenmp,-march=x86-64-v3)
+         -I"$ROOT/src" -isystem "$FMT_INC" -isystem "$JSON_INC" -Xcompiler -fopenmp,-march=x86-64-v3)
 
 CPP_SRCS=(src/core/error.cpp src/ops/cpu/attention.cpp src/ops/cpu/gdn_recurrence.cpp src/ops/cpu/l2norm.cpp
           src/ops/cpu/embedding.cpp src/ops/cpu/rmsnorm.cpp src/ops/cpu/rope.cpp src/ops/cpu/swiglu.cpp
           src/ops/cpu/short_conv.cpp src/ops/cpu/gdn_gates.cpp src/ops/cpu/gated_rmsnorm.cpp src/model/fusion.cpp
+          src/ops/cpu/linear.cpp src/train/losses.cpp src/train/adamw.cpp
           bench/cuda_gemm_shim.cc)
 CU_SRCS=(src/ops/cuda/gdn_chunk.cu src/ops/cuda/attention.cu bench/cuda_op_parity.cu
          src/ops/cuda/elementwise.cu src/ops/cuda/embedding.cu src/ops/cuda/rmsnorm.cu src/ops/cuda/rope.cu
          src/ops/cuda/swiglu.cu src/ops/cuda/short_conv.cu src/ops/cuda/gdn_gates.cu src/ops/cuda/gated_rmsnorm.cu
          src/ops/cuda/fusion.cu bench/cuda_op_parity_layers.cu
+         src/ops/cuda/device_arena.cu src/ops/cuda/gemm.cu src/ops/cuda/losses.cu src/ops/cuda/adamw.cu
+         bench/cuda_train_ops_parity.cu
          bench/cuda_gdn_attention_bench.cu)
 
 pids=()
 running=0
-newest_header=$(cd "$ROOT" && ls -t src/ops/cuda/*.h src/ops/cuda/*.cuh src/ops/cpu/*.h src/core/*.h | head -1)
+newest_header=$(cd "$ROOT" && ls -t src/ops/cuda/*.h src/ops/cuda/*.cuh src/ops/cpu/*.h src/core/*.h src/train/*.h | head -1)
 compile() {  # src -> obj, at most JOBS at once; skipped when the object is newer than it and every header
   local src="$1" obj="$OUTDIR/obj/$(echo "$1" | tr '/' '_').o"
   if [[ -f "$obj" && "$obj" -nt "$ROOT/$src" && "$obj" -nt "$ROOT/$newest_header" ]]; then return 0; fi
@@ -89,7 +100,12 @@ for k in embedding rmsnorm rope swiglu short_conv gdn_gates gated_rmsnorm; do
 done
 nvcc -o "$OUTDIR/cuda_op_parity_layers" "$O/bench_cuda_op_parity_layers.cu.o" "${LAYER_KERNELS[@]}" \
   "${LAYER_CPUREF[@]}" -lgomp
+TRAIN_KERNELS=("$O/src_ops_cuda_device_arena.cu.o" "$O/src_ops_cuda_gemm.cu.o" "$O/src_ops_cuda_losses.cu.o"
+               "$O/src_ops_cuda_adamw.cu.o")
+nvcc -o "$OUTDIR/cuda_train_ops_parity" "$O/bench_cuda_train_ops_parity.cu.o" "${TRAIN_KERNELS[@]}" \
+  "$O/src_core_error.cpp.o" "$O/src_ops_cpu_linear.cpp.o" "$O/src_train_losses.cpp.o" "$O/src_train_adamw.cpp.o" \
+  "$O/bench_cuda_gemm_shim.cc.o" -lcublas -lgomp
 # what the outputs were built from, so a later run can tell whether they are current
 (cd "$ROOT" && cat "${CPP_SRCS[@]}" "${CU_SRCS[@]}" src/ops/cuda/*.h src/ops/cuda/*.cuh src/ops/cpu/*.h \
-  src/core/error.h src/core/gemm.h | sha256sum | cut -d' ' -f1) > "$OUTDIR/.stamp"
-echo "[device_build] built $OUTDIR/cuda_op_parity and $OUTDIR/cuda_gdn_attention_bench in $(( $(date +%s) - start )) s"
+  src/core/error.h src/core/gemm.h src/train/*.h | sha256sum | cut -d' ' -f1) > "$OUTDIR/.stamp"
+echo "[device_build] built $OUTDIR/cuda_op_parity, cuda_gdn_attention_bench and cuda_train_ops_parity in $(( $(date +%s) - start )) s"

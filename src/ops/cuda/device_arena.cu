@@ -96,65 +96,23 @@ void CachingAllocator::release_cached() {
     cached_ = 0;
 }
 
-// ---- DeviceBuffer<T> ---------------------------------------------------------------------------------
+// ---- checked primitives ------------------------------------------------------------------------------
 
-template <typename T>
-DeviceBuffer<T>::DeviceBuffer(int64_t n) {
-    resize(n);
+void* device_malloc(size_t bytes) {
+    HYDRA_CHECK(bytes != size_t(-1) && int64_t(bytes) >= 0, "device_malloc: negative size");
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
 }
 
-template <typename T>
-DeviceBuffer<T>& DeviceBuffer<T>::operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-        if (p_) cudaFree(p_);
-        p_ = o.p_, n_ = o.n_;
-        o.p_ = nullptr, o.n_ = 0;
-    }
-    return *this;
+void device_free(void* p) {
+    if (p) CUDA_CHECK(cudaFree(p));
 }
 
-template <typename T>
-void DeviceBuffer<T>::resize(int64_t n) {
-    HYDRA_CHECK(n >= 0, "DeviceBuffer: negative size {}", n);
-    if (n == n_) return;
-    release();
-    if (n > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), size_t(n) * sizeof(T)));
-    n_ = n;
+void device_memset(void* p, int byte, size_t bytes, cudaStream_t stream) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, byte, bytes, stream));
 }
-
-template <typename T>
-void DeviceBuffer<T>::release() {
-    if (p_) CUDA_CHECK(cudaFree(p_));
-    p_ = nullptr;
-    n_ = 0;
-}
-
-template <typename T>
-void DeviceBuffer<T>::zero(cudaStream_t stream) {
-    fill_bytes(0, stream);
-}
-
-template <typename T>
-void DeviceBuffer<T>::fill_bytes(int byte, cudaStream_t stream) {
-    if (n_ > 0) CUDA_CHECK(cudaMemsetAsync(p_, byte, bytes(), stream));
-}
-
-template <typename T>
-void DeviceBuffer<T>::upload(const T* host, cudaStream_t stream) {
-    copy_to_device(p_, host, bytes(), stream);
-}
-
-template <typename T>
-void DeviceBuffer<T>::download(T* host, cudaStream_t stream) const {
-    copy_to_host(host, p_, bytes(), stream);
-}
-
-template class DeviceBuffer<float>;
-template class DeviceBuffer<double>;
-template class DeviceBuffer<bf16>;
-template class DeviceBuffer<int32_t>;
-template class DeviceBuffer<int64_t>;
-template class DeviceBuffer<uint8_t>;
 
 // ---- copies ------------------------------------------------------------------------------------------
 

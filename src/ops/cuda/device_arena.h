@@ -89,40 +89,63 @@ private:
     size_t in_use_ = 0, cached_ = 0, peak_ = 0;
 };
 
-// Owning device array of n elements of T (cudaMalloc / cudaFree), movable, not copyable. Contents
+// Checked cudaMalloc / cudaFree / cudaMemsetAsync (throw hydra::Error on failure; bytes == 0 -> nullptr).
+void* device_malloc(size_t bytes);
+void device_free(void* p);
+void device_memset(void* p, int byte, size_t bytes, cudaStream_t stream = nullptr);
+void copy_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
+void copy_to_host(void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
+void copy_device(void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
+
+// Owning device array of n elements of T (any trivially copyable T), movable, not copyable. Contents
 // are uninitialised. n == 0 holds no memory.
 template <typename T>
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
-    explicit DeviceBuffer(int64_t n);
+    explicit DeviceBuffer(int64_t n) { resize(n); }
     ~DeviceBuffer() { release(); }
     DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
-    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        if (this != &o) {
+            if (p_) cudaFree(p_);
+            p_ = o.p_, n_ = o.n_;
+            o.p_ = nullptr, o.n_ = 0;
+        }
+        return *this;
+    }
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
     T* data() const { return p_; }
     int64_t size() const { return n_; }
     size_t bytes() const { return size_t(n_) * sizeof(T); }
-    void resize(int64_t n);  // reallocates (contents lost) unless n == size()
-    void release();
+    // Reallocates (contents lost) unless n == size(); throws for n < 0.
+    void resize(int64_t n) {
+        if (n == n_) return;
+        release();
+        p_ = static_cast<T*>(device_malloc(size_t(n < 0 ? -1 : n) * sizeof(T)));
+        n_ = n;
+    }
+    void release() {
+        if (p_) device_free(p_);
+        p_ = nullptr;
+        n_ = 0;
+    }
     // Whole-buffer helpers, asynchronous on `stream` (host memory must stay valid until the copy ran:
     // for pageable host memory CUDA stages it before returning).
-    void zero(cudaStream_t stream = nullptr);
-    void fill_bytes(int byte, cudaStream_t stream = nullptr);  // e.g. 0xFF poisons with NaN (bf16, fp32)
-    void upload(const T* host, cudaStream_t stream = nullptr);
-    void download(T* host, cudaStream_t stream = nullptr) const;
+    void zero(cudaStream_t stream = nullptr) { device_memset(p_, 0, bytes(), stream); }
+    // e.g. 0xFF poisons with NaN (bf16, fp32)
+    void fill_bytes(int byte, cudaStream_t stream = nullptr) { device_memset(p_, byte, bytes(), stream); }
+    void upload(const T* host, cudaStream_t stream = nullptr) { copy_to_device(p_, host, bytes(), stream); }
+    void download(T* host, cudaStream_t stream = nullptr) const { copy_to_host(host, p_, bytes(), stream); }
 
 private:
     T* p_ = nullptr;
     int64_t n_ = 0;
 };
 
-// n elements host -> device / device -> host / device -> device, asynchronous on `stream`.
-void copy_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
-void copy_to_host(void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
-void copy_device(void* dst, const void* src, size_t bytes, cudaStream_t stream = nullptr);
+// n elements host -> device / device -> host, asynchronous on `stream`.
 template <typename T>
 void upload(T* dst, const T* host, int64_t n, cudaStream_t stream = nullptr) {
     copy_to_device(dst, host, size_t(n) * sizeof(T), stream);
