@@ -3,6 +3,7 @@
 #include "ops/cuda/device_arena.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -134,18 +135,25 @@ std::vector<float> download_f32(const float* d, int64_t n, cudaStream_t stream) 
 }
 
 std::vector<float> download_bf16_as_f32(const bf16* d, int64_t n, cudaStream_t stream) {
-    std::vector<bf16> b(size_t(std::max<int64_t>(n, 0)));
-    copy_to_host(b.data(), d, b.size() * sizeof(bf16), stream);
+    // bf16 bits in uint16_t host storage (std::vector<bf16> trips nvcc's C++20 constexpr construct_at)
+    std::vector<uint16_t> b(size_t(std::max<int64_t>(n, 0)));
+    copy_to_host(b.data(), d, b.size() * sizeof(uint16_t), stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<float> h(b.size());
-    for (size_t i = 0; i < b.size(); ++i) h[i] = __bfloat162float(b[i]);
+    for (size_t i = 0; i < b.size(); ++i) {
+        const uint32_t bits = uint32_t(b[i]) << 16;
+        std::memcpy(&h[i], &bits, 4);
+    }
     return h;
 }
 
 void upload_f32_as_bf16(bf16* d, const float* host, int64_t n, cudaStream_t stream) {
-    std::vector<bf16> b(size_t(std::max<int64_t>(n, 0)));
-    for (size_t i = 0; i < b.size(); ++i) b[i] = __float2bfloat16(host[i]);
-    copy_to_device(d, b.data(), b.size() * sizeof(bf16), stream);
+    std::vector<uint16_t> b(size_t(std::max<int64_t>(n, 0)));
+    for (size_t i = 0; i < b.size(); ++i) {
+        const bf16 x = __float2bfloat16(host[i]);
+        std::memcpy(&b[i], &x, 2);
+    }
+    copy_to_device(d, b.data(), b.size() * sizeof(uint16_t), stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));  // b is freed on return
 }
 
