@@ -129,7 +129,9 @@ protected:
             moved += !same;
         }
         EXPECT_GT(moved, 0);
-        if (kind == "align") EXPECT_GT(frozen_checked, 10);
+        if (kind == "align") {
+            EXPECT_GT(frozen_checked, 10);
+        }
     }
     static fs::path root_;
 };
