@@ -42,35 +42,52 @@ std::vector<int64_t> parse_lengths(const std::string& list) {
     return out;
 }
 
-GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text,
-                             const std::vector<int32_t>& prompt, int64_t max_new, int64_t context_limit,
-                             const std::function<bool(const std::string&)>& done) {
-    using clock = std::chrono::steady_clock;
-    const ModelConfig& cfg = model.config();
+int64_t greedy_capacity(const ModelConfig& cfg, int64_t prompt_tokens, int64_t max_new, int64_t context_limit) {
     const int64_t limit = context_limit > 0
                               ? context_limit
                               : (cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 8192);
-    HYDRA_CHECK(int64_t(prompt.size()) < limit, "the prompt has {} tokens but the model's context holds {}",
-                prompt.size(), limit);
-    const int64_t capacity = std::min<int64_t>(limit, int64_t(prompt.size()) + max_new);
-    KVCache cache(model, capacity);  // hybrid layout: FA KV rows + GDN state
+    HYDRA_CHECK(prompt_tokens < limit, "the prompt has {} tokens but the model's context holds {}", prompt_tokens,
+                limit);
+    return std::min<int64_t>(limit, prompt_tokens + max_new);
+}
+
+GreedyResult greedy_decode(const ModelText& text, const std::vector<int32_t>& prompt, int64_t max_new,
+                           int64_t capacity, const NextTokenFn& next_token,
+                           const std::function<bool(const std::string&)>& done) {
+    using clock = std::chrono::steady_clock;
     GreedyResult r;
     const auto t0 = clock::now();
-    Tensor logits = forward_last_logits(model, prompt, cache);
+    int32_t next = next_token(prompt);
+    int64_t pos = int64_t(prompt.size());  // positions the engine's cache holds
     const auto t1 = clock::now();
     r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
     for (int64_t i = 0; i < max_new; ++i) {
-        const int32_t next = argmax({logits.f32(), size_t(cfg.vocab_size)});
         if (std::find(text.stop_ids.begin(), text.stop_ids.end(), next) != text.stop_ids.end()) break;
         r.tokens.push_back(next);
         r.text = text.encoder->decode(r.tokens);
         if (done && done(r.text)) break;
-        if (i + 1 == max_new || cache.pos() >= cache.capacity()) break;
+        if (i + 1 == max_new || pos >= capacity) break;
         const int32_t one[1] = {next};
-        logits = forward_last_logits(model, one, cache);
+        next = next_token(one);
+        ++pos;
     }
     r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
     return r;
+}
+
+GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text,
+                             const std::vector<int32_t>& prompt, int64_t max_new, int64_t context_limit,
+                             const std::function<bool(const std::string&)>& done) {
+    const int64_t capacity = greedy_capacity(model.config(), int64_t(prompt.size()), max_new, context_limit);
+    KVCache cache(model, capacity);  // hybrid layout: FA KV rows + GDN state
+    const int64_t V = model.config().vocab_size;
+    return greedy_decode(
+        text, prompt, max_new, capacity,
+        [&](std::span<const int32_t> tokens) {
+            const Tensor logits = forward_last_logits(model, tokens, cache);
+            return argmax({logits.f32(), size_t(V)});
+        },
+        done);
 }
 
 void aggregate(ModelEvalResult& r) {
@@ -101,7 +118,8 @@ void aggregate(ModelEvalResult& r) {
 ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
                          const std::vector<const TaskGenerator*>& tasks, const ModelText& text,
                          const EvalSettings& settings,
-                         const std::function<void(int64_t, int64_t, const std::string&)>& progress) {
+                         const std::function<void(int64_t, int64_t, const std::string&)>& progress,
+                         const GenerateFn& generate) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     ModelEvalResult r;
@@ -109,11 +127,23 @@ ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
     const int64_t total = int64_t(settings.lengths.size() * tasks.size()) * settings.samples;
     int64_t done = 0;
     double score_sum = 0;
+    const ModelConfig& cfg = model.config();
+    const int64_t context = settings.context_limit > 0
+                                ? settings.context_limit
+                                : (cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 8192);
     for (int64_t len : settings.lengths)
         for (const TaskGenerator* task : tasks)
             for (int64_t i = 0; i < settings.samples; ++i) {
                 const auto g0 = clock::now();
-                const TaskSample s = task->sample(len, settings.seed, i);
+                TaskSample s = task->sample(len, settings.seed, i);
+                // RULER sizes inputs so that input + the decoding budget fits the context: a length at
+                // (or near) the context gets a shorter prompt instead of a cut-off answer.
+                if (len + s.max_new_tokens > context) {
+                    const int64_t fit = context - s.max_new_tokens;
+                    HYDRA_CHECK(fit >= 1, "task {}: the context of {} positions leaves no room for a prompt and "
+                                "{} new tokens", s.task, context, s.max_new_tokens);
+                    s = task->sample(fit, settings.seed, i);
+                }
                 SampleOutcome o;
                 o.generate_seconds = std::chrono::duration<double>(clock::now() - g0).count();
                 o.task = s.task;
@@ -123,8 +153,10 @@ ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
                 std::function<bool(const std::string&)> full;
                 if (settings.stop_at_full_score)
                     full = [&s](const std::string& out) { return score_output(s, out) >= 1.0; };
+                o.prompt_tokens = int64_t(s.prompt.size());
                 const GreedyResult g =
-                    greedy_generate(model, text, s.prompt, s.max_new_tokens, settings.context_limit, full);
+                    generate ? generate(s.prompt, s.max_new_tokens, full)
+                             : greedy_generate(model, text, s.prompt, s.max_new_tokens, settings.context_limit, full);
                 o.output = g.text;
                 o.generated = int64_t(g.tokens.size());
                 o.prefill_seconds = g.prefill_seconds;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ std::vector<int64_t> parse_lengths(const std::string& list);  // "1k,2k,4k"
 struct SampleOutcome {
     std::string task;
     int64_t length = 0, index = 0;
+    int64_t prompt_tokens = 0;  // the prompt that ran (== length unless the context forced it shorter)
     double score = 0;
     std::string output;
     std::vector<std::string> answers;
@@ -58,11 +60,36 @@ GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text,
                              const std::vector<int32_t>& prompt, int64_t max_new, int64_t context_limit,
                              const std::function<bool(const std::string&)>& done = {});
 
-// progress(done, total, status) after every sample.
+// The positions a greedy decode of a prompt may fill: min(limit, prompt + max_new), limit being
+// context_limit or else the config's max_position_embeddings (8192 when unset). Throws when the prompt
+// alone does not fit below the limit.
+int64_t greedy_capacity(const ModelConfig& config, int64_t prompt_tokens, int64_t max_new, int64_t context_limit);
+
+// The stopping rules of greedy_generate over any engine (CPU forward, GPU forward): `next(tokens)`
+// runs tokens through the engine's cache (the prompt once, then one token at a time) and returns the
+// argmax of the last position's logits. Stops at a stop id, after max_new tokens, when the cache holds
+// `capacity` positions, or when `done` returns true on the text so far.
+using NextTokenFn = std::function<int32_t(std::span<const int32_t> tokens)>;
+GreedyResult greedy_decode(const ModelText& text, const std::vector<int32_t>& prompt, int64_t max_new,
+                           int64_t capacity, const NextTokenFn& next,
+                           const std::function<bool(const std::string&)>& done = {});
+
+// A greedy generator run_eval calls per sample: (prompt, max_new, done) -> result. Empty = the CPU
+// greedy_generate on the model with settings.context_limit.
+using GenerateFn = std::function<GreedyResult(const std::vector<int32_t>& prompt, int64_t max_new,
+                                              const std::function<bool(const std::string&)>& done)>;
+
+// progress(done, total, status) after every sample. `generate` replaces the CPU decoding (e.g. the
+// GPU path of src/gpu); everything else (samples, scoring, aggregation) is the same.
+// A length whose prompt plus a task's decoding budget would not fit the context (length ==
+// max_position, RULER's 8k on an 8k model) gets a prompt of context - max_new_tokens tokens instead,
+// as RULER sizes its inputs; the sample still counts under the requested length (SampleOutcome
+// prompt_tokens says what ran).
 ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
                          const std::vector<const TaskGenerator*>& tasks, const ModelText& text,
                          const EvalSettings& settings,
-                         const std::function<void(int64_t, int64_t, const std::string&)>& progress = {});
+                         const std::function<void(int64_t, int64_t, const std::string&)>& progress = {},
+                         const GenerateFn& generate = {});
 
 // Recomputes task/length/overall means from the samples (what run_eval returns; also for results
 // read back or merged).

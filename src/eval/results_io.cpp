@@ -33,6 +33,7 @@ nlohmann::json results_to_json(const EvalRunInfo& info, const std::vector<ModelE
     j["seed"] = info.settings.seed;
     j["prompt_format"] = info.prompt_format;
     j["prompt_style"] = info.prompt_style;
+    j["device"] = info.device;
     j["scoring"] = "RULER string_match_all/part x100; length = mean over tasks; overall = mean over lengths";
     j["models"] = nlohmann::json::array();
     for (const ModelEvalResult& r : results) {
@@ -48,6 +49,7 @@ nlohmann::json results_to_json(const EvalRunInfo& info, const std::vector<ModelE
             m["samples"].push_back({{"task", s.task},
                                     {"length", s.length},
                                     {"index", s.index},
+                                    {"prompt_tokens", s.prompt_tokens},
                                     {"score", s.score},
                                     {"answers", s.answers},
                                     {"output", s.output},

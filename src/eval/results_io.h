@@ -16,6 +16,7 @@ struct EvalRunInfo {
     std::string suite;
     EvalSettings settings;
     std::string prompt_format, prompt_style;
+    std::string device = "cpu";  // where the models ran (hydra eval --device)
 };
 
 nlohmann::json results_to_json(const EvalRunInfo& info, const std::vector<ModelEvalResult>& results);

@@ -51,6 +51,11 @@ std::string default_wordnet_dir() {
     return "/usr/share/wordnet";
 }
 
+std::string default_dictionary_path() {
+    if (const char* c = std::getenv("HYDRA_DICT"); c && *c) return c;
+    return "/usr/share/dict/words";
+}
+
 const std::vector<std::string>& prose_words(const std::string& dir) {
     static std::map<std::string, std::vector<std::string>> cache;
     std::lock_guard<std::mutex> lock(g_mutex);

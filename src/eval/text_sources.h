@@ -31,8 +31,12 @@ enum class WordClass { kNoun, kAdjective, kVerb };
 // wordnet-base` when it is missing.
 const std::vector<std::string>& wordnet_words(WordClass cls, const std::string& dir = default_wordnet_dir());
 
+// $HYDRA_DICT when set (a machine without the package, e.g. the GPU box: tools/gpu_build.sh), else
+// /usr/share/dict/words.
+std::string default_dictionary_path();
+
 // /usr/share/dict/words (package wamerican): lower-case ASCII words of 3..10 letters without
 // apostrophes. Throws naming the package when missing.
-const std::vector<std::string>& dictionary_words(const std::string& path = "/usr/share/dict/words");
+const std::vector<std::string>& dictionary_words(const std::string& path = default_dictionary_path());
 
 }  // namespace hydra
