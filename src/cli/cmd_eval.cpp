@@ -1,7 +1,9 @@
 // `hydra eval MODEL... --suite ruler|passkey|mqar|all [--tasks a,b] --lengths 1k,2k,4k --samples N
 // --out results.json`: synthetic long-context tasks (RULER-style) with greedy decoding through each
 // model's (hybrid) cache; writes results.json, results.csv next to it and scores.png comparing models.
+#include <algorithm>
 #include <filesystem>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -12,6 +14,11 @@
 #include "eval/eval_runner.h"
 #include "eval/results_io.h"
 #include "eval/task_registry.h"
+#ifdef HYDRA_WITH_CUDA
+#include "gpu/gpu_cache.h"
+#include "gpu/gpu_forward.h"
+#include "gpu/gpu_model.h"
+#endif
 
 namespace hydra::cli {
 
@@ -30,7 +37,39 @@ struct EvalOptions {
     int number_digits = 7, passkey_digits = 5, mqar_queries = 4, mqar_value_digits = 3;
     bool no_early_stop = false;
     int threads = 0;
+    std::string device = "cpu";
 };
+
+// The GPU decoding run_eval calls instead of the CPU forward: the model uploaded once, one cache
+// sized for the longest prompt + budget, reset per sample; greedy_decode keeps the CPU's stopping rules.
+GenerateFn gpu_generator(const LlamaModel& model, const ModelText& text, int64_t max_positions,
+                         int64_t context_limit) {
+#ifdef HYDRA_WITH_CUDA
+    fmt::print(stderr, "device: {}\n", gpu::require_cuda_device());
+    struct State {
+        gpu::GpuModel model;
+        gpu::GpuForward fwd;
+        gpu::GpuCache cache;
+        State(const LlamaModel& m, int64_t cap) : model(m), fwd(model), cache(model, cap) {}
+    };
+    auto st = std::make_shared<State>(model, max_positions);
+    const ModelConfig cfg = model.config();
+    return [st, text, cfg, context_limit](const std::vector<int32_t>& prompt, int64_t max_new,
+                                          const std::function<bool(const std::string&)>& done) {
+        const int64_t capacity = greedy_capacity(cfg, int64_t(prompt.size()), max_new, context_limit);
+        HYDRA_CHECK(capacity <= st->cache.capacity(), "GPU cache of {} positions is too small for {}",
+                    st->cache.capacity(), capacity);
+        st->cache.reset(st->fwd.stream());
+        return greedy_decode(
+            text, prompt, max_new, capacity,
+            [&](std::span<const int32_t> tokens) { return st->fwd.forward_argmax(st->cache, tokens); }, done);
+    };
+#else
+    (void)model, (void)text, (void)max_positions, (void)context_limit;
+    fail("--device cuda: this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON on a machine with "
+         "the CUDA toolkit)");
+#endif
+}
 }  // namespace
 
 void register_eval(CLI::App& app) {
@@ -67,6 +106,9 @@ void register_eval(CLI::App& app) {
         ->check(CLI::Range(1, 18));
     cmd->add_flag("--no-early-stop", o->no_early_stop,
                   "decode the full budget even once every answer is found");
+    cmd->add_option("--device", o->device, "cpu | cuda (the GPU inference path of src/gpu)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] {
         apply_threads(o->threads);
@@ -80,6 +122,7 @@ void register_eval(CLI::App& app) {
         info.settings.stop_at_full_score = !o->no_early_stop;
         info.prompt_format = o->format;
         info.prompt_style = o->style;
+        info.device = o->device;
         TaskOptions topt;
         topt.format = parse_prompt_format(o->format);
         topt.style = parse_prompt_style(o->style);
@@ -101,8 +144,10 @@ void register_eval(CLI::App& app) {
             ctx->text = model_text_for(path, m.vocab, m.model->config().eos_token_ids);
             ctx->options = topt;
             const int64_t max_pos = m.model->config().max_position_embeddings;
+            // A length up to the context is fine: run_eval shortens a prompt that would leave no room
+            // for the answer to context - budget tokens, as RULER does.
             for (int64_t len : info.settings.lengths)
-                HYDRA_CHECK(max_pos <= 0 || len < max_pos,
+                HYDRA_CHECK(max_pos <= 0 || len <= max_pos,
                             "--lengths: {} tokens is beyond {}'s context of {} positions", len, path,
                             max_pos);
             std::vector<std::unique_ptr<TaskGenerator>> gens;
@@ -116,9 +161,18 @@ void register_eval(CLI::App& app) {
                        ctx->chat() ? "chatml" : "raw");
             ProgressBar bar("eval", int64_t(ptrs.size() * info.settings.lengths.size()) * o->samples,
                             "sample");
+            GenerateFn generate;
+            if (o->device == "cuda") {
+                // one cache for every sample: the longest prompt plus room for any task's decoding budget
+                // (at most 128 tokens today; the generator refuses clearly should one need more)
+                const int64_t context = max_pos > 0 ? max_pos : 8192;
+                const int64_t longest = *std::max_element(info.settings.lengths.begin(), info.settings.lengths.end());
+                generate = gpu_generator(*m.model, ctx->text, std::min(context, longest + 1024),
+                                         info.settings.context_limit);
+            }
             ModelEvalResult r =
                 run_eval(path, *m.model, ptrs, ctx->text, info.settings,
-                         [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); });
+                         [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); }, generate);
             bar.finish(fmt::format("overall {:.1f}", r.overall));
             results.push_back(std::move(r));
             write_results_json(o->out, info, results);  // after every model, so a long run keeps what it has

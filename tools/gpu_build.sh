@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The whole `hydra` binary built with CUDA, and the default model, on the offline GPU machine: it has the
+# CUDA toolkit (nvcc, cuBLAS), CMake, ninja and g++, but none of our Debian dependencies, no package
+# registry, no network, and a call carries at most 64 MiB (working tree included) while the model
+# alone is 94 MiB.
+#
+# Here (Debian 12, apt works):
+#   tools/gpu_build.sh fetch   into .devdeps/ (git-ignored):
+#     gpu/sysroot.tar.xz  the -dev and runtime packages of OpenBLAS (+ gfortran, quadmath), fmt, PCRE2,
+#                         CLI11, nlohmann-json, toml++, stb and pkgconf (apt-get download, dpkg -x, static
+#                         archives and docs dropped)
+#     gpu/data.tar.xz     eval data: the prose cache, WordNet's index.{noun,verb,adj}, the wamerican list
+#     gguf_a/, gguf_b/    the default GGUF, xz -1 compressed and split: call 1 carries the sysroot, the
+#                         data and part a; call 2 carries part b only, so part b is the larger
+# There, two calls in a row (a machine stays warm ~30 s after a call and keeps /tmp and ignored files):
+#   call 1, carry .devdeps/gpu .devdeps/gguf_a:  tools/gpu_build.sh build && tools/gpu_build.sh stash
+#       -> /tmp/hydra_gpu/{sysroot,data,build/hydra,build/gpu_forward_parity,env.sh}, part a kept
+#   call 2, carry .devdeps/gguf_b:               tools/gpu_build.sh model
+#       -> /tmp/hydra_gpu/models/SmolLM2-135M-Instruct.Q4_1.gguf (sha256 checked); exit 3 when part a or
+#          the build did not survive (the machine went cold: start again with call 1)
+#   source /tmp/hydra_gpu/env.sh: PATH, LD_LIBRARY_PATH, HYDRA_CACHE, HYDRA_WORDNET_DIR, HYDRA_DICT,
+#   HYDRA_MODEL (the GGUF).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+DEPS="$ROOT/.devdeps"
+PREFIX="${HYDRA_GPU_PREFIX:-/tmp/hydra_gpu}"
+GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # as tools/setup.sh
+CARRY_LIMIT=$((64 * 1024 * 1024))
+PACKAGES=(libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5 libquadmath0 libfmt-dev libfmt9
+  nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtomlplusplus3 libpcre2-dev libpcre2-8-0 libstb-dev
+  pkgconf pkgconf-bin libpkgconf3)
+ARCH=x86_64-linux-gnu
+mode="${1:-}"
+
+unxz_to() {  # unxz_to OUT < in.xz   (xz, else Python's lzma)
+  if command -v xz >/dev/null; then xz -dc > "$1"
+  else python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))' > "$1"; fi
+}
+untar_xz() {  # untar_xz FILE DIR
+  mkdir -p "$2"
+  unxz_to "$2/.tmp.tar" < "$1"
+  tar -C "$2" -xf "$2/.tmp.tar"
+  rm "$2/.tmp.tar"
+}
+
+case "$mode" in
+fetch)
+  rm -rf "$DEPS/gpu" "$DEPS/gguf_a" "$DEPS/gguf_b"
+  mkdir -p "$DEPS/gpu" "$DEPS/gguf_a" "$DEPS/gguf_b" "$DEPS/debs_gpu"
+  (cd "$DEPS/debs_gpu" && apt-get download "${PACKAGES[@]}")
+  stage="$(mktemp -d)"
+  trap 'rm -rf "$stage"' EXIT
+  for f in "$DEPS"/debs_gpu/*.deb; do dpkg -x "$f" "$stage/sysroot"; done
+  find "$stage/sysroot" \( -name '*.a' -o -name 'liblapack*' -o -name 'libblas*' \) -exec rm -f {} +
+  rm -rf "$stage/sysroot/usr/share/doc" "$stage/sysroot/usr/share/man"
+  tar -C "$stage" -cf - sysroot | xz -T"${JOBS:-2}" -6 > "$DEPS/gpu/sysroot.tar.xz"
+  mkdir -p "$stage/data/prose" "$stage/data/wordnet"
+  cp "$ROOT"/.cache/prose/*.txt "$ROOT/.cache/prose/manifest.json" "$stage/data/prose/"
+  cp /usr/share/wordnet/index.noun /usr/share/wordnet/index.verb /usr/share/wordnet/index.adj "$stage/data/wordnet/"
+  cp -L /usr/share/dict/words "$stage/data/words"
+  tar -C "$stage" -cf - data | xz -T"${JOBS:-2}" -6 > "$DEPS/gpu/data.tar.xz"
+  model="$ROOT/.cache/models/$GGUF_NAME"
+  [[ -f "$model" ]] || { echo "[gpu_build] $model missing: run tools/setup.sh --no-build" >&2; exit 1; }
+  xzm="$DEPS/model.gguf.xz"  # kept: compressing takes minutes on a busy 2-core machine
+  [[ -f "$xzm" && "$xzm" -nt "$model" ]] || xz -T"${JOBS:-2}" -1 -c "$model" > "$xzm"
+  # the working tree travels with every call (tracked + untracked-not-ignored files), plus 1 MiB margin
+  tree=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1)
+  size=$(stat -c %s "$xzm")
+  b=$((CARRY_LIMIT - tree - 1024 * 1024))
+  a=$((size - b))
+  gpu=$(du -cb "$DEPS/gpu" | tail -1 | cut -f1)
+  (( a > 0 && tree + gpu + a + 1024 * 1024 <= CARRY_LIMIT )) || {
+    echo "[gpu_build] does not fit: tree $tree + gpu $gpu + part a $a bytes > 64 MiB" >&2; exit 1; }
+  head -c "$a" "$xzm" > "$DEPS/gguf_a/part"
+  tail -c +"$((a + 1))" "$xzm" > "$DEPS/gguf_b/part"
+  echo "[gpu_build] call 1 carries $(( (tree + gpu + a) / 1048576 )) MiB, call 2 $(( (tree + size - a) / 1048576 )) MiB"
+  du -sh "$DEPS/gpu"/* "$DEPS/gguf_a/part" "$DEPS/gguf_b/part"
+  ;;
+build)
+  for f in sysroot.tar.xz data.tar.xz; do
+    [[ -f "$DEPS/gpu/$f" ]] || { echo "[gpu_build] .devdeps/gpu/$f missing: tools/gpu_build.sh fetch, carry .devdeps/gpu" >&2; exit 1; }
+  done
+  start=$(date +%s)
+  mkdir -p "$PREFIX"
+  untar_xz "$DEPS/gpu/sysroot.tar.xz" "$PREFIX"
+  untar_xz "$DEPS/gpu/data.tar.xz" "$PREFIX"
+  mkdir -p "$PREFIX/cache" && ln -sfn "$PREFIX/data/prose" "$PREFIX/cache/prose"
+  SYS="$PREFIX/sysroot"
+  LIBS="$SYS/usr/lib/$ARCH:$SYS/usr/lib/$ARCH/openblas-openmp"
+  cublas="$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null || find /usr/local /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | head -1)"
+  [[ -n "$cublas" ]] || { echo "[gpu_build] libcublas.so.13 not found on this machine" >&2; exit 1; }
+  cat > "$PREFIX/env.sh" <<EOF
+export PATH="$PREFIX/build:\$PATH"
+export LD_LIBRARY_PATH="$LIBS:$(dirname "$cublas")\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export HYDRA_CACHE="$PREFIX/cache" HYDRA_WORDNET_DIR="$PREFIX/data/wordnet" HYDRA_DICT="$PREFIX/data/words"
+export HYDRA_MODEL="$PREFIX/models/$GGUF_NAME"
+EOF
+  export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # pkgconf, and the linker's indirect deps
+  export PKG_CONFIG_PATH="$SYS/usr/lib/$ARCH/pkgconfig:$SYS/usr/share/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$SYS"
+  export PKG_CONFIG_LIBDIR="$PKG_CONFIG_PATH"
+  nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  cmake -S "$ROOT" -B "$PREFIX/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYDRA_CUDA=ON -DHYDRA_TESTS=OFF \
+    -DCMAKE_CUDA_COMPILER="$nvcc" -DPKG_CONFIG_EXECUTABLE="$SYS/usr/bin/pkgconf" \
+    -DCMAKE_PREFIX_PATH="$SYS/usr" -Dfmt_DIR="$SYS/usr/lib/$ARCH/cmake/fmt" \
+    -Dnlohmann_json_DIR="$SYS/usr/share/cmake/nlohmann_json" -DCLI11_DIR="$SYS/usr/share/cmake/CLI11" \
+    -Dtomlplusplus_DIR="$SYS/usr/lib/$ARCH/cmake/tomlplusplus" \
+    -DOPENBLAS_INCLUDE="$SYS/usr/include/$ARCH/openblas-openmp" \
+    -DOPENBLAS_LIB="$SYS/usr/lib/$ARCH/openblas-openmp/libopenblas.so" \
+    -DCMAKE_CXX_FLAGS="-isystem $SYS/usr/include" -DCMAKE_CUDA_FLAGS="-isystem=$SYS/usr/include" \
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$SYS/usr/lib/$ARCH:$SYS/usr/lib/$ARCH/openblas-openmp" >/dev/null
+  ninja -C "$PREFIX/build" -j"$(nproc)" hydra gpu_forward_parity
+  echo "[gpu_build] built $PREFIX/build/hydra and gpu_forward_parity in $(( $(date +%s) - start )) s"
+  ;;
+stash)
+  mkdir -p "$PREFIX/gguf_parts"
+  cp "$DEPS/gguf_a/part" "$PREFIX/gguf_parts/a"
+  echo "[gpu_build] first part of the model kept in $PREFIX/gguf_parts for the next call"
+  ;;
+model)
+  a=""
+  for f in "$PREFIX/gguf_parts/a" "$DEPS/gguf_a/part"; do [[ -f "$f" ]] && { a="$f"; break; }; done
+  [[ -n "$a" && -f "$DEPS/gguf_b/part" && -x "$PREFIX/build/hydra" ]] || {
+    echo "[gpu_build] part a ('$a'), part b or the build is missing: run call 1 again, then carry .devdeps/gguf_b at once" >&2
+    exit 3; }
+  mkdir -p "$PREFIX/models"
+  cat "$a" "$DEPS/gguf_b/part" | unxz_to "$PREFIX/models/$GGUF_NAME"
+  echo "$GGUF_SHA256  $PREFIX/models/$GGUF_NAME" | sha256sum -c --quiet - \
+    || { echo "[gpu_build] checksum mismatch for the reassembled $GGUF_NAME" >&2; exit 1; }
+  echo "[gpu_build] model: $PREFIX/models/$GGUF_NAME"
+  ;;
+*)
+  sed -n '2,26p' "$0"
+  exit 2
+  ;;
+esac
