@@ -2,7 +2,6 @@
 // layer_util.cuh. Grid-stride loops, one element per thread step; all of these are memory-bound.
 #include "ops/cuda/elementwise.h"
 
-#include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
@@ -107,14 +106,14 @@ void add_to_f32(float* y, const float* x, int64_t n, float scale, cudaStream_t s
 void bias_add(bf16* y, const float* bias, int64_t N, int64_t F, int64_t stride, cudaStream_t stream) {
     if (N <= 0 || F <= 0) return;
     if (stride == 0) stride = F;
-    HYDRA_CHECK(stride >= F, "bias_add: row stride below the row width");
+    HYDRA_CUDA_REQUIRE(stride >= F, "bias_add: row stride below the row width");
     k_bias_add<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(y, bias, N, F, stride);
     CUDA_CHECK(cudaGetLastError());
 }
 void bias_backward(float* dbias, const bf16* dy, int64_t N, int64_t F, int64_t stride, cudaStream_t stream) {
     if (!dbias || N <= 0 || F <= 0) return;
     if (stride == 0) stride = F;
-    HYDRA_CHECK(stride >= F, "bias_backward: row stride below the row width");
+    HYDRA_CUDA_REQUIRE(stride >= F, "bias_backward: row stride below the row width");
     const int64_t rpp = detail::rows_per_part(N), np = detail::num_parts(N);
     detail::Scratch part(size_t(np * F), stream);
     k_bias_partials<<<grid_for(np * F, kThreads), kThreads, 0, stream>>>(part.get(), dy, N, F, stride, rpp, np);

@@ -40,7 +40,7 @@ __global__ void k_embedding_backward(float* __restrict__ dtable, const float* __
 template <typename T>
 void forward(float* x, const int32_t* ids, const T* table, int64_t N, int64_t V, int64_t C, cudaStream_t stream) {
     if (N <= 0 || C <= 0) return;
-    HYDRA_CHECK(N <= 0x7fffffffLL, "embedding_forward: too many tokens");
+    HYDRA_CUDA_REQUIRE(N <= 0x7fffffffLL, "embedding_forward: too many tokens");
     k_embedding_forward<<<unsigned(N), kThreads, 0, stream>>>(x, ids, table, V, C);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -59,7 +59,7 @@ void embedding_forward(float* x, const int32_t* ids, const float* table, int64_t
 void embedding_backward(float* dtable, const float* dx, const int32_t* ids, int64_t N, int64_t V, int64_t C,
                         cudaStream_t stream) {
     if (N <= 0 || C <= 0) return;
-    HYDRA_CHECK(N <= 0x7fffffffLL, "embedding_backward: too many tokens");
+    HYDRA_CUDA_REQUIRE(N <= 0x7fffffffLL, "embedding_backward: too many tokens");
     k_embedding_backward<<<unsigned(N), kThreads, 0, stream>>>(dtable, dx, ids, V, C);
     CUDA_CHECK(cudaGetLastError());
 }

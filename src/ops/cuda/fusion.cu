@@ -4,7 +4,6 @@
 // (deterministic, layer_util.cuh).
 #include "ops/cuda/fusion.h"
 
-#include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
@@ -106,16 +105,16 @@ Segments make_segments(FusionKind kind, int64_t n_fa, int64_t n_la, int64_t Dh, 
     Segments sg{static_cast<int>(kind), n_fa, n_la, Dh, p.head_scale, p.fa_scale, p.la_scale, 1.f};
     if (sg.kind == kHymba) {
         sg.f = n_fa > 0 ? 0.5f : 1.f;
-        HYDRA_CHECK(p.la_scale && (n_fa == 0 || p.fa_scale), "fusion: hymba needs fa_scale / la_scale");
+        HYDRA_CUDA_REQUIRE(p.la_scale && (n_fa == 0 || p.fa_scale), "fusion: hymba needs fa_scale / la_scale");
     } else {
-        HYDRA_CHECK(p.head_scale, "fusion: scale-norm / la-only need head_scale");
+        HYDRA_CUDA_REQUIRE(p.head_scale, "fusion: scale-norm / la-only need head_scale");
     }
     return sg;
 }
 
 bool active(FusionKind kind, int64_t n_la) {
     const int k = static_cast<int>(kind);
-    HYDRA_CHECK(k >= 0 && k <= 3, "fusion: unknown kind {}", k);
+    HYDRA_CUDA_REQUIRE(k >= 0 && k <= 3, "fusion: unknown kind " + std::to_string(k));
     return k != kNone && n_la > 0;
 }
 

@@ -3,7 +3,6 @@
 // partial sums, reduced in part order (deterministic, layer_util.cuh).
 #include "ops/cuda/gated_rmsnorm.h"
 
-#include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
@@ -88,7 +87,7 @@ void gated_rmsnorm_forward(bf16* out, float* rstd, const bf16* o, const bf16* z,
                            int64_t N, int64_t HV, int64_t D, float eps, cudaStream_t stream) {
     if (N <= 0 || HV <= 0 || D <= 0) return;
     if (z_stride == 0) z_stride = HV * D;
-    HYDRA_CHECK(z_stride >= HV * D, "gated_rmsnorm_forward: z row stride below HV * D");
+    HYDRA_CUDA_REQUIRE(z_stride >= HV * D, "gated_rmsnorm_forward: z row stride below HV * D");
     k_gated_forward<<<detail::grid_for(N * HV, kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(out, rstd, o, z, z_stride,
                                                                                               w, N, HV, D, eps);
     CUDA_CHECK(cudaGetLastError());
@@ -100,7 +99,7 @@ void gated_rmsnorm_backward(bf16* d_o, bf16* dz, int64_t dz_stride, float* dw, c
     if (N <= 0 || HV <= 0 || D <= 0) return;
     if (z_stride == 0) z_stride = HV * D;
     if (dz_stride == 0) dz_stride = HV * D;
-    HYDRA_CHECK(z_stride >= HV * D && dz_stride >= HV * D, "gated_rmsnorm_backward: row stride below HV * D");
+    HYDRA_CUDA_REQUIRE(z_stride >= HV * D && dz_stride >= HV * D, "gated_rmsnorm_backward: row stride below HV * D");
     const int64_t rpp = detail::rows_per_part(N), np = detail::num_parts(N);
     detail::Scratch part(dw ? size_t(np * HV * D) : 0, stream);
     k_gated_backward<<<detail::grid_for(np * HV, kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(

@@ -3,7 +3,6 @@
 // dA_log / ddt_bias column sums reduce deterministically (layer_util.cuh).
 #include "ops/cuda/gdn_gates.h"
 
-#include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
@@ -67,7 +66,7 @@ void gdn_gates_forward(float* g, float* beta, const bf16* a, const bf16* b, int6
                        const float* dt_bias, int64_t N, int64_t HV, bool allow_neg_eigval, cudaStream_t stream) {
     if (N <= 0 || HV <= 0) return;
     if (ab_stride == 0) ab_stride = HV;
-    HYDRA_CHECK(ab_stride >= HV, "gdn_gates_forward: row stride below HV");
+    HYDRA_CUDA_REQUIRE(ab_stride >= HV, "gdn_gates_forward: row stride below HV");
     k_gates_forward<<<detail::grid_for(N * HV, kThreads), kThreads, 0, stream>>>(
         g, beta, a, b, ab_stride, A_log, dt_bias, N, HV, allow_neg_eigval ? 2.f : 1.f);
     CUDA_CHECK(cudaGetLastError());
@@ -79,7 +78,7 @@ void gdn_gates_backward(bf16* da, bf16* db, int64_t dab_stride, float* dA_log, f
     if (N <= 0 || HV <= 0) return;
     if (ab_stride == 0) ab_stride = HV;
     if (dab_stride == 0) dab_stride = HV;
-    HYDRA_CHECK(ab_stride >= HV && dab_stride >= HV, "gdn_gates_backward: row stride below HV");
+    HYDRA_CUDA_REQUIRE(ab_stride >= HV && dab_stride >= HV, "gdn_gates_backward: row stride below HV");
     const int64_t rpp = detail::rows_per_part(N), np = detail::num_parts(N);
     const bool params = dA_log || ddt_bias;
     detail::Scratch part(params ? size_t(np * 2 * HV) : 0, stream);

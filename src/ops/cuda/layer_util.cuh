@@ -12,8 +12,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "ops/cuda/cuda_check.h"
+
+// Argument check without fmt (whose consteval format strings nvcc rejects in C++20 mode): throws
+// hydra::Error(msg) when cond is false.
+#define HYDRA_CUDA_REQUIRE(cond, msg)                                  \
+    do {                                                               \
+        if (!(cond)) throw ::hydra::Error(std::string(msg));           \
+    } while (0)
 
 namespace hydra::cuda::detail {
 

@@ -2,7 +2,6 @@
 // pair; the angles come from an fp32 cos/sin table or are computed per pair in double.
 #include "ops/cuda/rope.h"
 
-#include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
@@ -59,7 +58,7 @@ __global__ void k_rope(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t 
 void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
             const float* cos_t, const float* sin_t, int64_t pos0, double theta, bool inverse, cudaStream_t stream) {
     if (token_stride == 0) token_stride = H * Dh;
-    HYDRA_CHECK(rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh,
+    HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh,
                 "rope: rope_dim must be even and <= head_dim, token stride >= H * Dh");
     const int64_t total = num_seqs * T * H * (rope_dim / 2);
     if (total <= 0) return;

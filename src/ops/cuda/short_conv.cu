@@ -5,7 +5,6 @@
 // (deterministic, layer_util.cuh).
 #include "ops/cuda/short_conv.h"
 
-#include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
@@ -175,7 +174,7 @@ void backward_w(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout
         case 6: CALL(6); break;                                                \
         case 7: CALL(7); break;                                                \
         case 8: CALL(8); break;                                                \
-        default: HYDRA_CHECK(false, "short_conv: kernel width {} outside 1..8", W); \
+        default: HYDRA_CUDA_REQUIRE(false, "short_conv: kernel width " + std::to_string(W) + " outside 1..8"); \
     }
 
 }  // namespace
@@ -184,7 +183,7 @@ void short_conv_forward(bf16* out, float* prev_out, const bf16* x, int64_t x_str
                         int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
     if (B <= 0 || D <= 0 || T < 0) return;
     if (x_stride == 0) x_stride = D;
-    HYDRA_CHECK(x_stride >= D, "short_conv_forward: row stride below the channel count");
+    HYDRA_CUDA_REQUIRE(x_stride >= D, "short_conv_forward: row stride below the channel count");
 #define FWD(w_) forward_w<w_>(out, prev_out, x, x_stride, w, prev, B, T, D, stream)
     HYDRA_CONV_DISPATCH(W, FWD)
 #undef FWD
@@ -196,7 +195,7 @@ void short_conv_backward(bf16* dx, int64_t dx_stride, float* dw, float* dprev, c
     if (B <= 0 || D <= 0 || T < 0) return;
     if (x_stride == 0) x_stride = D;
     if (dx_stride == 0) dx_stride = D;
-    HYDRA_CHECK(x_stride >= D && dx_stride >= D, "short_conv_backward: row stride below the channel count");
+    HYDRA_CUDA_REQUIRE(x_stride >= D && dx_stride >= D, "short_conv_backward: row stride below the channel count");
 #define BWD(w_) backward_w<w_>(dx, dx_stride, dw, dprev, dout, dprev_out, x, x_stride, w, prev, B, T, D, stream)
     HYDRA_CONV_DISPATCH(W, BWD)
 #undef BWD

@@ -2,7 +2,6 @@
 // gate/up (and dgate/dup) read through a row stride so they may be halves of one fused GEMM output.
 #include "ops/cuda/swiglu.h"
 
-#include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
@@ -40,7 +39,7 @@ void swiglu_forward(bf16* out, const bf16* gate, const bf16* up, int64_t N, int6
                     cudaStream_t stream) {
     if (N <= 0 || I <= 0) return;
     if (in_stride == 0) in_stride = I;
-    HYDRA_CHECK(in_stride >= I, "swiglu_forward: row stride below the row width");
+    HYDRA_CUDA_REQUIRE(in_stride >= I, "swiglu_forward: row stride below the row width");
     k_swiglu_forward<<<detail::grid_for(N * I, kThreads), kThreads, 0, stream>>>(out, gate, up, N, I, in_stride);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -50,7 +49,7 @@ void swiglu_backward(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate,
     if (N <= 0 || I <= 0) return;
     if (in_stride == 0) in_stride = I;
     if (grad_stride == 0) grad_stride = I;
-    HYDRA_CHECK(in_stride >= I && grad_stride >= I, "swiglu_backward: row stride below the row width");
+    HYDRA_CUDA_REQUIRE(in_stride >= I && grad_stride >= I, "swiglu_backward: row stride below the row width");
     k_swiglu_backward<<<detail::grid_for(N * I, kThreads), kThreads, 0, stream>>>(dgate, dup, dout, gate, up, N, I,
                                                                                   in_stride, grad_stride);
     CUDA_CHECK(cudaGetLastError());
