@@ -100,7 +100,9 @@ EOF
   export PKG_CONFIG_PATH="$SYS/usr/lib/$ARCH/pkgconfig:$SYS/usr/share/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$SYS"
   export PKG_CONFIG_LIBDIR="$PKG_CONFIG_PATH"
   nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  # nvcc at C++17: with the image's g++ 13 library, nvcc's C++20 mode rejects fmt's consteval format strings
   cmake -S "$ROOT" -B "$PREFIX/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYDRA_CUDA=ON -DHYDRA_TESTS=OFF \
+    -DHYDRA_CUDA_STD=c++17 \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DPKG_CONFIG_EXECUTABLE="$SYS/usr/bin/pkgconf" \
     -DCMAKE_PREFIX_PATH="$SYS/usr" -Dfmt_DIR="$SYS/usr/lib/$ARCH/cmake/fmt" \
     -Dnlohmann_json_DIR="$SYS/usr/share/cmake/nlohmann_json" -DCLI11_DIR="$SYS/usr/share/cmake/CLI11" \
