@@ -162,6 +162,22 @@ bool check(const LlamaModel& model, const ModelText& text, const std::vector<int
     }
     fmt::print("GPU decode vs prefill, last {} positions: worst rel RMS {:.3e}, top-1 equal {}/{}\n", k, dp_worst,
                dp_agree, k);
+    // diagnostic: the whole prompt as single-token steps (decode kernels only: decode attention, the
+    // fp32-state GDN step) against the CPU, to tell prefill-kernel error from the rest
+    {
+        cache.reset(fwd.stream());
+        double sw_worst = 0, sw_last = 0;
+        int64_t sw_agree = 0;
+        for (int64_t t = 0; t < T; ++t) {
+            const std::vector<float> lg = fwd.forward_last_logits(cache, std::span<const int32_t>(&prompt[size_t(t)], 1));
+            const double r = rel_rms(lg.data(), cpu_logits.f32() + t * V, V);
+            sw_worst = std::max(sw_worst, r);
+            if (t == T - 1) sw_last = r;
+            sw_agree += argmax_row(lg.data(), V) == argmax_row(cpu_logits.f32() + t * V, V);
+        }
+        fmt::print("diagnostic, GPU single-token steps vs CPU: last rel RMS {:.3e}, worst {:.3e}, top-1 {}/{}\n",
+                   sw_last, sw_worst, sw_agree, T);
+    }
     if (!(dp_worst < tol) || (strict && dp_agree != k)) ok = false;
     fmt::print("{}\n", ok ? "PASS" : "FAIL");
     return ok;
