@@ -28,7 +28,8 @@ struct TrainOptions {
 DataLoader::Generator synthetic_rows_for(const TrainConfig& c) {
     if (c.synthetic_fraction <= 0) return {};
     const ModelText text = c.tokenizer == "byte" ? byte_model_text() : model_text_for(c.tokenizer);
-    for (const std::string& t : c.synthetic_tasks) parse_task_list(t);  // clear error for unknown names
+    for (const std::string& t : c.synthetic_tasks)
+        if (t != "repeat") parse_task_list(t);  // clear error for unknown names ("repeat": training-only copying rows)
     return synthetic_task_mixer(text, training_task_options(text), c.synthetic_tasks, c.seq_len);
 }
 

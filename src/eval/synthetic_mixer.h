@@ -16,7 +16,9 @@
 namespace hydra {
 
 // Holds the generators it uses. All randomness comes from the Rng the loader passes, so runs stay
-// resumable. Throws hydra::Error for an unknown task name.
+// resumable. Besides the evaluation tasks, "repeat" draws a copying row (a prose passage with random
+// numbers, then the same passage again): a dense induction signal for tiny teachers. Throws
+// hydra::Error for an unknown task name.
 DataLoader::Generator synthetic_task_mixer(const ModelText& text, const TaskOptions& options,
                                            const std::vector<std::string>& tasks, int64_t seq_len);
 

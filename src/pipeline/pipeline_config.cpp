@@ -201,7 +201,8 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
                 else if (k == "tasks") score_tasks = strings(e, ww);
                 else if (k == "lengths") score_lengths = integers(e, ww);
                 else if (k == "samples") score_samples = integer(e, ww);
-                else fail("{}: unknown key (score keys: methods, tasks, lengths, samples)", ww);
+                else if (k == "ablation_samples") ablation_samples = integer(e, ww);
+                else fail("{}: unknown key (score keys: methods, tasks, lengths, samples, ablation_samples)", ww);
             }
         } else if (key == "eval") {
             HYDRA_CHECK(v.is_object(), "{}: expected an object", w);
@@ -251,6 +252,7 @@ void PipelineConfig::validate() const {
                     "pipeline: variant name '{}' must be a plain directory name other than teacher/eval", v.name);
     HYDRA_CHECK(!eval_lengths.empty() && eval_samples > 0, "pipeline: eval needs lengths and samples > 0");
     HYDRA_CHECK(score_samples > 0 && !score_lengths.empty(), "pipeline: score needs lengths and samples > 0");
+    HYDRA_CHECK(ablation_samples > 0, "pipeline: score.ablation_samples must be > 0");
     HYDRA_CHECK(calib_tokens >= 0, "pipeline: calib_tokens must be >= 0");
     if (teacher.empty()) teacher_train.validate();
 }
@@ -260,7 +262,7 @@ json PipelineConfig::to_json() const {
     j["name"] = name;
     j["teacher"] = teacher;
     if (teacher.empty()) j["teacher_train"] = teacher_train.to_json();
-    j["score"] = {{"methods", score_methods}, {"tasks", score_tasks}, {"lengths", score_lengths}, {"samples", score_samples}};
+    j["score"] = {{"methods", score_methods}, {"tasks", score_tasks}, {"lengths", score_lengths}, {"samples", score_samples}, {"ablation_samples", ablation_samples}};
     j["calib_tokens"] = calib_tokens;
     j["variants"] = json::array();
     for (const auto& v : variants) j["variants"].push_back(variant_json(v));

@@ -34,6 +34,7 @@ struct PipelineConfig {
     std::vector<std::string> score_tasks = {"passkey", "niah_single_1"};
     std::vector<int64_t> score_lengths = {256};
     int64_t score_samples = 4;
+    int64_t ablation_samples = 20;    // per task, for the causality check (top-scored vs random heads ablated)
     int64_t calib_tokens = 512;       // conversion calibration (teacher head RMS, attention span)
     std::vector<PipelineVariant> variants;
     // stage configs (stage.kind/init/teacher are filled in by the runner)

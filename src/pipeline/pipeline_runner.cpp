@@ -277,7 +277,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             std::vector<const TaskGenerator*> ptrs;
             for (const auto& g : gens) ptrs.push_back(g.get());
             json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, report.scores.aggregate,
-                                     cfg.score_lengths[0], std::max<int64_t>(cfg.score_samples, cfg.eval_samples));
+                                     cfg.score_lengths[0], cfg.ablation_samples);
             write_json(out / "ablation.json", ab);
             record("score/ablation", since(t1), 0);
             say(fmt::format("ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
