@@ -11,6 +11,9 @@
 #include "eval/task_registry.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#ifdef HYDRA_WITH_CUDA
+#include "gpu/gpu_train_engine.h"
+#endif
 
 namespace hydra::cli {
 
@@ -21,6 +24,7 @@ struct TrainOptions {
     int64_t steps = 0;
     std::string out;
     std::string resume;
+    std::string device;  // empty: run.device of the (effective) config
     bool list_keys = false;
 };
 }  // namespace
@@ -46,6 +50,8 @@ void register_train_like(CLI::App& app, bool stages_only) {
     cmd->add_option("--steps", o->steps, "stop after this many optimizer steps (run.steps)")->check(CLI::PositiveNumber);
     cmd->add_option("--out", o->out, "checkpoint directory (default: runs/train, or the --resume directory)");
     cmd->add_option("--resume", o->resume, "continue the run saved in this checkpoint directory");
+    cmd->add_option("--device", o->device, "cpu | cuda: where the training step runs (default: run.device)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_flag("--list-keys", o->list_keys, "print every config key and its default, then exit");
     cmd->callback([o, stages_only] {
         if (o->list_keys) {
@@ -75,6 +81,18 @@ void register_train_like(CLI::App& app, bool stages_only) {
         HYDRA_CHECK(!stages_only || effective.stage != "pretrain",
                     "hydra distill runs a transfer stage: set stage.kind to align, distill or longctx (and stage.init, "
                     "stage.teacher); use `hydra train` to pretrain");
+        // The device is not part of the run's math: --device may change it on a resumed run too.
+        const std::string device = o->device.empty() ? effective.device : o->device;
+        if (!o->device.empty() && o->resume.empty()) config.device = o->device;
+        TrainEngineFactory engine;
+        if (device == "cuda") {
+#ifdef HYDRA_WITH_CUDA
+            engine = gpu::make_gpu_train_engine;
+#else
+            fail("--device cuda: this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON on a machine with "
+                 "the CUDA toolkit)");
+#endif
+        }
         std::string out = o->out;
         if (out.empty()) out = o->resume.empty() ? "runs/train" : o->resume;
         ProgressBar bar("train", o->steps > 0 ? o->steps : config.steps, "step");
@@ -83,8 +101,9 @@ void register_train_like(CLI::App& app, bool stages_only) {
                                             bar.update(s.step, fmt::format("loss {:.4f} lr {:.2e} {:.0f} tok/s",
                                                                            s.loss, s.lr, s.tokens_per_second));
                                         },
-                                        synthetic_rows_for(effective));
+                                        synthetic_rows_for(effective), engine);
         bar.finish(fmt::format("loss {:.4f}", r.final_loss));
+        if (!r.engine_summary.empty()) fmt::print("{}\n", r.engine_summary);
         fmt::print("{} at step {}: train loss {:.4f}{}; checkpoint {}\n", r.interrupted ? "interrupted" : "finished",
                    r.final_step, r.final_loss,
                    r.final_heldout_loss ? fmt::format(", held-out loss {:.4f}", *r.final_heldout_loss) : "", r.out_dir);

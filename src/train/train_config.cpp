@@ -107,6 +107,7 @@ const std::map<std::string, KeyDef>& key_table() {
         {"run.max_bad_steps", field(&TrainConfig::max_bad_steps)},
         {"run.recompute", field(&TrainConfig::recompute)},
         {"run.threads", field(&TrainConfig::threads)},
+        {"run.device", field(&TrainConfig::device)},
     };
     return table;
 }
@@ -195,6 +196,7 @@ void TrainConfig::validate() const {
                 "config: stage.kind {} needs stage.teacher (the full-attention model)", stage);
     HYDRA_CHECK(ce_weight >= 0 && kl_weight >= 0 && ce_weight + kl_weight > 0,
                 "config: loss.ce_weight {} and loss.kl_weight {} must be >= 0 and not both 0", ce_weight, kl_weight);
+    HYDRA_CHECK(device == "cpu" || device == "cuda", "config: run.device '{}' is not cpu or cuda", device);
     HYDRA_CHECK(temperature > 0 && temperature < 100, "config: loss.temperature {} out of range (0, 100)", temperature);
     HYDRA_CHECK(mixer_lr_scale > 0 && mixer_lr_scale <= 1000, "config: stage.mixer_lr_scale {} out of range",
                 mixer_lr_scale);

@@ -67,6 +67,7 @@ struct TrainConfig {
     uint64_t seed = 0;
     int64_t max_bad_steps = 5;        // consecutive non-finite steps before the run stops
     bool recompute = false;           // recompute attention probabilities in the backward
+    std::string device = "cpu";       // cpu | cuda (the GPU step of src/gpu, -DHYDRA_CUDA=ON builds)
     int threads = 0;
 
     // Applies one key from a JSON value; throws naming `origin` and the key.

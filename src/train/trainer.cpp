@@ -124,13 +124,19 @@ std::unique_ptr<TextEncoder> make_encoder(const TrainConfig& c, std::unique_ptr<
     return std::make_unique<BpeEncoder>(*bpe_holder);
 }
 
-double heldout_loss(const LlamaModel& model, const TokenSplit& split, const TrainConfig& c) {
+double heldout_loss(const LlamaModel& model, const TokenSplit& split, const TrainConfig& c, TrainEngine* engine) {
     HeldoutIterator it(split, c.seq_len, c.eval_batches * c.batch_size);
     std::vector<int32_t> in, tg;
     double sum = 0;
     int64_t count = 0;
     while (int64_t rows = it.next_batch(c.batch_size, in, tg)) {
         TrainBatch b{in.data(), tg.data(), rows, c.seq_len};
+        if (engine) {
+            const auto [s, n] = engine->eval_ce(b);
+            sum += s;
+            count += n;
+            continue;
+        }
         // Held-out loss is the student's next-token CE in every stage (comparable across stages).
         const ModelStepResult r = model_train_step<float>(model.config(), model.plan(), model.params(),
                                                           model.params().data(), nullptr, b, StageObjective{}, {},
@@ -160,7 +166,7 @@ void write_loss_plot(const std::string& path, const std::vector<double>& steps, 
 
 TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const std::optional<std::string>& resume_dir,
                             std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step,
-                            const DataLoader::Generator& synthetic) {
+                            const DataLoader::Generator& synthetic, const TrainEngineFactory& engine_factory) {
     std::optional<nlohmann::json> resumed_section;
     if (resume_dir) {  // the checkpoint's own config wins, so a resumed run is the same run
         resumed_section = read_checkpoint_config(*resume_dir).value("hydra", nlohmann::json::object());
@@ -246,6 +252,12 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     }
     // After restore(): the mixer is not part of the cursor (its RNG state is).
     if (cfg.synthetic_fraction > 0) loader.set_mixer(synthetic, cfg.synthetic_fraction);
+    // The step on another device (train_engine.h): it starts from the weights and optimizer state above.
+    std::unique_ptr<TrainEngine> engine;
+    if (engine_factory) {
+        HYDRA_CHECK(cfg.stage != "align", "stage.kind align: not available on the GPU step yet (run it on the CPU)");
+        engine = engine_factory(TrainEngineSetup{&cfg, &model, teacher.get(), &spans, &optimizer});
+    }
     nlohmann::json section;
     section["train_config"] = cfg.to_json();
     section["tokenizer"] = encoder->name();
@@ -295,6 +307,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         state.rng = rng.state();
         state.data_cursor = loader.cursor().to_json();
         log.close();
+        if (engine) engine->sync_to_host(model, optimizer);
         std::map<std::string, std::string> files = {{"log.jsonl", joined_log()}};
         if (bpe) {  // so the checkpoint loads as a model everywhere (eval, generate, the next stage)
             files["tokenizer.json"] = vocab_to_tokenizer_json(bpe->vocab());
@@ -307,7 +320,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     g_stop_signal = 0;
     auto old_int = std::signal(SIGINT, on_signal);
     auto old_term = std::signal(SIGTERM, on_signal);
-    std::vector<float> grads(static_cast<size_t>(n));
+    std::vector<float> grads(static_cast<size_t>(engine ? 0 : n));
     std::vector<int32_t> inputs, targets;
     TrainRunResult result;
     result.out_dir = out_dir;
@@ -355,11 +368,14 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         loader.next_batch(cfg.batch_size, inputs, targets);
         std::fill(grads.begin(), grads.end(), 0.0f);
         TrainBatch batch{inputs.data(), targets.data(), cfg.batch_size, cfg.seq_len};
-        const StepOutcome r = run_step(batch);
         StepLog sl;
         sl.total_steps = cfg.steps;
         sl.lr = schedule.at(state.step);
-        const bool finite = std::isfinite(r.loss) && all_finite(grads.data(), spans);
+        // The engine clips and steps itself when the step is finite; the CPU path does it below.
+        EngineStepResult er;
+        if (engine) er = engine->step(batch, float(sl.lr), cfg.grad_clip);
+        const StepOutcome r = engine ? StepOutcome{er.loss, er.ce, er.kl} : run_step(batch);
+        const bool finite = engine ? er.finite : std::isfinite(r.loss) && all_finite(grads.data(), spans);
         if (!finite) {
             state.bad_steps_in_row++;
             sl.skipped = true;
@@ -375,10 +391,16 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
             }
         } else {
             state.bad_steps_in_row = 0;
-            sl.grad_norm = grad_norm(grads.data(), spans);
-            if (cfg.grad_clip > 0) clip_grads(grads.data(), spans, cfg.grad_clip, sl.grad_norm);
-            optimizer.set_lr(sl.lr);
-            optimizer.step(model.params().data(), grads.data(), n, spans);
+            if (engine) {
+                sl.grad_norm = er.grad_norm;
+                optimizer.set_lr(sl.lr);
+                optimizer.set_step_count(optimizer.step_count() + 1);  // the engine's optimizer took the step
+            } else {
+                sl.grad_norm = grad_norm(grads.data(), spans);
+                if (cfg.grad_clip > 0) clip_grads(grads.data(), spans, cfg.grad_clip, sl.grad_norm);
+                optimizer.set_lr(sl.lr);
+                optimizer.step(model.params().data(), grads.data(), n, spans);
+            }
             sl.loss = r.loss;
             state.last_loss = r.loss;
         }
@@ -387,7 +409,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         sl.tokens_per_second = double(cfg.batch_size * cfg.seq_len) / secs;
         if (state.step % cfg.eval_every == 0 || state.step == cfg.steps) {
-            sl.heldout_loss = heldout_loss(model, shards.heldout, cfg);
+            sl.heldout_loss = heldout_loss(model, shards.heldout, cfg, engine.get());
             eval_steps.push_back(double(state.step));
             eval_losses.push_back(*sl.heldout_loss);
             result.final_heldout_loss = sl.heldout_loss;
@@ -423,6 +445,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
                                                 cfg);
     result.final_step = state.step;
     result.final_loss = state.last_loss;
+    if (engine) result.engine_summary = engine->summary();
     return result;
 }
 

@@ -9,6 +9,7 @@
 
 #include "train/data_loader.h"
 #include "train/train_config.h"
+#include "train/train_engine.h"
 
 namespace hydra {
 
@@ -29,6 +30,7 @@ struct TrainRunResult {
     std::optional<double> final_heldout_loss;
     bool interrupted = false;  // stopped by a signal (after saving)
     std::string out_dir;
+    std::string engine_summary;  // the engine's closing line (device, peak memory); empty on the CPU
 };
 
 // Trains per `config` into `out_dir` (a checkpoint directory, also holding log.jsonl and
@@ -37,9 +39,11 @@ struct TrainRunResult {
 // `on_step` (may be empty) sees every step, e.g. to draw a progress bar.
 // `synthetic`: the row generator for data.synthetic_fraction > 0 (synthetic retrieval tasks live in
 // eval/, above this layer: see eval/synthetic_mixer.h); required then, ignored otherwise.
+// `engine`: when set, every step (and the held-out evaluation) runs through the engine it makes
+// (train/train_engine.h, e.g. the CUDA step); the loop, schedule, log and checkpoints stay the same.
 TrainRunResult run_training(TrainConfig config, const std::string& out_dir,
                             const std::optional<std::string>& resume_dir, std::optional<int64_t> steps_override,
                             const std::function<void(const StepLog&)>& on_step,
-                            const DataLoader::Generator& synthetic = {});
+                            const DataLoader::Generator& synthetic = {}, const TrainEngineFactory& engine = {});
 
 }  // namespace hydra
