@@ -1,0 +1,243 @@
+// The training step of a teacher or HydraHead hybrid on the GPU: the mirror of train/model_step.cpp and
+// train/decoder_layer.cpp (the CPU reference) over the kernels of ops/cuda, with DESIGN.md §3's numerics:
+// fp32 residual stream, bf16 GEMM operands and activations between ops, fp32 accumulation, norms,
+// softmax statistics, gates and GDN state; fp32 master weights with a bf16 mirror at the same offsets,
+// parameter vectors (norms, conv taps, gates, fusion scales, biases) read as fp32, parameter gradients
+// fp32 accumulated into a gradient arena with the ParamArena's offsets.
+//
+// Per layer (N = B * T tokens), forward:
+//   x (N, C) fp32 -> RMSNorm -> xn bf16
+//   FA heads:  q, k, v = xn W^T (+ b) -> RoPE -> causal GQA flash attention (ops/cuda/attention.h) -> o, lse
+//   LA heads:  [q|k|v] = xn [Wq;Wk;Wv]^T (one GEMM when adjacent in the arena), z, [a|b] -> short conv + SiLU
+//              -> gates g, beta -> GDN chunked forward (saved for the backward) -> gated RMSNorm with z
+//   heads (N, H, Dh) = [FA | LA] -> fusion (mixed layers) -> o_proj GEMM accumulated into x_mid (fp32)
+//   -> RMSNorm -> [gate|up] GEMM -> SwiGLU -> down GEMM accumulated into x_out (fp32)
+// then the final RMSNorm (bf16 h) and the vocabulary-chunked CE / KL through the LM head (ops/cuda/losses.h,
+// never (N, V)); the backward walks the same ops back, parameter gradients += into the gradient arena.
+// Frozen tensors (trainable mask) get no gradient: their weight-gradient GEMMs and reductions are skipped.
+//
+// Activations live in one DeviceArena sized from the step's allocations (mark at the step's start, reset
+// at its end). Without recompute
+// every layer keeps what its backward reads; with recompute only each layer's fp32 input is kept and the
+// layer's forward is re-run right before its backward (the arena is reset after every layer), so the
+// activation memory is O(L * N * C) + one layer's working set. GDN chunk workspaces (per layer, or one
+// per LA-head count with recompute) and the attention backward workspace live outside the arena.
+//
+// Supported: head dim 64 / 128, RoPE with rope_dim <= head_dim, q/k/v biases, every fusion kind, any
+// kv-granularity plan (FA heads of a layer read whole KV groups in order); refused with an error: qk_norm
+// (Qwen3) and head-granularity plans whose FA heads do not map uniformly onto their KV groups.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "model/llama_model.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/device_arena.h"
+#include "ops/cuda/gdn_chunk.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/losses.h"
+#include "train/lm_train_step.h"
+
+namespace hydra::gpu {
+
+using bf16 = __nv_bfloat16;
+
+// Element offsets of one layer's tensors in the parameter arena (-1: the plan has no such tensor).
+struct TrainLayerOffsets {
+    int64_t n_fa = 0, n_kv = 0, n_la = 0;
+    int64_t attn_norm = -1, wq = -1, wk = -1, wv = -1, wo = -1, bq = -1, bk = -1, bv = -1;
+    int64_t la_wq = -1, la_wk = -1, la_wv = -1, la_bq = -1, la_bk = -1, la_bv = -1;
+    int64_t la_wa = -1, la_wb = -1, la_wg = -1, conv_q = -1, conv_k = -1, conv_v = -1;
+    int64_t A_log = -1, dt_bias = -1, o_norm = -1;
+    int64_t head_scale = -1, fa_scale = -1, la_scale = -1;
+    int64_t ffn_norm = -1, w_gate = -1, w_up = -1, w_down = -1;
+};
+
+// A LlamaModel's parameter arena on the device: fp32 master, bf16 mirror (same offsets) and, for a
+// student, an fp32 gradient arena (same offsets). Not copyable.
+class GpuTrainModel {
+public:
+    // Uploads `model` (config, plan and arena layout are copied). Throws for unsupported shapes.
+    GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStream_t stream = nullptr);
+    GpuTrainModel(const GpuTrainModel&) = delete;
+    GpuTrainModel& operator=(const GpuTrainModel&) = delete;
+
+    const ModelConfig& config() const { return config_; }
+    const HybridPlan& plan() const { return plan_; }
+    const std::vector<ArenaEntry>& entries() const { return entries_; }
+    int64_t numel() const { return n_; }
+    int64_t parameter_count() const { return n_params_; }
+    const TrainLayerOffsets& layer(int64_t l) const { return layers_[size_t(l)]; }
+    int64_t embed_offset() const { return embed_; }
+    int64_t final_norm_offset() const { return final_norm_; }
+    int64_t lm_head_offset() const { return lm_head_; }
+
+    float* master() const { return master_.data(); }
+    bf16* mirror() const { return mirror_.data(); }
+    float* grads() const { return grads_.data(); }  // null without gradients
+
+    // fp32 master / bf16 mirror / gradient pointer of the tensor at `offset` (null for offset < 0; grad()
+    // also null when the model has no gradients or the tensor is frozen).
+    const float* p32(int64_t offset) const { return offset < 0 ? nullptr : master_.data() + offset; }
+    const bf16* p16(int64_t offset) const { return offset < 0 ? nullptr : mirror_.data() + offset; }
+    float* grad(int64_t offset) const;
+
+    // One flag per arena entry (entries() order; empty = all trainable): frozen tensors get no gradient.
+    void set_trainable(const std::vector<char>& per_entry);
+    bool trainable(int64_t offset) const { return offset >= 0 && !frozen_.count(offset); }
+
+    // Re-uploads the weights from a host arena of numel() floats (master and mirror).
+    void upload(const float* host, cudaStream_t stream = nullptr);
+    // Synchronous copies of the fp32 master / gradients into host arrays of numel() floats.
+    void download_params(float* host, cudaStream_t stream = nullptr) const;
+    void download_grads(float* host, cudaStream_t stream = nullptr) const;
+    void zero_grads(cudaStream_t stream = nullptr);
+    size_t device_bytes() const { return master_.bytes() + mirror_.bytes() + grads_.bytes(); }
+
+private:
+    ModelConfig config_;
+    HybridPlan plan_;
+    std::vector<ArenaEntry> entries_;
+    int64_t n_ = 0, n_params_ = 0;
+    std::vector<TrainLayerOffsets> layers_;
+    int64_t embed_ = -1, final_norm_ = -1, lm_head_ = -1;
+    std::set<int64_t> frozen_;
+    cuda::DeviceBuffer<float> master_, grads_;
+    cuda::DeviceBuffer<bf16> mirror_;
+};
+
+struct GpuStepOptions {
+    bool recompute = false;  // keep only each layer's input, re-run its forward before its backward
+    cuda::LmHeadChunking chunking;
+    // Device memory that must stay free beside the activation arena (cuBLAS, stream-ordered scratch of the
+    // layer ops, evaluation workspaces). The arena is sized from the step's allocations (arena_estimate),
+    // and grown (replaced between steps) when a larger step comes.
+    size_t reserve_bytes = size_t(2) << 30;
+    size_t arena_bytes = 0;  // > 0: at least this capacity
+};
+
+// The stage objective (train/model_step.h's StageObjective on the device): ce_weight * mean CE over scored
+// targets + kl_weight * mean tau^2 KL(teacher || student) over positions t < kl_max_position (0: all).
+struct GpuObjective {
+    double ce_weight = 1.0, kl_weight = 0.0;
+    float temperature = 1.0f;
+    int64_t kl_max_position = 0;
+};
+
+struct GpuStepLosses {
+    double ce_sum = 0, kl_sum = 0;     // summed over counted rows
+    int64_t ce_count = 0, kl_count = 0;
+    double ce() const { return ce_count ? ce_sum / double(ce_count) : 0.0; }
+    double kl() const { return kl_count ? kl_sum / double(kl_count) : 0.0; }
+};
+
+class GpuTrainStep {
+public:
+    // student: a model with gradients; teacher: for the KL objective (null otherwise). All work is
+    // asynchronous on `stream` except where a method says it synchronises.
+    GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher, const GpuStepOptions& options,
+                 cudaStream_t stream);
+    ~GpuTrainStep();
+    GpuTrainStep(const GpuTrainStep&) = delete;
+    GpuTrainStep& operator=(const GpuTrainStep&) = delete;
+
+    // Forward, loss and backward: student gradients += d loss / d params (trainable tensors only; the
+    // gradient arena is not zeroed here). Host token ids are validated like the CPU step (throws).
+    // Synchronises at the end (the loss totals come back).
+    GpuStepLosses forward_backward(const TrainBatch& batch, const GpuObjective& objective);
+    // Forward and the next-token CE only (no gradients); synchronises.
+    GpuStepLosses eval_ce(const TrainBatch& batch);
+    // The teacher's (or, with teacher == null, the student's) final hidden states (N, C) after the final
+    // norm, bf16 rounded to fp32, for checks; synchronises.
+    std::vector<float> final_hidden(const TrainBatch& batch, bool of_teacher);
+
+    cudaStream_t stream() const { return stream_; }
+    cuda::BlasContext& blas() { return *blas_; }
+    size_t arena_peak_bytes() const { return std::max(peak_carry_, arena_ ? arena_->peak_bytes() : size_t(0)); }
+    size_t arena_capacity_bytes() const { return arena_ ? arena_->capacity_bytes() : 0; }
+    void reset_peak() {
+        peak_carry_ = 0;
+        if (arena_) arena_->reset_peak();
+    }
+    // Workspaces outside the arena (GDN, attention, LM-head loss), bytes.
+    size_t workspace_bytes() const;
+
+    // One layer's activations (device pointers into the arena; null where the layer has no such part).
+    struct LayerActs {
+        const float* x_in = nullptr;  // the layer input (fp32 residual)
+        bf16* xn1 = nullptr;          // (N, C) normed input
+        float* rstd1 = nullptr;       // (N)
+        bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // FA (N, n_fa|n_kv, Dh), q/k after RoPE
+        float* lse = nullptr;                                         // (B, n_fa, T)
+        bf16* lqkv = nullptr;  // (N, 3 Dla) LA q|k|v projections (conv inputs)
+        bf16* lz = nullptr;    // (N, Dla) output gate
+        bf16* lab = nullptr;   // (N, 2 n_la) decay | beta logits
+        bf16 *lq = nullptr, *lk = nullptr, *lv = nullptr;  // (N, Dla) after conv + SiLU
+        float *g = nullptr, *beta = nullptr;               // (N, n_la)
+        bf16* lo = nullptr;                                // (N, Dla) GDN core output
+        float* gn_rstd = nullptr;                          // (N, n_la)
+        bf16* gn_out = nullptr;                            // (N, Dla) gated-norm output (mixed layers)
+        bf16* heads = nullptr;                             // (N, H, Dh) mixer output before the fusion
+        bf16* mixed = nullptr;                             // o_proj input: fused heads, or heads
+        float* x_mid = nullptr;                            // (N, C)
+        bf16* xn2 = nullptr;
+        float* rstd2 = nullptr;
+        bf16* gu = nullptr;   // (N, 2F) gate | up
+        bf16* act = nullptr;  // (N, F)
+    };
+
+private:
+    struct Shape {
+        int64_t B = 0, T = 0;
+        int64_t N() const { return B * T; }
+    };
+    void ensure_arena(size_t need);
+    // Arena bytes of a step (training: teacher forward + the student's kept activations and backward
+    // scratch; else a forward), from the same allocation sizes, plus 1/16 and 64 MiB of slack.
+    size_t arena_estimate(const Shape& s, bool training) const;
+    void ensure_shape(const Shape& s);
+    void upload_batch(const TrainBatch& batch, bool targets);
+    // The model's forward up to the final norm: h (N, C) bf16 (and rstd) from the ids on the device; with
+    // `keep` the student's per-layer residuals and activations stay in the arena for backward().
+    void forward_model(const GpuTrainModel& m, const Shape& s, bf16* h, float* rstd_f, bool keep);
+    void alloc_acts(const GpuTrainModel& m, int64_t l, const Shape& s, LayerActs& a);
+    void layer_forward(const GpuTrainModel& m, int64_t l, const Shape& s, const float* x_in, float* x_out,
+                       LayerActs& a, bool save, const float* rope_cos, const float* rope_sin);
+    void layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a);
+    cuda::GdnWorkspace& gdn_ws(int64_t l, int64_t n_la, int64_t Dh, const Shape& s, bool save, bool student);
+    cuda::AttnWorkspace& attn_ws(int64_t n_fa, int64_t n_kv, const Shape& s);
+
+    GpuTrainModel& student_;
+    const GpuTrainModel* teacher_;
+    GpuStepOptions opt_;
+    cudaStream_t stream_;
+    std::unique_ptr<cuda::BlasContext> blas_;
+    std::unique_ptr<cuda::DeviceArena> arena_;
+    size_t peak_carry_ = 0;  // peak of arenas replaced by larger ones
+    std::unique_ptr<cuda::LmHeadLossWorkspace> loss_ws_;
+    cuda::DeviceBuffer<cuda::LossTotals> totals_;
+    cuda::DeviceBuffer<int32_t> ids_, targets_;
+    cuda::DeviceBuffer<uint8_t> kl_mask_;
+    Shape train_shape_;  // the shape the training workspaces were made for
+    std::vector<std::unique_ptr<cuda::GdnWorkspace>> gdn_layer_ws_;              // per layer (no recompute)
+    std::map<int64_t, std::unique_ptr<cuda::GdnWorkspace>> gdn_shared_ws_;       // per n_la (recompute)
+    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<cuda::GdnWorkspace>>
+        gdn_eval_ws_;  // (B, T, n_la, Dh)
+    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<cuda::AttnWorkspace>> attn_ws_;
+    // the student's forward kept for the backward (arena pointers, valid during forward_backward)
+    std::vector<float*> resid_;
+    std::vector<LayerActs> acts_;
+    const float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
+};
+
+}  // namespace hydra::gpu
