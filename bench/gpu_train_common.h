@@ -1,0 +1,85 @@
+// Helpers shared by the GPU training programs (gpu_train_parity, gpu_train_bench): the SmolLM2-135M
+// shape, random weights in sane ranges, plan requests and the relative RMS error.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/hybrid_plan.h"
+#include "model/llama_model.h"
+#include "model/plan_builders.h"
+
+namespace hydra::bench {
+
+// SmolLM2-135M's hyper-parameters (HF config.json of HuggingFaceTB/SmolLM2-135M).
+inline ModelConfig smollm2_135m_config() {
+    ModelConfig c;
+    c.name = "SmolLM2-135M shape";
+    c.vocab_size = 49152, c.hidden_size = 576, c.intermediate_size = 1536, c.num_layers = 30;
+    c.num_heads = 9, c.num_kv_heads = 3, c.head_dim = 64, c.rope_dim = 64, c.max_position_embeddings = 8192;
+    c.rope_theta = 100000.f, c.rms_norm_eps = 1e-5f, c.tie_word_embeddings = true;
+    c.eos_token_ids = {0};
+    return c;
+}
+
+// Random weights: matrices N(0, 0.5/sqrt(in)) so activations keep their scale, the embedding / LM head
+// N(0, 1/C) (logits of unit scale), norms and fusion scales near 1, GDN gates in fla's init ranges.
+inline void randomise(LlamaModel& model, uint64_t seed) {
+    Rng rng(seed);
+    for (const ArenaEntry& e : model.params().entries()) {
+        Tensor t = model.params().get(e.name);
+        float* p = t.f32();
+        const int64_t n = t.numel();
+        const std::string& nm = e.name;
+        auto ends = [&](const char* suf) {
+            return nm.size() >= std::strlen(suf) && nm.compare(nm.size() - std::strlen(suf), std::strlen(suf), suf) == 0;
+        };
+        if (ends("norm.weight") || ends("layernorm.weight") || ends("scale") || ends("o_norm.weight")) {
+            for (int64_t i = 0; i < n; ++i) p[i] = float(1.0 + 0.1 * rng.normal());
+        } else if (ends("A_log")) {
+            for (int64_t i = 0; i < n; ++i) p[i] = float(std::log(1.0 + 15.0 * rng.uniform()));
+        } else if (ends("dt_bias")) {
+            for (int64_t i = 0; i < n; ++i) p[i] = float(-2.0 + rng.normal());
+        } else if (ends("conv1d.weight")) {
+            for (int64_t i = 0; i < n; ++i) p[i] = float(0.5 * rng.normal());
+        } else if (ends(".bias")) {
+            for (int64_t i = 0; i < n; ++i) p[i] = float(0.1 * rng.normal());
+        } else if (ends("embed_tokens.weight") || ends("lm_head.weight")) {  // logits of unit scale
+            const double sd = 1.0 / std::sqrt(double(e.shape[1]));
+            for (int64_t i = 0; i < n; ++i) p[i] = float(sd * rng.normal());
+        } else {
+            const double sd = e.shape.size() == 2 ? 0.5 / std::sqrt(double(e.shape[1])) : 0.02;
+            for (int64_t i = 0; i < n; ++i) p[i] = float(sd * rng.normal());
+        }
+    }
+}
+
+inline PlanRequest plan_request(const ModelConfig& c, const std::string& ratio, const std::string& granularity,
+                                FusionKind fusion, uint64_t seed) {
+    PlanRequest r;
+    r.select = "random";
+    r.ratio = parse_ratio(ratio, "bench");
+    r.granularity = granularity;
+    r.fusion = fusion;
+    r.seed = seed;
+    r.gdn.norm_eps = c.rms_norm_eps;
+    return r;
+}
+
+// sqrt(sum (a - r)^2) / sqrt(sum r^2); 0 when both are all zero, +inf when only the reference is.
+inline double rel_rms(const float* a, const float* r, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double d = double(a[i]) - double(r[i]);
+        num += d * d;
+        den += double(r[i]) * double(r[i]);
+    }
+    if (!std::isfinite(num)) return INFINITY;
+    if (den == 0) return num == 0 ? 0.0 : INFINITY;
+    return std::sqrt(num / den);
+}
+
+}  // namespace hydra::bench
