@@ -111,8 +111,9 @@ EOF
     -DOPENBLAS_LIB="$SYS/usr/lib/$ARCH/openblas-openmp/libopenblas.so" \
     -DCMAKE_CXX_FLAGS="-isystem $SYS/usr/include" -DCMAKE_CUDA_FLAGS="-isystem=$SYS/usr/include" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$SYS/usr/lib/$ARCH:$SYS/usr/lib/$ARCH/openblas-openmp" >/dev/null
-  ninja -C "$PREFIX/build" -j"$(nproc)" hydra gpu_forward_parity
-  echo "[gpu_build] built $PREFIX/build/hydra and gpu_forward_parity in $(( $(date +%s) - start )) s"
+  targets="${HYDRA_GPU_TARGETS:-hydra gpu_forward_parity}"  # e.g. the training programs (tools/gpu_train_run.sh)
+  ninja -C "$PREFIX/build" -j"$(nproc)" $targets
+  echo "[gpu_build] built $targets in $PREFIX/build in $(( $(date +%s) - start )) s"
   ;;
 stash)
   mkdir -p "$PREFIX/gguf_parts"

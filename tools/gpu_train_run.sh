@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# GPU training on the offline GPU machine, in the two calls the default model needs (tools/gpu_build.sh
+# explains the split: the 94 MiB GGUF goes over as two parts, part a with the first call).
+#
+# here, once:  tools/gpu_build.sh fetch (.devdeps/gpu, gguf_a, gguf_b); optionally tools/gpu_train_run.sh pack
+#   (.devdeps/gpu_train/bin.tar.xz: hydra + the two programs from build-cuda-train2, configured with
+#   -DHYDRA_CUDA=ON -DHYDRA_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3, so no build is needed there)
+# call 1, carry .devdeps/gpu .devdeps/gguf_a .peer [.devdeps/gpu_train]:   tools/gpu_train_run.sh bench
+#   the carried binaries when they load there, else build hydra + gpu_train_parity + gpu_train_bench there
+#   (tools/gpu_build.sh build); keep part a of the model for call 2;
+#   gradient parity (tiny models + SmolLM2-135M shapes, random weights) vs the CPU reference;
+#   training-step throughput of SmolLM2-135M and its 7:1 hybrid (8x2048, 4x4096, the distillation step,
+#   T = 32K batch 1 with / without layer recomputation), then the PyTorch eager reference of the same
+#   models at the same shapes (tools/torch_hybrid_ref.py; fla from .peer for the GDN heads)
+# call 2 (within ~30 s), carry .devdeps/gguf_b:          tools/gpu_train_run.sh distill
+#   the model; parity on the real teacher and its 7:1 random-kv conversion; `hydra convert`; a stage-2 KL
+#   distillation of the hybrid against the teacher on the prose cache through `hydra distill --device
+#   cuda`, sized from call 1's measured step time to run >= 5 minutes (DISTILL_SECONDS, default 320)
+# Results go to $OUT (or ./gpu_train_results): logs, JSON lines, the run's log.jsonl and loss_curve.png.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+PREFIX="${HYDRA_GPU_PREFIX:-/tmp/hydra_gpu}"
+RES="${OUT:-$ROOT/gpu_train_results}"
+mkdir -p "$RES"
+export PYTHONUNBUFFERED=1
+mode="${1:-}"
+t_start=$(date +%s)
+stamp() { echo "[gpu_train_run] $(( $(date +%s) - t_start )) s: $*"; }
+PROGRAMS=(hydra gpu_train_parity gpu_train_bench)
+PACKED="$ROOT/.devdeps/gpu_train/bin.tar.xz"
+
+unxz_to() {  # unxz_to OUT < in.xz   (xz, else Python's lzma), as tools/gpu_build.sh
+  if command -v xz >/dev/null; then xz -dc > "$1"
+  else python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))' > "$1"; fi
+}
+untar_xz() {  # untar_xz FILE DIR
+  mkdir -p "$2"
+  unxz_to "$2/.tmp.tar" < "$1"
+  tar -C "$2" -xf "$2/.tmp.tar"
+  rm "$2/.tmp.tar"
+}
+
+# The carried binaries with tools/gpu_build.sh's sysroot, data and env.sh; fails (-> build there) when any
+# of them does not load.
+use_prebuilt() {
+  [[ -f "$PACKED" && -f "$ROOT/.devdeps/gpu/sysroot.tar.xz" && -f "$ROOT/.devdeps/gpu/data.tar.xz" ]] || return 1
+  local SYS="$PREFIX/sysroot" ARCH=x86_64-linux-gnu cublas
+  untar_xz "$ROOT/.devdeps/gpu/sysroot.tar.xz" "$PREFIX"
+  untar_xz "$ROOT/.devdeps/gpu/data.tar.xz" "$PREFIX"
+  mkdir -p "$PREFIX/cache" && ln -sfn "$PREFIX/data/prose" "$PREFIX/cache/prose"
+  cublas="$(ls /usr/local/cuda/lib64/libcublas.so.13 2>/dev/null || find /usr/local /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | head -1)"
+  [[ -n "$cublas" ]] || return 1
+  {
+    echo "export PATH=\"$PREFIX/build:\$PATH\""
+    echo "export LD_LIBRARY_PATH=\"$SYS/usr/lib/$ARCH:$SYS/usr/lib/$ARCH/openblas-openmp:$(dirname "$cublas")\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\""
+    echo "export HYDRA_CACHE=\"$PREFIX/cache\" HYDRA_WORDNET_DIR=\"$PREFIX/data/wordnet\" HYDRA_DICT=\"$PREFIX/data/words\""
+    echo "export HYDRA_MODEL=\"$PREFIX/models/SmolLM2-135M-Instruct.Q4_1.gguf\""
+  } > "$PREFIX/env.sh"
+  mkdir -p "$PREFIX/build"
+  untar_xz "$PACKED" "$PREFIX/build"
+  (
+    # shellcheck disable=SC1091
+    source "$PREFIX/env.sh"
+    for p in "${PROGRAMS[@]}"; do
+      [[ -x "$PREFIX/build/$p" ]] || exit 1
+      if ldd "$PREFIX/build/$p" | grep -q "not found"; then ldd "$PREFIX/build/$p" | grep "not found"; exit 1; fi
+    done
+    "$PREFIX/build/hydra" --help > /dev/null
+  )
+}
+
+case "$mode" in
+pack)  # here: the binaries of a portable CUDA build into .devdeps/gpu_train/bin.tar.xz
+  BUILD="${BUILD_DIR:-$ROOT/build-cuda-train2}"
+  mkdir -p "$(dirname "$PACKED")"
+  tar -C "$BUILD" -cf - "${PROGRAMS[@]}" | xz -T"${JOBS:-2}" -9 > "$PACKED"
+  ls -la "$PACKED"
+  ;;
+bench)
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$RES/gpu.txt" 2>&1
+  nproc >> "$RES/gpu.txt"
+  if use_prebuilt > "$RES/build.log" 2>&1; then
+    stamp "carried binaries load: no build"
+  else
+    stamp "building there"
+    HYDRA_GPU_TARGETS="${PROGRAMS[*]}" tools/gpu_build.sh build >> "$RES/build.log" 2>&1 \
+      || { tail -40 "$RES/build.log"; echo "[gpu_train_run] build failed"; exit 3; }
+  fi
+  tail -1 "$RES/build.log"
+  tools/gpu_build.sh stash
+  # shellcheck disable=SC1091
+  source "$PREFIX/env.sh"
+  B="$PREFIX/build"
+  stamp "parity"
+  timeout 120 "$B/gpu_train_parity" --smollm > "$RES/parity.log" 2>&1
+  prc=$?
+  echo "parity exit $prc" >> "$RES/parity.log"
+  grep -E "^(loss|gradients|frozen|timing|teacher|vs lm|step|after|engine|eval)|PASS|FAIL|passed" "$RES/parity.log" | tail -60
+  stamp "ours"
+  timeout 150 "$B/gpu_train_bench" --plan-out "$RES/plan.json" --json "$RES/ours.jsonl" > "$RES/ours.log" 2>&1
+  cat "$RES/ours.log"
+  cp "$RES/ours.jsonl" "$PREFIX/ours.jsonl" 2>/dev/null
+  stamp "pytorch"
+  FLA_PATH="$ROOT/.peer" timeout 180 python3 tools/torch_hybrid_ref.py --plan "$RES/plan.json" \
+    --json "$RES/torch.jsonl" > "$RES/torch.log" 2>&1
+  grep -v Warning "$RES/torch.log" | tail -12
+  stamp "done"
+  exit "$prc"
+  ;;
+distill)
+  tools/gpu_build.sh model || exit 3
+  # shellcheck disable=SC1091
+  source "$PREFIX/env.sh"
+  B="$PREFIX/build"
+  stamp "parity on the real model"
+  timeout 60 "$B/gpu_train_parity" --no-tiny --seq 130 --model "$HYDRA_MODEL" > "$RES/parity_model.log" 2>&1
+  echo "parity exit $?" >> "$RES/parity_model.log"
+  grep -E "^(==|loss|gradients|teacher|timing)|PASS|FAIL|passed" "$RES/parity_model.log" | tail -20
+  stamp "convert"
+  rm -rf /tmp/hybrid71 /tmp/distill71
+  hydra convert "$HYDRA_MODEL" --ratio 7:1 --select random --seed 1 --granularity kv \
+    --calib "$HYDRA_CACHE/prose/austen_emma.txt" --out /tmp/hybrid71 > "$RES/convert.log" 2>&1 \
+    || { tail -20 "$RES/convert.log"; exit 4; }
+  tail -3 "$RES/convert.log"
+  secs="${DISTILL_SECONDS:-320}"
+  steps=$(python3 - "$PREFIX/ours.jsonl" "$secs" <<'EOF'
+import json, math, sys
+ms = 250.0
+try:
+    for line in open(sys.argv[1]):
+        r = json.loads(line)
+        if r.get("model") == "hybrid-7:1 distill" and "step_ms" in r:
+            ms = float(r["step_ms"])
+except OSError:
+    pass
+print(max(50, math.ceil(float(sys.argv[2]) * 1000.0 / (ms * 1.04))))
+EOF
+)
+  stamp "distill: $steps steps of 8 x 2048 (~${secs} s at call 1's step time)"
+  timeout -s TERM $(( secs + 100 )) hydra distill --device cuda stage.kind=distill stage.init=/tmp/hybrid71 \
+    "stage.teacher=$HYDRA_MODEL" "data.tokenizer=$HYDRA_MODEL" data.seq_len=2048 data.batch_size=8 \
+    loss.ce_weight=0 loss.kl_weight=1 stage.mixer_lr_scale=3 optim.lr=1e-4 optim.warmup_steps=20 \
+    "optim.schedule_steps=$steps" "run.steps=$steps" run.save_every=1000000 "run.eval_every=$(( (steps + 3) / 4 ))" \
+    run.eval_batches=4 --out /tmp/distill71 > "$RES/distill.log" 2>&1
+  drc=$?
+  stamp "distill exit $drc"
+  tail -5 "$RES/distill.log"
+  cp /tmp/distill71/log.jsonl /tmp/distill71/loss_curve.png "$RES/" 2>/dev/null
+  python3 - "$RES/log.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tps = sorted(r["tokens_per_s"] for r in rows[2:])
+print(f"{len(rows)} steps; first loss {rows[0].get('loss')}, last {rows[-1].get('loss')}; "
+      f"median {tps[len(tps)//2]:.0f} tok/s; held-out {[(r['step'], round(r['heldout_loss'], 4)) for r in rows if 'heldout_loss' in r]}")
+EOF
+  exit "$drc"
+  ;;
+*)
+  sed -n '2,21p' "$0"
+  exit 2
+  ;;
+esac
