@@ -3,6 +3,7 @@
 // model's (hybrid) cache; writes results.json, results.csv next to it and scores.png comparing models.
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <span>
 
 #include <fmt/format.h>
@@ -14,6 +15,8 @@
 #include "eval/eval_runner.h"
 #include "eval/results_io.h"
 #include "eval/task_registry.h"
+#include "model/head_ablation.h"
+#include "model/plan_builders.h"
 #ifdef HYDRA_WITH_CUDA
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_forward.h"
@@ -38,6 +41,8 @@ struct EvalOptions {
     bool no_early_stop = false;
     int threads = 0;
     std::string device = "cpu";
+    std::string ablate;  // head zero-ablation: top:N | random:N:SEED | L:H,L:H,... (model/head_ablation.h)
+    std::string scores;  // scores.json for --ablate top:N
 };
 
 // The GPU decoding run_eval calls instead of the CPU forward: the model uploaded once, one cache
@@ -106,6 +111,9 @@ void register_eval(CLI::App& app) {
         ->check(CLI::Range(1, 18));
     cmd->add_flag("--no-early-stop", o->no_early_stop,
                   "decode the full budget even once every answer is found");
+    cmd->add_option("--ablate", o->ablate,
+                    "zero-ablate query heads before evaluating: top:N (needs --scores), random:N:SEED, or L:H,L:H,...");
+    cmd->add_option("--scores", o->scores, "scores.json of hydra score-heads (for --ablate top:N)");
     cmd->add_option("--device", o->device, "cpu | cuda (the GPU inference path of src/gpu)")
         ->capture_default_str()
         ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -140,6 +148,19 @@ void register_eval(CLI::App& app) {
         std::vector<ModelEvalResult> results;
         for (const std::string& path : o->models) {
             LoadedModel m = load_model_reported(path);
+            std::string name = path;
+            if (!o->ablate.empty()) {
+                const ModelConfig& mc = m.model->config();
+                std::optional<HeadScoreTable> table;
+                if (!o->scores.empty()) table = load_head_scores(o->scores, mc);
+                const std::vector<HeadRef> heads =
+                    parse_ablation(o->ablate, mc.num_layers, mc.num_heads, table ? &table->heads : nullptr);
+                zero_ablate_heads(*m.model, heads);
+                std::string list;
+                for (const auto& [l, h] : heads) list += fmt::format("{}L{}H{}", list.empty() ? "" : " ", l, h);
+                fmt::print(stderr, "ablated {} heads ({}): {}\n", heads.size(), o->ablate, list);
+                name = fmt::format("{} [ablate {}]", path, o->ablate);
+            }
             auto ctx = std::make_shared<TaskContext>();
             ctx->text = model_text_for(path, m.vocab, m.model->config().eos_token_ids);
             ctx->options = topt;
@@ -171,7 +192,7 @@ void register_eval(CLI::App& app) {
                                          info.settings.context_limit);
             }
             ModelEvalResult r =
-                run_eval(path, *m.model, ptrs, ctx->text, info.settings,
+                run_eval(name, *m.model, ptrs, ctx->text, info.settings,
                          [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); }, generate);
             bar.finish(fmt::format("overall {:.1f}", r.overall));
             results.push_back(std::move(r));

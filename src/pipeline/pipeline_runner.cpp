@@ -19,6 +19,7 @@
 #include "interp/score_heads.h"
 #include "interp/scores_io.h"
 #include "io/atomic_dir.h"
+#include "model/head_ablation.h"
 #include "model/hybrid_conversion.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
@@ -122,15 +123,11 @@ json teacher_agreement(const LlamaModel& teacher, const LlamaModel& student, con
             {"ppl", count ? std::exp(nll / double(count)) : NAN}};
 }
 
-// Zero-ablation of query heads: their o_proj columns set to 0, which removes exactly their output.
-std::unique_ptr<LlamaModel> ablated_copy(const LlamaModel& m, const std::vector<std::pair<int64_t, int64_t>>& heads) {
+// A copy of the teacher with `heads` zero-ablated (model/head_ablation.h).
+std::unique_ptr<LlamaModel> ablated_copy(const LlamaModel& m, const std::vector<HeadRef>& heads) {
     auto copy = std::make_unique<LlamaModel>(m.config(), &m.plan());
     std::copy_n(m.params().data(), m.params().numel(), copy->params().data());
-    const int64_t C = m.config().hidden_size, Dq = m.config().q_dim(), Dh = m.config().head_dim;
-    for (const auto& [l, h] : heads) {
-        float* wo = copy->layer(l).wo.f32();
-        for (int64_t c = 0; c < C; ++c) std::fill_n(wo + c * Dq + h * Dh, Dh, 0.0f);
-    }
+    zero_ablate_heads(*copy, heads);
     return copy;
 }
 
@@ -149,27 +146,18 @@ json ablation_check(const LlamaModel& teacher, const ModelText& text, const std:
     es.samples = samples;
     es.context_limit = length + 256;
     auto accuracy = [&](const LlamaModel& m) { return run_eval("ablation", m, tasks, text, es).overall; };
-    std::vector<int64_t> order(static_cast<size_t>(L * H));
-    for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return aggregate[size_t(a)] > aggregate[size_t(b)]; });
-    auto heads_of = [&](const std::vector<int64_t>& idx) {
-        std::vector<std::pair<int64_t, int64_t>> out;
-        for (int64_t i = 0; i < n; ++i) out.emplace_back(idx[size_t(i)] / H, idx[size_t(i)] % H);
-        return out;
-    };
+    std::vector<std::vector<double>> table(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(H), 0.0));
+    for (int64_t i = 0; i < L * H; ++i) table[size_t(i / H)][size_t(i % H)] = aggregate[size_t(i)];
     json j;
     j["heads_ablated"] = n;
     j["length"] = length;
     j["samples_per_task"] = samples;
+    j["tasks"] = task_names;
     j["none"] = accuracy(teacher);
-    j["top_scored"] = accuracy(*ablated_copy(teacher, heads_of(order)));
+    j["top_scored"] = accuracy(*ablated_copy(teacher, top_scored_heads(table, n)));
     json random = json::array();
-    for (uint64_t seed : {1u, 2u, 3u}) {
-        std::vector<int64_t> shuffled = order;
-        Rng rng(seed);
-        for (size_t i = shuffled.size(); i > 1; --i) std::swap(shuffled[i - 1], shuffled[size_t(rng.next_u64() % i)]);
-        random.push_back({{"seed", seed}, {"accuracy", accuracy(*ablated_copy(teacher, heads_of(shuffled)))}});
-    }
+    for (uint64_t seed : {1u, 2u, 3u})
+        random.push_back({{"seed", seed}, {"accuracy", accuracy(*ablated_copy(teacher, random_heads(L, H, n, seed)))}});
     j["random"] = random;
     return j;
 }
