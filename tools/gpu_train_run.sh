@@ -5,14 +5,16 @@
 # here, once:  tools/gpu_build.sh fetch (.devdeps/gpu, gguf_a, gguf_b); optionally tools/gpu_train_run.sh pack
 #   (.devdeps/gpu_train/bin.tar.xz: hydra + the two programs from build-cuda-train2, configured with
 #   -DHYDRA_CUDA=ON -DHYDRA_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3, so no build is needed there)
-# call 1, carry .devdeps/gpu .devdeps/gguf_a .peer [.devdeps/gpu_train]:   tools/gpu_train_run.sh bench
+# here, before the calls: tools/gpu_train_run.sh split (.devdeps/gguf_train_{a,b}: the model split for the
+#   tree as it is now, 3 MiB margin)
+# call 1, carry .devdeps/gpu .devdeps/gguf_train_a .peer [.devdeps/gpu_train]:   tools/gpu_train_run.sh bench
 #   the carried binaries when they load there, else build hydra + gpu_train_parity + gpu_train_bench there
 #   (tools/gpu_build.sh build); keep part a of the model for call 2;
 #   gradient parity (tiny models + SmolLM2-135M shapes, random weights) vs the CPU reference;
 #   training-step throughput of SmolLM2-135M and its 7:1 hybrid (8x2048, 4x4096, the distillation step,
 #   T = 32K batch 1 with / without layer recomputation), then the PyTorch eager reference of the same
 #   models at the same shapes (tools/torch_hybrid_ref.py; fla from .peer for the GDN heads)
-# call 2 (within ~30 s), carry .devdeps/gguf_b:          tools/gpu_train_run.sh distill
+# call 2 (within ~30 s), carry .devdeps/gguf_train_b:    tools/gpu_train_run.sh distill
 #   the model; parity on the real teacher and its 7:1 random-kv conversion; `hydra convert`; a stage-2 KL
 #   distillation of the hybrid against the teacher on the prose cache through `hydra distill --device
 #   cuda`, sized from call 1's measured step time to run >= 5 minutes (DISTILL_SECONDS, default 320)
@@ -29,6 +31,9 @@ t_start=$(date +%s)
 stamp() { echo "[gpu_train_run] $(( $(date +%s) - t_start )) s: $*"; }
 PROGRAMS=(hydra gpu_train_parity gpu_train_bench)
 PACKED="$ROOT/.devdeps/gpu_train/bin.tar.xz"
+GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # as tools/gpu_build.sh
+PART_A="$ROOT/.devdeps/gguf_train_a/part" PART_B="$ROOT/.devdeps/gguf_train_b/part"
 
 unxz_to() {  # unxz_to OUT < in.xz   (xz, else Python's lzma), as tools/gpu_build.sh
   if command -v xz >/dev/null; then xz -dc > "$1"
@@ -71,6 +76,17 @@ use_prebuilt() {
 }
 
 case "$mode" in
+split)  # here: the xz'd GGUF (tools/gpu_build.sh fetch) split for these calls, with room for the tree to grow
+  xzm="$ROOT/.devdeps/model.gguf.xz"
+  tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1)
+  size=$(stat -c %s "$xzm")
+  b=$(( 64 * 1024 * 1024 - tree - ${MARGIN_MIB:-3} * 1024 * 1024 ))
+  a=$(( size - b ))
+  mkdir -p "$(dirname "$PART_A")" "$(dirname "$PART_B")"
+  head -c "$a" "$xzm" > "$PART_A"
+  tail -c +"$((a + 1))" "$xzm" > "$PART_B"
+  echo "tree $tree bytes; part a $a, part b $b (call 2 carries $(( tree + b )) of $(( 64 * 1024 * 1024 )))"
+  ;;
 pack)  # here: the binaries of a portable CUDA build into .devdeps/gpu_train/bin.tar.xz
   BUILD="${BUILD_DIR:-$ROOT/build-cuda-train2}"
   mkdir -p "$(dirname "$PACKED")"
@@ -88,7 +104,7 @@ bench)
       || { tail -40 "$RES/build.log"; echo "[gpu_train_run] build failed"; exit 3; }
   fi
   tail -1 "$RES/build.log"
-  tools/gpu_build.sh stash
+  mkdir -p "$PREFIX/gguf_parts" && cp "$PART_A" "$PREFIX/gguf_parts/train_a"  # the model's first part, for call 2
   # shellcheck disable=SC1091
   source "$PREFIX/env.sh"
   B="$PREFIX/build"
@@ -109,7 +125,11 @@ bench)
   exit "$prc"
   ;;
 distill)
-  tools/gpu_build.sh model || exit 3
+  [[ -f "$PREFIX/gguf_parts/train_a" && -f "$PART_B" && -x "$PREFIX/build/hydra" ]] || {
+    echo "[gpu_train_run] part a, part b or the binaries are missing: run call 1 again, then call 2 at once"; exit 3; }
+  mkdir -p "$PREFIX/models"
+  cat "$PREFIX/gguf_parts/train_a" "$PART_B" | unxz_to "$PREFIX/models/$GGUF_NAME"
+  echo "$GGUF_SHA256  $PREFIX/models/$GGUF_NAME" | sha256sum -c --quiet - || { echo "[gpu_train_run] model checksum mismatch"; exit 3; }
   # shellcheck disable=SC1091
   source "$PREFIX/env.sh"
   B="$PREFIX/build"
@@ -157,7 +177,7 @@ EOF
   exit "$drc"
   ;;
 *)
-  sed -n '2,21p' "$0"
+  sed -n '2,23p' "$0"
   exit 2
   ;;
 esac
