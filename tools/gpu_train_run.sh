@@ -93,6 +93,14 @@ pack)  # here: the binaries of a portable CUDA build into .devdeps/gpu_train/bin
   tar -C "$BUILD" -cf - "${PROGRAMS[@]}" | xz -T"${JOBS:-2}" -9 > "$PACKED"
   ls -la "$PACKED"
   ;;
+stage)  # call 1 without the measurements: the binaries (or a build) and part a of the model only
+  if use_prebuilt > "$RES/build.log" 2>&1; then
+    stamp "carried binaries load: no build"
+  else
+    HYDRA_GPU_TARGETS="${PROGRAMS[*]}" tools/gpu_build.sh build >> "$RES/build.log" 2>&1 || { tail -40 "$RES/build.log"; exit 3; }
+  fi
+  mkdir -p "$PREFIX/gguf_parts" && cp "$PART_A" "$PREFIX/gguf_parts/train_a" && stamp "part a kept"
+  ;;
 bench)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$RES/gpu.txt" 2>&1
   nproc >> "$RES/gpu.txt"
@@ -133,8 +141,8 @@ distill)
   # shellcheck disable=SC1091
   source "$PREFIX/env.sh"
   B="$PREFIX/build"
-  stamp "parity on the real model"
-  timeout 60 "$B/gpu_train_parity" --no-tiny --seq 130 --model "$HYDRA_MODEL" > "$RES/parity_model.log" 2>&1
+  stamp "parity on the real model${SKIP_PARITY:+ (skipped)}"
+  [[ -n "${SKIP_PARITY:-}" ]] || timeout 45 "$B/gpu_train_parity" --no-tiny --seq 130 --model "$HYDRA_MODEL" > "$RES/parity_model.log" 2>&1
   echo "parity exit $?" >> "$RES/parity_model.log"
   grep -E "^(==|loss|gradients|teacher|timing)|PASS|FAIL|passed" "$RES/parity_model.log" | tail -20
   stamp "convert"
@@ -144,13 +152,13 @@ distill)
     || { tail -20 "$RES/convert.log"; exit 4; }
   tail -3 "$RES/convert.log"
   secs="${DISTILL_SECONDS:-320}"
-  steps=$(python3 - "$PREFIX/ours.jsonl" "$secs" <<'EOF'
+  steps=$(python3 - "$PREFIX/ours.jsonl" "$secs" "${DISTILL_STEP_MS:-}" <<'EOF'
 import json, math, sys
-ms = 250.0
+ms = float(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else 250.0
 try:
     for line in open(sys.argv[1]):
         r = json.loads(line)
-        if r.get("model") == "hybrid-7:1 distill" and "step_ms" in r:
+        if r.get("model") == "hybrid-7:1 distill" and "step_ms" in r and not sys.argv[3]:
             ms = float(r["step_ms"])
 except OSError:
     pass
