@@ -14,10 +14,12 @@
 #   training-step throughput of SmolLM2-135M and its 7:1 hybrid (8x2048, 4x4096, the distillation step,
 #   T = 32K batch 1 with / without layer recomputation), then the PyTorch eager reference of the same
 #   models at the same shapes (tools/torch_hybrid_ref.py; fla from .peer for the GDN heads)
+#   (tools/gpu_train_run.sh stage: only the binaries and part a, when call 1's measurements already exist)
 # call 2 (within ~30 s), carry .devdeps/gguf_train_b:    tools/gpu_train_run.sh distill
 #   the model; parity on the real teacher and its 7:1 random-kv conversion; `hydra convert`; a stage-2 KL
 #   distillation of the hybrid against the teacher on the prose cache through `hydra distill --device
-#   cuda`, sized from call 1's measured step time to run >= 5 minutes (DISTILL_SECONDS, default 320)
+#   cuda`, sized from call 1's measured step time (or DISTILL_STEP_MS) to run DISTILL_SECONDS (default
+#   320; SKIP_PARITY=1 leaves the real-model parity out)
 # Results go to $OUT (or ./gpu_train_results): logs, JSON lines, the run's log.jsonl and loss_curve.png.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -185,7 +187,7 @@ EOF
   exit "$drc"
   ;;
 *)
-  sed -n '2,23p' "$0"
+  sed -n '2,26p' "$0"
   exit 2
   ;;
 esac
