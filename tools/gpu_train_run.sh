@@ -187,7 +187,7 @@ EOF
   exit "$drc"
   ;;
 *)
-  sed -n '2,26p' "$0"
+  sed -n '2,23p' "$0"
   exit 2
   ;;
 esac
