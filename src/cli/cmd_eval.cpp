@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/gpu_generator.h"
 #include "cli/model_load_report.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
@@ -17,11 +18,6 @@
 #include "eval/task_registry.h"
 #include "model/head_ablation.h"
 #include "model/plan_builders.h"
-#ifdef HYDRA_WITH_CUDA
-#include "gpu/gpu_cache.h"
-#include "gpu/gpu_forward.h"
-#include "gpu/gpu_model.h"
-#endif
 
 namespace hydra::cli {
 
@@ -45,36 +41,6 @@ struct EvalOptions {
     std::string scores;  // scores.json for --ablate top:N
 };
 
-// The GPU decoding run_eval calls instead of the CPU forward: the model uploaded once, one cache
-// sized for the longest prompt + budget, reset per sample; greedy_decode keeps the CPU's stopping rules.
-GenerateFn gpu_generator(const LlamaModel& model, const ModelText& text, int64_t max_positions,
-                         int64_t context_limit) {
-#ifdef HYDRA_WITH_CUDA
-    fmt::print(stderr, "device: {}\n", gpu::require_cuda_device());
-    struct State {
-        gpu::GpuModel model;
-        gpu::GpuForward fwd;
-        gpu::GpuCache cache;
-        State(const LlamaModel& m, int64_t cap) : model(m), fwd(model), cache(model, cap) {}
-    };
-    auto st = std::make_shared<State>(model, max_positions);
-    const ModelConfig cfg = model.config();
-    return [st, text, cfg, context_limit](const std::vector<int32_t>& prompt, int64_t max_new,
-                                          const std::function<bool(const std::string&)>& done) {
-        const int64_t capacity = greedy_capacity(cfg, int64_t(prompt.size()), max_new, context_limit);
-        HYDRA_CHECK(capacity <= st->cache.capacity(), "GPU cache of {} positions is too small for {}",
-                    st->cache.capacity(), capacity);
-        st->cache.reset(st->fwd.stream());
-        return greedy_decode(
-            text, prompt, max_new, capacity,
-            [&](std::span<const int32_t> tokens) { return st->fwd.forward_argmax(st->cache, tokens); }, done);
-    };
-#else
-    (void)model, (void)text, (void)max_positions, (void)context_limit;
-    fail("--device cuda: this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON on a machine with "
-         "the CUDA toolkit)");
-#endif
-}
 }  // namespace
 
 void register_eval(CLI::App& app) {
@@ -111,8 +77,9 @@ void register_eval(CLI::App& app) {
         ->check(CLI::Range(1, 18));
     cmd->add_flag("--no-early-stop", o->no_early_stop,
                   "decode the full budget even once every answer is found");
-    cmd->add_option("--ablate", o->ablate,
-                    "zero-ablate query heads before evaluating: top:N (needs --scores), random:N:SEED, or L:H,L:H,...");
+    cmd->add_option(
+        "--ablate", o->ablate,
+        "zero-ablate query heads before evaluating: top:N (needs --scores), random:N:SEED, or L:H,L:H,...");
     cmd->add_option("--scores", o->scores, "scores.json of hydra score-heads (for --ablate top:N)");
     cmd->add_option("--device", o->device, "cpu | cuda (the GPU inference path of src/gpu)")
         ->capture_default_str()
@@ -157,7 +124,8 @@ void register_eval(CLI::App& app) {
                     parse_ablation(o->ablate, mc.num_layers, mc.num_heads, table ? &table->heads : nullptr);
                 zero_ablate_heads(*m.model, heads);
                 std::string list;
-                for (const auto& [l, h] : heads) list += fmt::format("{}L{}H{}", list.empty() ? "" : " ", l, h);
+                for (const auto& [l, h] : heads)
+                    list += fmt::format("{}L{}H{}", list.empty() ? "" : " ", l, h);
                 fmt::print(stderr, "ablated {} heads ({}): {}\n", heads.size(), o->ablate, list);
                 name = fmt::format("{} [ablate {}]", path, o->ablate);
             }
@@ -187,13 +155,14 @@ void register_eval(CLI::App& app) {
                 // one cache for every sample: the longest prompt plus room for any task's decoding budget
                 // (at most 128 tokens today; the generator refuses clearly should one need more)
                 const int64_t context = max_pos > 0 ? max_pos : 8192;
-                const int64_t longest = *std::max_element(info.settings.lengths.begin(), info.settings.lengths.end());
+                const int64_t longest =
+                    *std::max_element(info.settings.lengths.begin(), info.settings.lengths.end());
                 generate = gpu_generator(*m.model, ctx->text, std::min(context, longest + 1024),
                                          info.settings.context_limit);
             }
-            ModelEvalResult r =
-                run_eval(name, *m.model, ptrs, ctx->text, info.settings,
-                         [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); }, generate);
+            ModelEvalResult r = run_eval(
+                name, *m.model, ptrs, ctx->text, info.settings,
+                [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); }, generate);
             bar.finish(fmt::format("overall {:.1f}", r.overall));
             results.push_back(std::move(r));
             write_results_json(o->out, info, results);  // after every model, so a long run keeps what it has

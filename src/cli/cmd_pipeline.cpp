@@ -7,10 +7,14 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/gpu_generator.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
 #include "pipeline/pipeline_runner.h"
 #include "train/train_config.h"
+#ifdef HYDRA_WITH_CUDA
+#include "gpu/gpu_train_engine.h"
+#endif
 
 namespace hydra::cli {
 
@@ -21,6 +25,7 @@ struct PipelineOptions {
     std::string preset = "tiny-cpu";
     std::string out;
     std::string from;
+    std::string device;  // empty: the config's
     int threads = 0;
 };
 
@@ -31,7 +36,8 @@ void run(const PipelineConfig& config, const std::string& out, const std::string
     hooks.progress = [&](const std::string& label, int64_t done, int64_t total, const std::string& status) {
         if (label != current || !bar) {
             if (bar) bar->finish();
-            bar = std::make_unique<ProgressBar>(label, total, label.rfind("eval", 0) == 0 ? "sample" : "step");
+            bar =
+                std::make_unique<ProgressBar>(label, total, label.rfind("eval", 0) == 0 ? "sample" : "step");
             current = label;
         }
         bar->update(done, status);
@@ -41,6 +47,13 @@ void run(const PipelineConfig& config, const std::string& out, const std::string
         }
     };
     hooks.synthetic_rows = [](const TrainConfig& c) { return synthetic_rows_for(c); };
+#ifdef HYDRA_WITH_CUDA
+    // device = cuda: the CUDA training step and GPU decoding (the runner refuses cuda without them)
+    hooks.train_engine = gpu::make_gpu_train_engine;
+    hooks.generator = [](const LlamaModel& m, const ModelText& t, int64_t capacity, int64_t context_limit) {
+        return gpu_generator(m, t, capacity, context_limit);
+    };
+#endif
     const PipelineResult r = run_pipeline(config, out, from, hooks);
     if (bar) bar->finish();
     fmt::print("\n{}\nreport: {} ({:.1f} min)\n", r.table, r.report_path, r.seconds / 60.0);
@@ -50,13 +63,20 @@ void run(const PipelineConfig& config, const std::string& out, const std::string
 
 void register_pipeline(CLI::App& app) {
     auto* o = new PipelineOptions;
-    auto* cmd = app.add_subcommand("pipeline", "Teacher -> head scores -> convert -> align -> distill -> long "
-                                               "context -> evaluate -> report, for every variant of a config");
-    cmd->add_option("args", o->positional, "an optional CONFIG file (.json or .toml), then key=value overrides");
-    cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, smollm2-gpu")->capture_default_str();
+    auto* cmd = app.add_subcommand("pipeline",
+                                   "Teacher -> head scores -> convert -> align -> distill -> long "
+                                   "context -> evaluate -> report, for every variant of a config");
+    cmd->add_option("args", o->positional,
+                    "an optional CONFIG file (.json or .toml), then key=value overrides");
+    cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, smollm2-gpu")
+        ->capture_default_str();
     cmd->add_option("--out", o->out, "output directory (default: runs/<preset>)");
-    cmd->add_option("--from", o->from, "recompute this step and all later ones: teacher, score, convert, align, "
-                                       "distill, longctx, eval, report");
+    cmd->add_option("--from", o->from,
+                    "recompute this step and all later ones: teacher, score, convert, align, "
+                    "distill, longctx, eval, report");
+    cmd->add_option("--device", o->device,
+                    "cpu | cuda: where training and evaluation run (default: the config's "
+                    "device; smollm2-gpu: cuda)");
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] {
         apply_threads(o->threads);
@@ -66,10 +86,13 @@ void register_pipeline(CLI::App& app) {
             if (arg.find('=') != std::string::npos) {
                 config.apply_override(arg);
             } else {
-                HYDRA_CHECK(i == 0, "'{}': only the first argument may be a config file; overrides are key=value", arg);
+                HYDRA_CHECK(i == 0,
+                            "'{}': only the first argument may be a config file; overrides are key=value",
+                            arg);
                 config.apply(load_config_file(arg), arg);
             }
         }
+        if (!o->device.empty()) config.device = o->device;
         run(config, o->out.empty() ? "runs/" + o->preset : o->out, o->from);
     });
 }
@@ -77,8 +100,9 @@ void register_pipeline(CLI::App& app) {
 void register_demo(CLI::App& app) {
     auto* o = new PipelineOptions;
     auto* cmd = app.add_subcommand(
-        "demo", "The main job on a tiny teacher, sized for a 2-core CPU: teacher vs HydraHead 7:1 (interpretability "
-                "and random heads) vs layer-wise 3:1 vs all-LA at 1x, 2x and 4x the teacher's training length");
+        "demo",
+        "The main job on a tiny teacher, sized for a 2-core CPU: teacher vs HydraHead 7:1 (interpretability "
+        "and random heads) vs layer-wise 3:1 vs all-LA at 1x, 2x and 4x the teacher's training length");
     cmd->add_option("--out", o->out, "output directory")->capture_default_str();
     cmd->add_option("--from", o->from, "recompute this step and all later ones (see hydra pipeline --help)");
     add_threads_option(*cmd, o->threads);

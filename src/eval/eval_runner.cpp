@@ -135,15 +135,29 @@ ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
         for (const TaskGenerator* task : tasks)
             for (int64_t i = 0; i < settings.samples; ++i) {
                 const auto g0 = clock::now();
-                TaskSample s = task->sample(len, settings.seed, i);
-                // RULER sizes inputs so that input + the decoding budget fits the context: a length at
-                // (or near) the context gets a shorter prompt instead of a cut-off answer.
-                if (len + s.max_new_tokens > context) {
-                    const int64_t fit = context - s.max_new_tokens;
-                    HYDRA_CHECK(fit >= 1, "task {}: the context of {} positions leaves no room for a prompt and "
-                                "{} new tokens", s.task, context, s.max_new_tokens);
-                    s = task->sample(fit, settings.seed, i);
+                const auto build = [&] {
+                    TaskSample b = task->sample(len, settings.seed, i);
+                    // RULER sizes inputs so that input + the decoding budget fits the context: a length at
+                    // (or near) the context gets a shorter prompt instead of a cut-off answer.
+                    if (len + b.max_new_tokens > context) {
+                        const int64_t fit = context - b.max_new_tokens;
+                        HYDRA_CHECK(fit >= 1, "task {}: the context of {} positions leaves no room for a prompt and "
+                                    "{} new tokens", b.task, context, b.max_new_tokens);
+                        b = task->sample(fit, settings.seed, i);
+                    }
+                    return b;
+                };
+                const TaskSample* cached = nullptr;
+                TaskSample local;
+                if (settings.sample_cache) {
+                    const auto key = std::make_tuple(task->name(), len, context, settings.seed, i);
+                    auto it = settings.sample_cache->find(key);
+                    if (it == settings.sample_cache->end()) it = settings.sample_cache->emplace(key, build()).first;
+                    cached = &it->second;
+                } else {
+                    local = build();
                 }
+                const TaskSample& s = cached ? *cached : local;
                 SampleOutcome o;
                 o.generate_seconds = std::chrono::duration<double>(clock::now() - g0).count();
                 o.task = s.task;

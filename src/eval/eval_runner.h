@@ -8,6 +8,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "eval/model_text_encoder.h"
@@ -40,6 +41,11 @@ struct ModelEvalResult {
     double seconds = 0;
 };
 
+// Samples built once and shared by several run_eval calls over the same tasks and settings (the
+// pipeline evaluates five models on identical samples; building a 32K-token sample costs more than
+// running it on the GPU). Keyed by (task, requested length, context, seed, index).
+using SampleCache = std::map<std::tuple<std::string, int64_t, int64_t, uint64_t, int64_t>, TaskSample>;
+
 struct EvalSettings {
     std::vector<std::string> tasks;
     std::vector<int64_t> lengths;
@@ -47,6 +53,7 @@ struct EvalSettings {
     uint64_t seed = 0;
     bool stop_at_full_score = true;  // stop decoding once every answer is found (cannot change the score)
     int64_t context_limit = 0;       // positions the model may use (0: the config's max)
+    SampleCache* sample_cache = nullptr;  // optional: reuse samples across calls (not owned)
 };
 
 // Greedy decode after `prompt`: stops at a stop id, after max_new tokens, at the context limit, or

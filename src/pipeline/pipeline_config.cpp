@@ -141,32 +141,45 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
         return p;
     }
     if (name == "smollm2-gpu") {
-        // SmolLM2-135M (the default model) at the scale of the issue; needs the CUDA training backend.
+        // SmolLM2-135M (the default model) on one GPU (the CUDA training and inference paths). Sized to
+        // run end to end in about 15 minutes on one H200; every student gets the same token budget:
+        // align 50 x 8 x 2048 (0.8M tokens), distill 400 x 8 x 2048 (6.6M), long context 50 x 2 x 8192
+        // (0.8M). Scale the steps up for a better recovery; the report states what ran.
         p.teacher = std::string(HYDRA_SOURCE_DIR) + "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+        p.device = "cuda";
         for (TrainConfig* s : {&p.align, &p.distill, &p.longctx}) {
             s->tokenizer = p.teacher;
             s->seq_len = 2048;
             s->batch_size = 8;
             s->synthetic_tasks = {"passkey", "niah_single_1", "niah_multikey_1", "mqar"};
+            s->eval_batches = 4;
+            s->save_every = 200;  // a checkpoint holds 1.6 GB of weights and AdamW state
         }
-        p.align.steps = p.align.schedule_steps = 500;
+        p.align.steps = p.align.schedule_steps = 50;
         p.align.lr = 1e-3;
-        p.distill.steps = p.distill.schedule_steps = 2000;
-        p.distill.lr = 1e-4;
-        p.longctx.seq_len = 8192;
+        p.distill.steps = p.distill.schedule_steps = 400;
+        p.distill.lr = 3e-4;
+        p.distill.warmup_steps = 20;
+        p.distill.synthetic_fraction = 0.2;
+        p.longctx.seq_len = 8192;  // 4x stage 2, the teacher's whole window
         p.longctx.batch_size = 2;
-        p.longctx.steps = p.longctx.schedule_steps = 500;
-        p.longctx.lr = 5e-5;
+        p.longctx.steps = p.longctx.schedule_steps = 50;
+        p.longctx.lr = 1e-4;
         p.longctx.kl_max_position = 8192;
-        p.longctx.synthetic_fraction = 0.2;
+        p.longctx.synthetic_fraction = 0.3;
         p.longctx.recompute = true;
+        // Scoring SmolLM2's 270 heads by activation patching takes hours on a CPU and has no GPU path
+        // yet: the preset reads the scores `hydra score-heads` computed for this model (committed with
+        // their settings in docs/results/smollm2_scores). score.file="" scores again.
+        p.score_file = std::string(HYDRA_SOURCE_DIR) + "/docs/results/smollm2_scores/scores.json";
         p.score_tasks = {"niah_single_1", "niah_multikey_1", "passkey"};
         p.score_lengths = {1024};
         p.score_samples = 8;
+        p.ablation_samples = 20;
         p.calib_tokens = 2048;
-        p.eval_tasks = {"niah_single_1", "niah_single_2", "niah_multikey_1", "niah_multivalue", "vt", "passkey"};
+        p.eval_tasks = {"niah_single_1", "niah_single_2", "niah_multikey_1", "passkey", "vt"};
         p.eval_lengths = {2048, 4096, 8192, 16384, 32768};
-        p.eval_samples = 20;
+        p.eval_samples = 10;
         p.variants = {{"hydra-7:1-scores", "scores", "7:1", "kv", "scale-norm", "", 1},
                       {"hydra-7:1-random", "random", "7:1", "kv", "scale-norm", "", 1},
                       {"layerwise-3:1", "layerwise", "3:1", "kv", "none", "", 1},
@@ -184,6 +197,7 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
         const std::string w = origin + ": " + key;
         if (key == "name") name = string(v, w);
         else if (key == "teacher") teacher = string(v, w);
+        else if (key == "device") device = string(v, w);
         else if (key == "teacher_train") teacher_train.apply(v, w);
         else if (key == "align") align.apply(v, w);
         else if (key == "distill") distill.apply(v, w);
@@ -202,7 +216,8 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
                 else if (k == "lengths") score_lengths = integers(e, ww);
                 else if (k == "samples") score_samples = integer(e, ww);
                 else if (k == "ablation_samples") ablation_samples = integer(e, ww);
-                else fail("{}: unknown key (score keys: methods, tasks, lengths, samples, ablation_samples)", ww);
+                else if (k == "file") score_file = string(e, ww);
+                else fail("{}: unknown key (score keys: methods, tasks, lengths, samples, ablation_samples, file)", ww);
             }
         } else if (key == "eval") {
             HYDRA_CHECK(v.is_object(), "{}: expected an object", w);
@@ -216,8 +231,8 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
                 else fail("{}: unknown key (eval keys: tasks, lengths, samples, heldout_tokens, heldout_text)", ww);
             }
         } else {
-            fail("{}: unknown key (keys: name, teacher, teacher_train, score, calib_tokens, variants, align, distill, "
-                 "longctx, eval)",
+            fail("{}: unknown key (keys: name, teacher, device, teacher_train, score, calib_tokens, variants, align, "
+                 "distill, longctx, eval)",
                  w);
         }
     }
@@ -254,6 +269,7 @@ void PipelineConfig::validate() const {
     HYDRA_CHECK(score_samples > 0 && !score_lengths.empty(), "pipeline: score needs lengths and samples > 0");
     HYDRA_CHECK(ablation_samples > 0, "pipeline: score.ablation_samples must be > 0");
     HYDRA_CHECK(calib_tokens >= 0, "pipeline: calib_tokens must be >= 0");
+    HYDRA_CHECK(device == "cpu" || device == "cuda", "pipeline: device '{}' is not cpu or cuda", device);
     if (teacher.empty()) teacher_train.validate();
 }
 
@@ -261,8 +277,9 @@ json PipelineConfig::to_json() const {
     json j;
     j["name"] = name;
     j["teacher"] = teacher;
+    j["device"] = device;
     if (teacher.empty()) j["teacher_train"] = teacher_train.to_json();
-    j["score"] = {{"methods", score_methods}, {"tasks", score_tasks}, {"lengths", score_lengths}, {"samples", score_samples}, {"ablation_samples", ablation_samples}};
+    j["score"] = {{"methods", score_methods}, {"tasks", score_tasks}, {"lengths", score_lengths}, {"samples", score_samples}, {"ablation_samples", ablation_samples}, {"file", score_file}};
     j["calib_tokens"] = calib_tokens;
     j["variants"] = json::array();
     for (const auto& v : variants) j["variants"].push_back(variant_json(v));

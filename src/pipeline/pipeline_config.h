@@ -28,6 +28,7 @@ struct PipelineVariant {
 struct PipelineConfig {
     std::string name = "pipeline";
     std::string teacher;              // model path; empty: train one with teacher_train
+    std::string device = "cpu";       // cpu | cuda: where training steps and evaluation decoding run
     TrainConfig teacher_train;        // used when teacher is empty
     // head scoring (for variants with select = scores)
     std::vector<std::string> score_methods = {"activation", "attribution"};
@@ -35,6 +36,7 @@ struct PipelineConfig {
     std::vector<int64_t> score_lengths = {256};
     int64_t score_samples = 4;
     int64_t ablation_samples = 20;    // per task, for the causality check (top-scored vs random heads ablated)
+    std::string score_file;           // a scores.json of `hydra score-heads` for this teacher: used instead of scoring
     int64_t calib_tokens = 512;       // conversion calibration (teacher head RMS, attention span)
     std::vector<PipelineVariant> variants;
     // stage configs (stage.kind/init/teacher are filled in by the runner)

@@ -49,10 +49,14 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
     md += fmt::format("# HydraHead pipeline report: {}\n\n{}; output directory `{}`.\n\n", cfg.name, date, in.out_dir);
     md += fmt::format("Teacher: `{}`. Every variant is converted from it and gets the same three stages "
                       "(align {} steps x {} x {} tokens, distill {} steps x {} x {}, long context {} steps x {} x {}), "
-                      "so the same token budget.\n\n",
+                      "so the same token budget: {:.2f}M + {:.2f}M + {:.2f}M tokens. Training and evaluation ran on "
+                      "the {}.\n\n",
                       in.teacher_path, cfg.align.steps, cfg.align.batch_size, cfg.align.seq_len, cfg.distill.steps,
                       cfg.distill.batch_size, cfg.distill.seq_len, cfg.longctx.steps, cfg.longctx.batch_size,
-                      cfg.longctx.seq_len);
+                      cfg.longctx.seq_len, 1e-6 * double(cfg.align.steps * cfg.align.batch_size * cfg.align.seq_len),
+                      1e-6 * double(cfg.distill.steps * cfg.distill.batch_size * cfg.distill.seq_len),
+                      1e-6 * double(cfg.longctx.steps * cfg.longctx.batch_size * cfg.longctx.seq_len),
+                      cfg.device == "cuda" ? "GPU (CUDA)" : "CPU");
 
     // Headline table.
     std::string table = "| model | plan | KV bytes/token (bf16) | state bytes | held-out ppl | top-1 agree | KL(t||s) |";
@@ -129,7 +133,11 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
                               ab.value("heads_ablated", 0));
             for (const auto& r : ab.value("random", json::array()))
                 md += fmt::format(" {} (seed {})", num(r.value("accuracy", NAN), 1), r.value("seed", 0));
-            md += ".\n\n";
+            md += ".";
+            if (ab.contains("scores_from") && ab["scores_from"].is_string())
+                md += fmt::format(" The scores were read from `{}` (score.file), not recomputed in this run.",
+                                  ab["scores_from"].get<std::string>());
+            md += "\n\n";
         }
     }
 

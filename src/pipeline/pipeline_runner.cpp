@@ -60,7 +60,10 @@ json read_json_or(const fs::path& p, json fallback) {
     return j.is_discarded() ? fallback : j;
 }
 
-void write_json(const fs::path& p, const json& j) { write_text_file(p, j.dump(2) + "\n"); }
+// `replace`: eval results carry model outputs, which may hold invalid UTF-8 (a character cut by the budget).
+void write_json(const fs::path& p, const json& j) {
+    write_text_file(p, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+}
 
 // Teacher statistics for the calibration: the first tokens of held-out prose.
 std::vector<int32_t> prose_tokens(const ModelText& text, const std::string& file, int64_t count, int64_t skip_bytes) {
@@ -137,7 +140,7 @@ std::unique_ptr<LlamaModel> ablated_copy(const LlamaModel& m, const std::vector<
 // for three seeds, on the scoring tasks at the first evaluation length.
 json ablation_check(const LlamaModel& teacher, const ModelText& text, const std::vector<const TaskGenerator*>& tasks,
                     const std::vector<std::string>& task_names, const std::vector<double>& aggregate, int64_t length,
-                    int64_t samples) {
+                    int64_t samples, const PipelineHooks& hooks, bool on_device) {
     const ModelConfig& c = teacher.config();
     const int64_t L = c.num_layers, H = c.num_heads, n = std::max<int64_t>(1, (L * H + 7) / 8);
     EvalSettings es;
@@ -145,7 +148,12 @@ json ablation_check(const LlamaModel& teacher, const ModelText& text, const std:
     es.lengths = {length};
     es.samples = samples;
     es.context_limit = length + 256;
-    auto accuracy = [&](const LlamaModel& m) { return run_eval("ablation", m, tasks, text, es).overall; };
+    SampleCache cache;  // the same samples for every ablation
+    es.sample_cache = &cache;
+    auto accuracy = [&](const LlamaModel& m) {
+        const GenerateFn gen = on_device ? hooks.generator(m, text, es.context_limit, es.context_limit) : GenerateFn{};
+        return run_eval("ablation", m, tasks, text, es, {}, gen).overall;
+    };
     std::vector<std::vector<double>> table(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(H), 0.0));
     for (int64_t i = 0; i < L * H; ++i) table[size_t(i / H)][size_t(i % H)] = aggregate[size_t(i)];
     json j;
@@ -168,6 +176,10 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                             const PipelineHooks& hooks) {
     const auto t_start = Clock::now();
     cfg.validate();
+    const bool on_device = cfg.device == "cuda";
+    HYDRA_CHECK(!on_device || (hooks.train_engine && hooks.generator),
+                "pipeline: device = cuda, but this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON "
+                "on a machine with the CUDA toolkit, or set device=cpu)");
     const auto& steps = pipeline_steps();
     size_t from_index = steps.size();
     if (!from.empty()) {
@@ -200,13 +212,14 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         const auto t0 = Clock::now();
         DataLoader::Generator synthetic;
         if (tc.synthetic_fraction > 0 && hooks.synthetic_rows) synthetic = hooks.synthetic_rows(tc);
+        tc.device = cfg.device;
         run_training(tc, dir.string(), resume ? std::optional(dir.string()) : std::nullopt, std::nullopt,
                      [&](const StepLog& s) {
                          if (hooks.progress)
                              hooks.progress(label, s.step, s.total_steps,
                                             fmt::format("loss {:.4f} {:.0f} tok/s", s.loss, s.tokens_per_second));
                      },
-                     synthetic);
+                     synthetic, on_device ? hooks.train_engine : TrainEngineFactory{});
         record(label, since(t0), tc.steps * tc.batch_size * tc.seq_len);
     };
 
@@ -234,6 +247,34 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         if (forced("score")) fs::remove(scores_path);
         if (fs::exists(scores_path)) {
             say("score: done, skipped");
+        } else if (!cfg.score_file.empty()) {
+            // Scores computed earlier by `hydra score-heads` (e.g. on another machine): checked against the
+            // teacher's shape, copied, and put through the same causality check.
+            const auto t0 = Clock::now();
+            const HeadScoreTable table = load_head_scores(cfg.score_file, tcfg);
+            std::vector<double> aggregate;
+            for (const auto& layer : table.heads) aggregate.insert(aggregate.end(), layer.begin(), layer.end());
+            std::vector<std::unique_ptr<TaskGenerator>> gens;
+            std::vector<const TaskGenerator*> ptrs;
+            for (const std::string& t : cfg.score_tasks) {
+                gens.push_back(make_task(t, ctx));
+                ptrs.push_back(gens.back().get());
+            }
+            say(fmt::format("score: from {}; ablation check on {} at {} tokens", cfg.score_file,
+                            fmt::join(cfg.score_tasks, ","), cfg.score_lengths[0]));
+            json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, aggregate, cfg.score_lengths[0],
+                                     cfg.ablation_samples, hooks, on_device);
+            ab["scores_from"] = cfg.score_file;
+            write_json(out / "ablation.json", ab);
+            write_scores_heatmap((out / "heads.png").string(), aggregate, tcfg.num_layers, tcfg.num_heads,
+                                 "head scores (aggregate)", "combined score", (tcfg.num_layers * tcfg.num_heads + 7) / 8);
+            write_text_file(scores_path, read_text_file(cfg.score_file));  // last: marks the step done
+            record("score/ablation", since(t0), 0);
+            say(fmt::format("ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
+                            "{:.1f} / {:.1f} / {:.1f}",
+                            ab["none"].get<double>(), ab["top_scored"].get<double>(),
+                            ab["random"][0]["accuracy"].get<double>(), ab["random"][1]["accuracy"].get<double>(),
+                            ab["random"][2]["accuracy"].get<double>()));
         } else {
             say(fmt::format("score: {} on {} x {} lengths x {} pairs", fmt::join(cfg.score_methods, "+"),
                             fmt::join(cfg.score_tasks, ","), cfg.score_lengths.size(), cfg.score_samples));
@@ -265,7 +306,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             std::vector<const TaskGenerator*> ptrs;
             for (const auto& g : gens) ptrs.push_back(g.get());
             json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, report.scores.aggregate,
-                                     cfg.score_lengths[0], cfg.ablation_samples);
+                                     cfg.score_lengths[0], cfg.ablation_samples, hooks, on_device);
             write_json(out / "ablation.json", ab);
             record("score/ablation", since(t1), 0);
             say(fmt::format("ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
@@ -338,6 +379,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     std::vector<std::pair<std::string, std::string>> all_models = {{"teacher", teacher_path}};
     all_models.insert(all_models.end(), final_models.begin(), final_models.end());
     std::vector<ModelEvalResult> results;
+    SampleCache sample_cache;  // every model runs the same samples; built once
     json agreement = read_json_or(eval_dir / "agreement.json", json::object());
     const std::vector<int32_t> heldout =
         prose_tokens(text, cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text,
@@ -374,10 +416,21 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         es.lengths = cfg.eval_lengths;
         es.samples = cfg.eval_samples;
         es.context_limit = *std::max_element(cfg.eval_lengths.begin(), cfg.eval_lengths.end()) + 256;
-        ModelEvalResult r = run_eval(name, *m.model, ptrs, text, es, [&](int64_t d, int64_t n, const std::string& s) {
-            if (hooks.progress) hooks.progress("eval " + name, d, n, s);
-        });
-        json j = {{"model", name}, {"path", path}, {"overall", r.overall}, {"seconds", r.seconds}};
+        es.sample_cache = &sample_cache;
+        ModelEvalResult r;
+        {
+            const GenerateFn gen =
+                on_device ? hooks.generator(*m.model, text, es.context_limit, es.context_limit) : GenerateFn{};
+            r = run_eval(name, *m.model, ptrs, text, es, [&](int64_t d, int64_t n, const std::string& s) {
+                if (hooks.progress) hooks.progress("eval " + name, d, n, s);
+            }, gen);
+        }  // the generator's device memory goes before the next model
+        json j = {{"model", name}, {"path", path}, {"overall", r.overall}, {"seconds", r.seconds}, {"device", cfg.device}};
+        for (const SampleOutcome& o : r.samples)
+            j["samples"].push_back({{"task", o.task}, {"length", o.length}, {"index", o.index},
+                                    {"prompt_tokens", o.prompt_tokens}, {"score", o.score}, {"output", o.output},
+                                    {"generated_tokens", o.generated}, {"prefill_s", o.prefill_seconds},
+                                    {"decode_s", o.decode_seconds}});
         for (const auto& [task, by_len] : r.task_scores)
             for (const auto& [len, score] : by_len) j["task_scores"][task][std::to_string(len)] = score;
         for (const auto& [len, score] : r.length_scores) j["length_scores"][std::to_string(len)] = score;

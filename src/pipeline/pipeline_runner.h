@@ -5,7 +5,8 @@
 // stopped; `from` recomputes a step and everything after it.
 //
 // OUT/teacher/                 trained teacher (when the config has no teacher path)
-// OUT/scores.json, heads.png   head scores (variants with select = scores)
+// OUT/scores.json, heads.png   head scores (variants with select = scores; copied from score.file if set)
+// OUT/ablation.json            the scores' causality check (top-scored vs random heads zero-ablated)
 // OUT/<variant>/converted/     the converted hybrid;  align/ distill/ longctx/  stage checkpoints
 // OUT/eval/<model>.json        RULER-style results;  OUT/eval/agreement.json  teacher agreement
 // OUT/timings.json             wall time and tokens per step
@@ -16,8 +17,10 @@
 #include <functional>
 #include <string>
 
+#include "eval/eval_runner.h"
 #include "pipeline/pipeline_config.h"
 #include "train/data_loader.h"
+#include "train/train_engine.h"
 
 namespace hydra {
 
@@ -29,6 +32,11 @@ struct PipelineHooks {
     std::function<void(const std::string&, int64_t, int64_t, const std::string&)> progress;
     // Builds the synthetic-row generator a stage config asks for (lives above train/ and eval/).
     std::function<DataLoader::Generator(const TrainConfig&)> synthetic_rows;
+    // device = cuda (injected by the CLI, which links the CUDA backend): the training step of every stage
+    // and a greedy generator for a model (cache capacity, context limit) for evaluation and the ablation
+    // check. Empty hooks with device = cuda are an error.
+    TrainEngineFactory train_engine;
+    std::function<GenerateFn(const LlamaModel&, const ModelText&, int64_t capacity, int64_t context_limit)> generator;
 };
 
 struct PipelineResult {

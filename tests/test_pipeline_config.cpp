@@ -1,0 +1,140 @@
+// `hydra pipeline` settings and the pieces its GPU run leans on: the device and score.file keys (parse,
+// validation, clear errors), device = cuda refused up front without the CUDA hooks (nothing written),
+// and run_eval's sample cache (several models see exactly the samples they would have built).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "eval/eval_runner.h"
+#include "eval/model_text_encoder.h"
+#include "eval/task_registry.h"
+#include "pipeline/pipeline_config.h"
+#include "pipeline/pipeline_runner.h"
+
+namespace hydra {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(PipelineConfig, DeviceAndScoreFile) {
+    PipelineConfig tiny = PipelineConfig::preset("tiny-cpu");
+    EXPECT_EQ(tiny.device, "cpu");
+    EXPECT_TRUE(tiny.score_file.empty());
+    const PipelineConfig gpu = PipelineConfig::preset("smollm2-gpu");
+    EXPECT_EQ(gpu.device, "cuda");
+    EXPECT_NE(gpu.score_file.find("smollm2_scores/scores.json"), std::string::npos);
+    EXPECT_EQ(gpu.eval_lengths.back(), 32768);
+    EXPECT_GT(gpu.longctx.seq_len, gpu.distill.seq_len);  // stage 3 is the long one
+
+    tiny.apply_override("device=cuda");
+    tiny.apply_override("score.file=/x/scores.json");
+    EXPECT_EQ(tiny.device, "cuda");
+    EXPECT_EQ(tiny.score_file, "/x/scores.json");
+    const nlohmann::json j = tiny.to_json();
+    EXPECT_EQ(j["device"], "cuda");
+    EXPECT_EQ(j["score"]["file"], "/x/scores.json");
+
+    PipelineConfig round = PipelineConfig::preset("tiny-cpu");
+    round.apply(j, "round trip");
+    EXPECT_EQ(round.device, "cuda");
+    EXPECT_EQ(round.score_file, "/x/scores.json");
+
+    PipelineConfig bad = PipelineConfig::preset("tiny-cpu");
+    bad.apply_override("device=gpu");
+    try {
+        bad.validate();
+        FAIL() << "device=gpu accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'gpu' is not cpu or cuda"), std::string::npos) << e.what();
+    }
+    try {
+        bad.apply_override("score.fil=x");
+        FAIL() << "score.fil accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("file"), std::string::npos) << e.what();  // lists the keys
+    }
+}
+
+TEST(PipelineConfig, CudaWithoutHooksIsRefusedBeforeWriting) {
+    PipelineConfig c = PipelineConfig::preset("tiny-cpu");
+    c.device = "cuda";
+    const fs::path out = fs::temp_directory_path() / "hydra_test_pipeline_cuda_refused";
+    fs::remove_all(out);
+    try {
+        run_pipeline(c, out.string(), "", PipelineHooks{});
+        FAIL() << "device=cuda ran without the CUDA hooks";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("built without CUDA"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(out));
+}
+
+ModelConfig byte_config() {
+    ModelConfig c;
+    c.name = "tiny-bytes";
+    c.vocab_size = 260;
+    c.hidden_size = 16;
+    c.intermediate_size = 32;
+    c.num_layers = 1;
+    c.num_heads = 2;
+    c.num_kv_heads = 1;
+    c.head_dim = 8;
+    c.rope_dim = 8;
+    c.max_position_embeddings = 1024;
+    c.tie_word_embeddings = true;
+    return c;
+}
+
+TEST(EvalSampleCache, SameSamplesBuiltOnce) {
+    auto ctx = std::make_shared<TaskContext>();
+    ctx->text = byte_model_text();
+    ctx->options.number_digits = 4;
+    std::vector<std::unique_ptr<TaskGenerator>> gens;
+    std::vector<const TaskGenerator*> tasks;
+    for (const char* t : {"passkey", "niah_single_1"}) {
+        gens.push_back(make_task(t, ctx));
+        tasks.push_back(gens.back().get());
+    }
+    const LlamaModel model(byte_config());
+    EvalSettings es;
+    es.tasks = {"passkey", "niah_single_1"};
+    es.lengths = {400, 700};
+    es.samples = 2;
+    es.seed = 7;
+    // A generator that records the prompts it is given (and answers nothing).
+    std::vector<std::vector<int32_t>> seen;
+    auto recorder = [&](std::vector<std::vector<int32_t>>& into) -> GenerateFn {
+        return [&into](const std::vector<int32_t>& prompt, int64_t,
+                       const std::function<bool(const std::string&)>&) {
+            into.push_back(prompt);
+            return GreedyResult{};
+        };
+    };
+    const ModelEvalResult plain = run_eval("plain", model, tasks, ctx->text, es, {}, recorder(seen));
+
+    SampleCache cache;
+    es.sample_cache = &cache;
+    std::vector<std::vector<int32_t>> first, second;
+    const ModelEvalResult a = run_eval("a", model, tasks, ctx->text, es, {}, recorder(first));
+    EXPECT_EQ(cache.size(), 2u * 2u * 2u);
+    const ModelEvalResult b = run_eval("b", model, tasks, ctx->text, es, {}, recorder(second));
+    EXPECT_EQ(cache.size(), 8u);  // nothing rebuilt
+    ASSERT_EQ(seen.size(), 8u);
+    EXPECT_EQ(first, seen);
+    EXPECT_EQ(second, seen);
+    ASSERT_EQ(b.samples.size(), plain.samples.size());
+    for (size_t i = 0; i < b.samples.size(); ++i) {
+        EXPECT_EQ(b.samples[i].answers, plain.samples[i].answers);
+        EXPECT_EQ(b.samples[i].prompt_tokens, plain.samples[i].prompt_tokens);
+    }
+    // A different seed is a different key: new samples.
+    es.seed = 8;
+    std::vector<std::vector<int32_t>> other;
+    run_eval("c", model, tasks, ctx->text, es, {}, recorder(other));
+    EXPECT_EQ(cache.size(), 16u);
+    EXPECT_NE(other, seen);
+}
+
+}  // namespace
+}  // namespace hydra
