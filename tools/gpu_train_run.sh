@@ -31,7 +31,7 @@ export PYTHONUNBUFFERED=1
 mode="${1:-}"
 t_start=$(date +%s)
 stamp() { echo "[gpu_train_run] $(( $(date +%s) - t_start )) s: $*"; }
-PROGRAMS=(hydra gpu_train_parity gpu_train_bench)
+PROGRAMS=(hydra gpu_train_parity gpu_train_bench gpu_forward_parity)
 PACKED="$ROOT/.devdeps/gpu_train/bin.tar.xz"
 GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # as tools/gpu_build.sh

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# `hydra pipeline --preset smollm2-gpu` on the offline GPU machine (one H200), in calls of at most ten
+# minutes: the pipeline runs in its own process session on that machine, so it outlives a call, and
+# every call waits on it for a while and brings back its results (report, plots, eval JSON, stage logs;
+# never weights). The machine keeps its disk only while it stays warm (about 30 s between calls).
+#
+# here, once:   tools/gpu_build.sh fetch; tools/gpu_train_run.sh pack (the CUDA binaries, built here)
+# here, before: tools/gpu_train_run.sh split (the model in two parts sized for the tree as it is now)
+# call 1, carry .devdeps/gpu .devdeps/gguf_train_a .devdeps/gpu_train:   tools/gpu_pipeline_run.sh stage
+#   the binaries and part a of the model (tools/gpu_train_run.sh stage), then the gradient parity of the
+#   CUDA training step against the CPU reference (tiny and SmolLM2-shaped models: CE, KL, align)
+# call 2 (within ~30 s), carry .devdeps/gguf_train_b:    tools/gpu_pipeline_run.sh start [key=value ...]
+#   the model (checksum), the real-model parity (SKIP_PARITY=1: not), then the pipeline started in the
+#   background into $PREFIX/pipeline; waits up to WAIT_SECONDS (default 500) and collects
+# call 3... (each within ~30 s of the last):             tools/gpu_pipeline_run.sh wait
+#   waits again and collects; exits 0 once the pipeline has finished (report.md written), 10 while it
+#   is still running, the pipeline's status otherwise; after a good finish, gpu_forward_parity (GPU vs
+#   CPU forward) on the teacher and the trained students
+# Results go to $OUT (or ./gpu_pipeline_results).
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+PREFIX="${HYDRA_GPU_PREFIX:-/tmp/hydra_gpu}"
+RES="${OUT:-$ROOT/gpu_pipeline_results}"
+RUN="$PREFIX/${RUN_NAME:-pipeline}"  # RUN_NAME: another output directory (e.g. a short smoke run)
+mkdir -p "$RES"
+mode="${1:-}"
+[[ $# -gt 0 ]] && shift
+t_start=$(date +%s)
+stamp() { echo "[gpu_pipeline_run] $(( $(date +%s) - t_start )) s: $*"; }
+GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # as tools/gpu_build.sh
+PART_B="$ROOT/.devdeps/gguf_train_b/part"
+
+unxz_to() {  # unxz_to OUT < in.xz   (xz, else Python's lzma)
+  if command -v xz >/dev/null; then xz -dc > "$1"
+  else python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))' > "$1"; fi
+}
+
+# Copies what the pipeline has produced so far (small files only) into $RES.
+collect() {
+  [[ -d "$RUN" ]] || return 0
+  (cd "$RUN" && find . -type f \( -name '*.md' -o -name '*.png' -o -name '*.json' -o -name '*.jsonl' \) \
+      ! -name 'tokenizer*.json' -size -20M -print0 | tar --null -T - -cf -) \
+    | tar -C "$RES" -xf - 2>/dev/null
+  cp "$PREFIX/pipeline.log" "$RES/pipeline.log" 2>/dev/null
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader >> "$RES/gpu_samples.txt" 2>/dev/null
+}
+
+# Waits for the background pipeline up to $1 seconds; 0 = finished well, 10 = still running, else its status.
+wait_pipeline() {
+  local limit="$1" pid
+  pid="$(cat "$PREFIX/pipeline.pid" 2>/dev/null)"
+  [[ -n "$pid" ]] || { echo "[gpu_pipeline_run] no pipeline was started on this machine (a fresh machine?)"; return 3; }
+  while kill -0 "$pid" 2>/dev/null; do
+    if (( $(date +%s) - t_start >= limit )); then
+      collect
+      stamp "still running; last lines:"
+      tr '\r' '\n' < "$PREFIX/pipeline.log" | grep -v '^\s*$' | tail -4
+      return 10
+    fi
+    sleep 5
+  done
+  collect
+  local rc
+  rc="$(cat "$PREFIX/pipeline.rc" 2>/dev/null || echo 99)"  # 99: ended without a status (killed)
+  stamp "pipeline finished, status $rc"
+  tr '\r' '\n' < "$PREFIX/pipeline.log" | grep -v '^\s*$' | tail -20
+  if [[ "$rc" == 0 && -x "$PREFIX/build/gpu_forward_parity" && ! -f "$RES/forward_parity.log" ]]; then
+    # GPU inference vs the CPU reference on the trained students (and the teacher)
+    stamp "forward parity of the trained models"
+    timeout "${FORWARD_PARITY_SECONDS:-150}" "$PREFIX/build/gpu_forward_parity" --tokens 300 "$HYDRA_MODEL" \
+      "$RUN"/*/longctx > "$RES/forward_parity.log" 2>&1
+    echo "forward parity exit $?" >> "$RES/forward_parity.log"
+    grep -vE '^\s*$' "$RES/forward_parity.log" | tail -30
+  fi
+  return "$rc"
+}
+
+case "$mode" in
+stage)
+  tools/gpu_train_run.sh stage || exit $?
+  # shellcheck disable=SC1091
+  source "$PREFIX/env.sh"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$RES/gpu.txt" 2>&1
+  stamp "parity (tiny and SmolLM2-shaped models)"
+  timeout "${PARITY_SECONDS:-240}" "$PREFIX/build/gpu_train_parity" --smollm > "$RES/parity.log" 2>&1
+  echo "parity exit $?" | tee -a "$RES/parity.log"
+  grep -E "PASS|FAIL|passed|floor" "$RES/parity.log" | tail -40
+  stamp "done"
+  ;;
+start)
+  if ! echo "$GGUF_SHA256  $PREFIX/models/$GGUF_NAME" | sha256sum -c --quiet - 2>/dev/null; then
+    [[ -f "$PREFIX/gguf_parts/train_a" && -f "$PART_B" && -x "$PREFIX/build/hydra" ]] || {
+      echo "[gpu_pipeline_run] part a, part b or the binaries are missing: run call 1 again, then call 2 at once"; exit 3; }
+    mkdir -p "$PREFIX/models"
+    cat "$PREFIX/gguf_parts/train_a" "$PART_B" | unxz_to "$PREFIX/models/$GGUF_NAME"
+    echo "$GGUF_SHA256  $PREFIX/models/$GGUF_NAME" | sha256sum -c --quiet - || { echo "[gpu_pipeline_run] model checksum mismatch"; exit 3; }
+  fi
+  # shellcheck disable=SC1091
+  source "$PREFIX/env.sh"
+  if [[ -z "${SKIP_PARITY:-}" ]]; then
+    stamp "parity on the real model"
+    timeout 60 "$PREFIX/build/gpu_train_parity" --no-tiny --seq 130 --model "$HYDRA_MODEL" > "$RES/parity_model.log" 2>&1
+    echo "parity exit $?" | tee -a "$RES/parity_model.log"
+    grep -E "PASS|FAIL|passed|floor" "$RES/parity_model.log" | tail -20
+  fi
+  stamp "pipeline started in the background"
+  rm -rf "$RUN" "$PREFIX/pipeline.rc"
+  args="$(printf '%q ' "$@")"  # the overrides, quoted for the inner shell
+  # In its own session, so the call returning does not end it; the inner shell records its pid and
+  # the pipeline's status (pipeline.rc).
+  setsid bash -c "echo \$\$ > '$PREFIX/pipeline.pid'; cd '$ROOT' && hydra pipeline --preset smollm2-gpu \
+      --out '$RUN' 'teacher=$HYDRA_MODEL' 'score.file=$ROOT/docs/results/smollm2_scores/scores.json' $args \
+      > '$PREFIX/pipeline.log' 2>&1; echo \$? > '$PREFIX/pipeline.rc'" < /dev/null > /dev/null 2>&1 &
+  sleep 3
+  wait_pipeline "${WAIT_SECONDS:-500}"
+  exit $?
+  ;;
+wait)
+  # shellcheck disable=SC1091
+  source "$PREFIX/env.sh" 2>/dev/null
+  wait_pipeline "${WAIT_SECONDS:-560}"
+  exit $?
+  ;;
+*)
+  sed -n '2,20p' "$0"
+  exit 2
+  ;;
+esac
