@@ -5,11 +5,17 @@
 // (random GDN heads make the step chaotic at bf16 resolution); each case also prints its "bf16 floor": how
 // far rounding only the GEMM weights to bf16 moves the fp32 CPU gradients. Then the CUDA engine (gpu_train_engine.h):
 // three AdamW steps on one batch must lower the loss and leave frozen tensors bit-identical.
+// Stage 1 (align) cases: GpuTrainStep::align_forward_backward against train/align_step (teacher states from
+// layer_boundary_states): the loss, every layer's loss (1e-2) and the gradients as above, with every tensor
+// of the layers that have LA heads trainable, or the align set {*.linear_attn.*, *.fusion.*} (every other
+// tensor must get exactly zero); their bf16 floor rounds the teacher's and the student's GEMM weights.
+// Then the engine on stage align.
 //
-//   gpu_train_parity [--smollm] [--model GGUF] [--seq T] [--no-tiny]
+//   gpu_train_parity [--smollm] [--model GGUF] [--seq T] [--no-tiny] [--no-align]
 //     default: tiny random models (hidden 256, 4 heads of 64, 2 KV heads, 3 layers, vocab 512, B 2 x T 130)
 //     --smollm: also SmolLM2-135M-shaped random models (teacher, 7:1 hybrid), B 1 x T 256
-//     --model:  also the real teacher from a GGUF and its 7:1 random-kv conversion (KL objective)
+//     --model:  also the real teacher from a GGUF and its 7:1 random-kv conversion (KL objective, align)
+//     --no-align: skip the align cases (every group above has them)
 // Exit status: 0 all pass; 1 some tensor over tolerance but every error < 0.1; 2 worse (or non-finite).
 #include <cuda_runtime.h>
 
@@ -48,9 +54,10 @@ struct Outcome {
 struct Case {
     std::string name;
     const LlamaModel* student = nullptr;
-    const LlamaModel* teacher = nullptr;  // KL objective
+    const LlamaModel* teacher = nullptr;  // KL objective; align: the states' source
     gpu::GpuObjective obj;
-    std::vector<std::string> frozen;  // globs
+    std::vector<std::string> frozen;     // globs
+    std::vector<std::string> trainable;  // globs; non-empty: only these train (as stage.trainable)
     bool recompute = false;
     int64_t B = 2, T = 130;
     bool also_lm_train_step = false;  // teacher CE: the whole-model FA step as a second reference
@@ -68,106 +75,32 @@ void note(Outcome& o, double rel, double tol) {
     o.worst = std::max(o.worst, std::isfinite(rel) ? rel : INFINITY);
 }
 
-Outcome run_case(const Case& c, cudaStream_t stream) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const LlamaModel& m = *c.student;
-    const ModelConfig& cfg = m.config();
-    const ParamArena& layout = m.params();
-    const int64_t n = layout.numel(), N = c.B * c.T, V = cfg.vocab_size;
-    fmt::print("== {}: {} (B {} x T {}), {} parameters{}{}\n", c.name, m.plan().ratio_summary(), c.B, c.T,
-               layout.parameter_count(), c.recompute ? ", layer recomputation" : "",
-               c.frozen.empty() ? "" : ", frozen: " + fmt::format("{}", fmt::join(c.frozen, " ")));
-    const std::vector<int32_t> inputs = random_tokens(N, V, 11 + c.T);
-    std::vector<int32_t> targets = random_tokens(N, V, 12 + c.T);
-    for (int64_t i = 0; i < N; i += 17) targets[size_t(i)] = -1;  // some ignored targets
-    const TrainBatch batch{inputs.data(), targets.data(), c.B, c.T};
-
+// The case's trainable mask: stage.trainable globs (then everything else frozen), or frozen globs.
+std::vector<char> trainable_mask(const ParamArena& layout, const Case& c) {
     std::vector<ParamRule> rules;
+    for (const std::string& g : c.trainable) rules.push_back(ParamRule{g, true, std::nullopt, std::nullopt, ""});
+    if (!c.trainable.empty()) rules.push_back(ParamRule{"*", false, std::nullopt, std::nullopt, ""});
     for (const std::string& g : c.frozen) rules.push_back(ParamRule{g, false, std::nullopt, std::nullopt, ""});
-    const std::vector<ParamSpan> spans = build_param_spans(layout.entries(), rules);
     std::vector<char> trainable;
-    for (const ParamSpan& s : spans) trainable.push_back(s.trainable);
+    for (const ParamSpan& s : build_param_spans(layout.entries(), rules)) trainable.push_back(s.trainable);
+    return trainable;
+}
 
-    // CPU reference
-    StageObjective so;
-    so.ce_weight = c.obj.ce_weight;
-    so.kl_weight = c.obj.kl_weight;
-    so.temperature = c.obj.temperature;
-    std::vector<float> t_hidden;
-    std::vector<uint8_t> mask;
-    if (c.obj.kl_weight > 0) {
-        const LlamaModel& t = *c.teacher;
-        t_hidden = final_hidden_states(t.config(), t.plan(), t.params(), t.params().data(), inputs.data(), c.B, c.T);
-        so.teacher_hidden = t_hidden.data();
-        so.teacher_head = t.lm_head().f32();
-        so.teacher_hidden_size = t.config().hidden_size;
-        if (c.obj.kl_max_position > 0) {
-            mask.resize(size_t(N));
-            for (int64_t i = 0; i < N; ++i) mask[size_t(i)] = i % c.T < c.obj.kl_max_position;
-            so.kl_mask = mask.data();
-        }
-    }
-    std::vector<float> g_cpu(static_cast<size_t>(n), 0.f);
-    const ModelStepResult ref =
-        model_train_step<float>(cfg, m.plan(), layout, layout.data(), g_cpu.data(), batch, so, trainable, {false});
-    // The bf16 floor: the same CPU step with the GEMM weights (2-D tensors) rounded to bf16, as the GPU reads
-    // them. How far that moves the fp32 gradients is how well-conditioned the case is for a bf16 check.
-    std::vector<float> g_floor(static_cast<size_t>(n), 0.f);
-    {
-        std::vector<float> p16(layout.data(), layout.data() + n);
-        for (const ArenaEntry& e : layout.entries())
-            if (e.shape.size() == 2)
-                for (int64_t i = 0; i < e.shape[0] * e.shape[1]; ++i)
-                    p16[size_t(e.offset + i)] = bf16_to_f32(f32_to_bf16(p16[size_t(e.offset + i)]));
-        model_train_step<float>(cfg, m.plan(), layout, p16.data(), g_floor.data(), batch, so, trainable, {false});
-    }
-    const auto t1 = std::chrono::steady_clock::now();
+// A copy of the parameters with the GEMM weights (2-D tensors) rounded to bf16, as the GPU reads them.
+std::vector<float> bf16_gemm_weights(const ParamArena& layout) {
+    const int64_t n = layout.numel();
+    std::vector<float> p16(layout.data(), layout.data() + n);
+    for (const ArenaEntry& e : layout.entries())
+        if (e.shape.size() == 2)
+            for (int64_t i = 0; i < e.shape[0] * e.shape[1]; ++i)
+                p16[size_t(e.offset + i)] = bf16_to_f32(f32_to_bf16(p16[size_t(e.offset + i)]));
+    return p16;
+}
 
-    // GPU
-    gpu::GpuTrainModel sm(m, true, stream);
-    sm.set_trainable(trainable);
-    std::optional<gpu::GpuTrainModel> tm;
-    if (c.obj.kl_weight > 0) tm.emplace(*c.teacher, false, stream);
-    gpu::GpuStepOptions opt;
-    opt.recompute = c.recompute;
-    gpu::GpuTrainStep step(sm, tm ? &*tm : nullptr, opt, stream);
-    const gpu::GpuStepLosses gl = step.forward_backward(batch, c.obj);
-    std::vector<float> g_gpu(static_cast<size_t>(n));
-    sm.download_grads(g_gpu.data(), stream);
-    const auto t2 = std::chrono::steady_clock::now();
-
-    Outcome out;
-    auto rel = [](double a, double b) { return std::abs(a - b) / std::max(1e-12, std::abs(b)); };
-    const double gpu_loss = c.obj.ce_weight * gl.ce() + c.obj.kl_weight * gl.kl();
-    fmt::print("loss: CPU {:.6f} GPU {:.6f} rel {:.2e}", ref.loss, gpu_loss, rel(gpu_loss, ref.loss));
-    note(out, rel(gpu_loss, ref.loss), kLossTol);
-    if (c.obj.ce_weight > 0) {
-        fmt::print(" | CE CPU {:.6f} GPU {:.6f} ({} targets)", ref.ce, gl.ce(), gl.ce_count);
-        note(out, rel(gl.ce(), ref.ce), kLossTol);
-    }
-    if (c.obj.kl_weight > 0) {
-        fmt::print(" | KL CPU {:.6f} GPU {:.6f} ({} rows)", ref.kl, gl.kl(), gl.kl_count);
-        note(out, rel(gl.kl(), ref.kl), kLossTol);
-    }
-    fmt::print("\n");
-    if (c.also_lm_train_step) {
-        std::vector<float> g_lm(static_cast<size_t>(n), 0.f);
-        const TrainStepResult lr = lm_train_step<float>(cfg, layout, layout.data(), g_lm.data(), batch);
-        const double r_all = bench::rel_rms(g_gpu.data(), g_lm.data(), n);
-        fmt::print("vs lm_train_step: loss {:.6f} (GPU rel {:.2e}); all gradients rel RMS {:.2e} (model_step vs "
-                   "lm_train_step {:.2e})\n",
-                   lr.loss, rel(gpu_loss, lr.loss), r_all, bench::rel_rms(g_cpu.data(), g_lm.data(), n));
-        note(out, rel(gpu_loss, lr.loss), kLossTol);
-        note(out, r_all, kGradTol);
-    }
-    if (tm) {
-        const std::vector<float> th = step.final_hidden(batch, true);
-        const double r = bench::rel_rms(th.data(), t_hidden.data(), int64_t(th.size()));
-        fmt::print("teacher final hidden (bf16) vs CPU: rel RMS {:.2e}\n", r);
-        note(out, r, kGradTol);
-    }
-
-    // per tensor
+// Every trainable tensor's GPU gradient against the CPU reference (rel RMS, kGradTol) beside its bf16 floor,
+// the whole trainable vector; frozen tensors must be exactly zero on the GPU.
+void compare_gradients(const ParamArena& layout, const std::vector<char>& trainable, const std::vector<float>& g_gpu,
+                       const std::vector<float>& g_cpu, const std::vector<float>& g_floor, Outcome& out) {
     struct Row {
         std::string name;
         int64_t numel;
@@ -244,6 +177,100 @@ Outcome run_case(const Case& c, cudaStream_t stream) {
         out.fails += frozen_nonzero;
         if (frozen_nonzero) out.worst = INFINITY;
     }
+}
+
+Outcome run_case(const Case& c, cudaStream_t stream) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const LlamaModel& m = *c.student;
+    const ModelConfig& cfg = m.config();
+    const ParamArena& layout = m.params();
+    const int64_t n = layout.numel(), N = c.B * c.T, V = cfg.vocab_size;
+    fmt::print("== {}: {} (B {} x T {}), {} parameters{}{}\n", c.name, m.plan().ratio_summary(), c.B, c.T,
+               layout.parameter_count(), c.recompute ? ", layer recomputation" : "",
+               c.frozen.empty() ? "" : ", frozen: " + fmt::format("{}", fmt::join(c.frozen, " ")));
+    const std::vector<int32_t> inputs = random_tokens(N, V, 11 + c.T);
+    std::vector<int32_t> targets = random_tokens(N, V, 12 + c.T);
+    for (int64_t i = 0; i < N; i += 17) targets[size_t(i)] = -1;  // some ignored targets
+    const TrainBatch batch{inputs.data(), targets.data(), c.B, c.T};
+
+    const std::vector<char> trainable = trainable_mask(layout, c);
+
+    // CPU reference
+    StageObjective so;
+    so.ce_weight = c.obj.ce_weight;
+    so.kl_weight = c.obj.kl_weight;
+    so.temperature = c.obj.temperature;
+    std::vector<float> t_hidden;
+    std::vector<uint8_t> mask;
+    if (c.obj.kl_weight > 0) {
+        const LlamaModel& t = *c.teacher;
+        t_hidden = final_hidden_states(t.config(), t.plan(), t.params(), t.params().data(), inputs.data(), c.B, c.T);
+        so.teacher_hidden = t_hidden.data();
+        so.teacher_head = t.lm_head().f32();
+        so.teacher_hidden_size = t.config().hidden_size;
+        if (c.obj.kl_max_position > 0) {
+            mask.resize(size_t(N));
+            for (int64_t i = 0; i < N; ++i) mask[size_t(i)] = i % c.T < c.obj.kl_max_position;
+            so.kl_mask = mask.data();
+        }
+    }
+    std::vector<float> g_cpu(static_cast<size_t>(n), 0.f);
+    const ModelStepResult ref =
+        model_train_step<float>(cfg, m.plan(), layout, layout.data(), g_cpu.data(), batch, so, trainable, {false});
+    // The bf16 floor: the same CPU step with the GEMM weights (2-D tensors) rounded to bf16, as the GPU reads
+    // them. How far that moves the fp32 gradients is how well-conditioned the case is for a bf16 check.
+    std::vector<float> g_floor(static_cast<size_t>(n), 0.f);
+    {
+        const std::vector<float> p16 = bf16_gemm_weights(layout);
+        model_train_step<float>(cfg, m.plan(), layout, p16.data(), g_floor.data(), batch, so, trainable, {false});
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+
+    // GPU
+    gpu::GpuTrainModel sm(m, true, stream);
+    sm.set_trainable(trainable);
+    std::optional<gpu::GpuTrainModel> tm;
+    if (c.obj.kl_weight > 0) tm.emplace(*c.teacher, false, stream);
+    gpu::GpuStepOptions opt;
+    opt.recompute = c.recompute;
+    gpu::GpuTrainStep step(sm, tm ? &*tm : nullptr, opt, stream);
+    const gpu::GpuStepLosses gl = step.forward_backward(batch, c.obj);
+    std::vector<float> g_gpu(static_cast<size_t>(n));
+    sm.download_grads(g_gpu.data(), stream);
+    const auto t2 = std::chrono::steady_clock::now();
+
+    Outcome out;
+    auto rel = [](double a, double b) { return std::abs(a - b) / std::max(1e-12, std::abs(b)); };
+    const double gpu_loss = c.obj.ce_weight * gl.ce() + c.obj.kl_weight * gl.kl();
+    fmt::print("loss: CPU {:.6f} GPU {:.6f} rel {:.2e}", ref.loss, gpu_loss, rel(gpu_loss, ref.loss));
+    note(out, rel(gpu_loss, ref.loss), kLossTol);
+    if (c.obj.ce_weight > 0) {
+        fmt::print(" | CE CPU {:.6f} GPU {:.6f} ({} targets)", ref.ce, gl.ce(), gl.ce_count);
+        note(out, rel(gl.ce(), ref.ce), kLossTol);
+    }
+    if (c.obj.kl_weight > 0) {
+        fmt::print(" | KL CPU {:.6f} GPU {:.6f} ({} rows)", ref.kl, gl.kl(), gl.kl_count);
+        note(out, rel(gl.kl(), ref.kl), kLossTol);
+    }
+    fmt::print("\n");
+    if (c.also_lm_train_step) {
+        std::vector<float> g_lm(static_cast<size_t>(n), 0.f);
+        const TrainStepResult lr = lm_train_step<float>(cfg, layout, layout.data(), g_lm.data(), batch);
+        const double r_all = bench::rel_rms(g_gpu.data(), g_lm.data(), n);
+        fmt::print("vs lm_train_step: loss {:.6f} (GPU rel {:.2e}); all gradients rel RMS {:.2e} (model_step vs "
+                   "lm_train_step {:.2e})\n",
+                   lr.loss, rel(gpu_loss, lr.loss), r_all, bench::rel_rms(g_cpu.data(), g_lm.data(), n));
+        note(out, rel(gpu_loss, lr.loss), kLossTol);
+        note(out, r_all, kGradTol);
+    }
+    if (tm) {
+        const std::vector<float> th = step.final_hidden(batch, true);
+        const double r = bench::rel_rms(th.data(), t_hidden.data(), int64_t(th.size()));
+        fmt::print("teacher final hidden (bf16) vs CPU: rel RMS {:.2e}\n", r);
+        note(out, r, kGradTol);
+    }
+
+    compare_gradients(layout, trainable, g_gpu, g_cpu, g_floor, out);
     fmt::print("timing: CPU reference {:.2f} s, GPU upload + step {:.2f} s; arena peak {:.1f} MiB\n",
                std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
                double(step.arena_peak_bytes()) / 1048576.0);
@@ -252,23 +279,120 @@ Outcome run_case(const Case& c, cudaStream_t stream) {
     return out;
 }
 
+// Stage 1 (align): GpuTrainStep::align_forward_backward against train/align_step.cpp on the teacher's
+// layer_boundary_states. The bf16 floor rounds the GEMM weights of both models (the GPU teacher reads bf16
+// weights too). Layer losses are compared relative to max(CPU, 1e-2): a pure-FA layer of a converted hybrid
+// is the teacher's layer, its loss is rounding noise around 0 on both sides.
+Outcome run_align_case(const Case& c, cudaStream_t stream) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const LlamaModel& m = *c.student;
+    const LlamaModel& t = *c.teacher;
+    const ModelConfig& cfg = m.config();
+    const ParamArena& layout = m.params();
+    const int64_t n = layout.numel(), N = c.B * c.T, V = cfg.vocab_size, L = cfg.num_layers;
+    fmt::print("== {}: {} (B {} x T {}), {} parameters{}{}\n", c.name, m.plan().ratio_summary(), c.B, c.T,
+               layout.parameter_count(), c.recompute ? ", recompute (shared GDN workspaces)" : "",
+               c.trainable.empty() ? "" : ", trainable: " + fmt::format("{}", fmt::join(c.trainable, " ")));
+    const std::vector<int32_t> inputs = random_tokens(N, V, 13 + c.T);
+    const TrainBatch batch{inputs.data(), nullptr, c.B, c.T};  // align reads no targets
+    const std::vector<char> trainable = trainable_mask(layout, c);
+
+    // CPU reference
+    const std::vector<float> states =
+        layer_boundary_states(t.config(), t.plan(), t.params(), t.params().data(), inputs.data(), c.B, c.T);
+    std::vector<float> g_cpu(static_cast<size_t>(n), 0.f);
+    const AlignResult ref =
+        align_step(cfg, m.plan(), layout, layout.data(), g_cpu.data(), trainable, states.data(), c.B, c.T);
+    std::vector<float> g_floor(static_cast<size_t>(n), 0.f);
+    AlignResult ref16;
+    {
+        const std::vector<float> t16 = bf16_gemm_weights(t.params());
+        const std::vector<float> states16 =
+            layer_boundary_states(t.config(), t.plan(), t.params(), t16.data(), inputs.data(), c.B, c.T);
+        const std::vector<float> p16 = bf16_gemm_weights(layout);
+        ref16 = align_step(cfg, m.plan(), layout, p16.data(), g_floor.data(), trainable, states16.data(), c.B, c.T);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+
+    // GPU
+    gpu::GpuTrainModel sm(m, true, stream);
+    sm.set_trainable(trainable);
+    gpu::GpuTrainModel tm(t, false, stream);
+    gpu::GpuStepOptions opt;
+    opt.recompute = c.recompute;
+    gpu::GpuTrainStep step(sm, &tm, opt, stream);
+    const gpu::GpuAlignResult gl = step.align_forward_backward(batch);
+    std::vector<float> g_gpu(static_cast<size_t>(n));
+    sm.download_grads(g_gpu.data(), stream);
+    const auto t2 = std::chrono::steady_clock::now();
+
+    Outcome out;
+    auto rel = [](double a, double b) { return std::abs(a - b) / std::max(1e-12, std::abs(b)); };
+    auto rel_layer = [](double a, double b) { return std::abs(a - b) / std::max(1e-2, std::abs(b)); };
+    fmt::print("align loss: CPU {:.6f} GPU {:.6f} rel {:.2e} (bf16 floor {:.2e})\n", ref.loss, gl.loss,
+               rel(gl.loss, ref.loss), rel(ref16.loss, ref.loss));
+    note(out, rel(gl.loss, ref.loss), kLossTol);
+    if (int64_t(gl.layer_loss.size()) != L) {
+        fmt::print("GPU returned {} layer losses for {} layers\n", gl.layer_loss.size(), L);
+        out.fails++, out.worst = INFINITY;
+    } else {
+        int over = 0;
+        double worst = 0;
+        for (int64_t l = 0; l < L; ++l) {
+            const double r = rel_layer(gl.layer_loss[size_t(l)], ref.layer_loss[size_t(l)]);
+            const double f = rel_layer(ref16.layer_loss[size_t(l)], ref.layer_loss[size_t(l)]);
+            const LayerPlan& lp = m.plan().layers[size_t(l)];
+            fmt::print("  layer {:>2} ({} FA, {} LA heads): CPU {:.6f} GPU {:.6f} rel {:.2e} (bf16 floor {:.2e}){}\n", l,
+                       lp.num_fa(), lp.num_la(), ref.layer_loss[size_t(l)], gl.layer_loss[size_t(l)], r, f,
+                       r <= kLossTol ? "" : " *");
+            note(out, r, kLossTol);
+            over += !(r <= kLossTol);
+            worst = std::max(worst, std::isfinite(r) ? r : INFINITY);
+        }
+        fmt::print("layer losses: {} layers, {} over {:.0e} (relative to max(CPU, 1e-2)), worst {:.2e}\n", L, over,
+                   kLossTol, worst);
+    }
+    compare_gradients(layout, trainable, g_gpu, g_cpu, g_floor, out);
+    fmt::print("timing: CPU reference {:.2f} s, GPU upload + step {:.2f} s; arena peak {:.1f} MiB\n",
+               std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
+               double(step.arena_peak_bytes()) / 1048576.0);
+    fmt::print("{}: {} ({} checks over tolerance, worst {:.2e})\n\n", c.name, out.fails ? "FAIL" : "PASS", out.fails,
+               out.worst);
+    return out;
+}
+
+// Every tensor of the layers that have LA heads (their align losses are real; a pure-FA layer of a converted
+// hybrid is the teacher's, with a loss and gradients of rounding noise on both sides).
+std::vector<std::string> la_layer_globs(const LlamaModel& m) {
+    std::vector<std::string> globs;
+    for (int64_t l = 0; l < m.config().num_layers; ++l)
+        if (m.plan().layers[size_t(l)].num_la() > 0) globs.push_back(LlamaModel::layer_name(l, "*"));
+    return globs;
+}
+
+const std::vector<std::string> kAlignTrainable = {"*.linear_attn.*", "*.fusion.*"};
+
 // The CUDA engine on the distillation objective: 3 steps on one batch lower the loss; frozen tensors stay
 // bit-identical, trainable ones move.
-Outcome run_engine(const LlamaModel& student_in, const LlamaModel& teacher, int64_t B, int64_t T) {
-    fmt::print("== engine: 3 AdamW steps (distill: 0.5 CE + KL, lr 3e-3, clip 1.0, MLPs frozen)\n");
+// With `align`: stage 1 (align loss, CE / KL must read NaN), lr 1e-3, the align trainable set.
+Outcome run_engine(const LlamaModel& student_in, const LlamaModel& teacher, int64_t B, int64_t T, bool align = false) {
+    const float lr = align ? 1e-3f : 3e-3f;
+    fmt::print("== engine: 3 AdamW steps ({}, lr {:.0e}, clip 1.0, {})\n", align ? "align" : "distill: 0.5 CE + KL", lr,
+               align ? "trainable *.linear_attn.* *.fusion.*" : "MLPs frozen");
     LlamaModel student(student_in.config(), &student_in.plan());
     std::copy_n(student_in.params().data(), student_in.params().numel(), student.params().data());
     TrainConfig tc;
-    tc.stage = "distill";
+    tc.stage = align ? "align" : "distill";
     tc.ce_weight = 0.5;
-    tc.kl_weight = 1.0;
+    tc.kl_weight = align ? 0.0 : 1.0;  // align must build its teacher whatever kl_weight says
     tc.trainable = {"*.self_attn.*", "*.linear_attn.*", "*.fusion.*", "*norm*", "model.embed_tokens.weight"};
+    if (align) tc.trainable = kAlignTrainable;
     std::vector<ParamRule> rules;
     for (const std::string& p : tc.trainable) rules.push_back(ParamRule{p, true, std::nullopt, std::nullopt, ""});
     rules.push_back(ParamRule{"*", false, std::nullopt, std::nullopt, ""});
     const std::vector<ParamSpan> spans = build_param_spans(student.params().entries(), rules);
     AdamWConfig ac;
-    ac.lr = 3e-3f;
+    ac.lr = lr;
     AdamW cpu_opt(ac, student.params().numel());
     std::unique_ptr<TrainEngine> eng =
         gpu::make_gpu_train_engine(TrainEngineSetup{&tc, &student, &teacher, &spans, &cpu_opt});
@@ -279,10 +403,11 @@ Outcome run_engine(const LlamaModel& student_in, const LlamaModel& teacher, int6
     Outcome out;
     double first = 0, last = 0;
     for (int s = 0; s < 3; ++s) {
-        const EngineStepResult r = eng->step(batch, 3e-3f, 1.0);
+        const EngineStepResult r = eng->step(batch, lr, 1.0);
         fmt::print("step {}: loss {:.5f} (CE {:.5f}, KL {:.5f}), grad norm {:.3f}, finite {}\n", s + 1, r.loss, r.ce, r.kl,
                    r.grad_norm, r.finite);
         if (!r.finite) out.fails++;
+        if (align && !(std::isnan(r.ce) && std::isnan(r.kl))) out.fails++;  // as the CPU loop's align step
         if (s == 0) first = r.loss;
         last = r.loss;
     }
@@ -310,7 +435,7 @@ Outcome run_engine(const LlamaModel& student_in, const LlamaModel& teacher, int6
 
 int main(int argc, char** argv) {
     try {
-        bool smollm = false, tiny_cases = true;
+        bool smollm = false, tiny_cases = true, align_cases = true;
         std::string model_path;
         int64_t smollm_T = 256;
         for (int i = 1; i < argc; ++i) {
@@ -319,7 +444,8 @@ int main(int argc, char** argv) {
             else if (a == "--model" && i + 1 < argc) model_path = argv[++i];
             else if (a == "--seq" && i + 1 < argc) smollm_T = std::stoll(argv[++i]);
             else if (a == "--no-tiny") tiny_cases = false;
-            else fail("usage: gpu_train_parity [--smollm] [--model GGUF] [--seq T] [--no-tiny]");
+            else if (a == "--no-align") align_cases = false;
+            else fail("usage: gpu_train_parity [--smollm] [--model GGUF] [--seq T] [--no-tiny] [--no-align]");
         }
         int dev = 0;
         CUDA_CHECK(cudaGetDeviceCount(&dev));
@@ -409,9 +535,39 @@ int main(int argc, char** argv) {
             c.student = &hybrid_bias, c.obj = ce;
             cases.push_back(c);
         }
+        // stage 1 (align): teacher-forced layers against the teacher each hybrid was converted from
+        std::vector<Case> align;
+        {
+            Case c;
+            c.name = "tiny hybrid kv scale-norm, align, trainable *.linear_attn.* *.fusion.*";
+            c.student = &hybrid, c.teacher = &teacher, c.trainable = kAlignTrainable;
+            align.push_back(c);
+        }
+        {
+            Case c;
+            c.name = "tiny hybrid kv scale-norm, align, every tensor of the layers with LA heads";
+            c.student = &hybrid, c.teacher = &teacher, c.trainable = la_layer_globs(hybrid);
+            align.push_back(c);
+        }
+        {
+            Case c;
+            c.name = "tiny hybrid kv hymba, align, trainable *.linear_attn.* *.fusion.*, recompute";
+            c.student = &hybrid_hymba, c.teacher = &teacher, c.trainable = kAlignTrainable, c.recompute = true;
+            align.push_back(c);
+        }
+        {
+            Case c;
+            c.name = "tiny hybrid kv la-only, q/k/v biases, align, every tensor of the layers with LA heads";
+            c.student = &hybrid_bias, c.teacher = &teacher_bias, c.trainable = la_layer_globs(hybrid_bias);
+            align.push_back(c);
+        }
         if (tiny_cases) {
             for (const Case& c : cases) record(c.name, run_case(c, stream));
             record("engine (tiny)", run_engine(hybrid, teacher, 2, 130));
+            if (align_cases) {
+                for (const Case& c : align) record(c.name, run_align_case(c, stream));
+                record("engine (tiny, align)", run_engine(hybrid, teacher, 2, 130, true));
+            }
         }
 
         // ---- SmolLM2-135M shapes, random weights ----
@@ -431,6 +587,13 @@ int main(int argc, char** argv) {
             b.name = "SmolLM2-135M shape 7:1 hybrid kv (random weights), CE";
             b.student = s_hybrid.get(), b.obj = ce, b.B = 1, b.T = smollm_T;
             record(b.name, run_case(b, stream));
+            if (align_cases) {
+                Case c;
+                c.name = "SmolLM2-135M shape 7:1 hybrid kv (random weights), align, trainable *.linear_attn.* *.fusion.*";
+                c.student = s_hybrid.get(), c.teacher = s_teacher.get(), c.trainable = kAlignTrainable, c.B = 1,
+                c.T = smollm_T;
+                record(c.name, run_align_case(c, stream));
+            }
         }
         // ---- the real model ----
         if (!model_path.empty()) {
@@ -449,6 +612,13 @@ int main(int argc, char** argv) {
             b.name = "SmolLM2-135M 7:1 random-kv conversion, KL against the teacher";
             b.student = h.get(), b.teacher = &t, b.obj.ce_weight = 0.0, b.obj.kl_weight = 1.0, b.B = 1, b.T = smollm_T;
             record(b.name, run_case(b, stream));
+            if (align_cases) {
+                Case c;
+                c.name = "SmolLM2-135M 7:1 random-kv conversion, align against the teacher, trainable *.linear_attn.* "
+                         "*.fusion.*";
+                c.student = h.get(), c.teacher = &t, c.trainable = kAlignTrainable, c.B = 1, c.T = smollm_T;
+                record(c.name, run_align_case(c, stream));
+            }
         }
 
         int failed = 0;

@@ -24,6 +24,7 @@ public:
         device_ = require_cuda_device();
         CUDA_CHECK(cudaStreamCreate(&stream_));
         const bool pretrain = cfg.stage == "pretrain";
+        align_ = cfg.stage == "align";
         obj_.ce_weight = pretrain ? 1.0 : cfg.ce_weight;
         obj_.kl_weight = pretrain ? 0.0 : cfg.kl_weight;
         obj_.temperature = float(cfg.temperature);
@@ -32,8 +33,10 @@ public:
         std::vector<char> trainable;
         for (const ParamSpan& sp : *s.spans) trainable.push_back(sp.trainable);
         student_->set_trainable(trainable);
-        if (obj_.kl_weight > 0) {
-            HYDRA_CHECK(s.teacher != nullptr, "GPU training: the KL objective needs stage.teacher");
+        // align reads the teacher's layer boundaries whatever kl_weight says (its objective has no CE / KL)
+        if (align_ || obj_.kl_weight > 0) {
+            HYDRA_CHECK(s.teacher != nullptr, "GPU training: {} needs stage.teacher",
+                        align_ ? "stage.kind align" : "the KL objective");
             teacher_ = std::make_unique<GpuTrainModel>(*s.teacher, false, stream_);
         }
         GpuStepOptions so;
@@ -67,14 +70,21 @@ public:
 
     EngineStepResult step(const TrainBatch& batch, float lr, double grad_clip) override {
         student_->zero_grads(stream_);
-        const GpuStepLosses l = step_->forward_backward(batch, obj_);
+        EngineStepResult r;
+        if (align_) {
+            // as the CPU loop's align step: the alignment loss, no CE / KL
+            const GpuAlignResult a = step_->align_forward_backward(batch);
+            r.loss = a.loss;
+            r.ce = NAN, r.kl = NAN;
+        } else {
+            const GpuStepLosses l = step_->forward_backward(batch, obj_);
+            // as model_step.cpp: a term that is not in the objective reads 0
+            r.ce = obj_.ce_weight > 0 ? l.ce() : 0.0;
+            r.kl = obj_.kl_weight > 0 ? l.kl() : 0.0;
+            r.loss = obj_.ce_weight * r.ce + obj_.kl_weight * r.kl;
+        }
         opt_->grad_norm(student_->grads(), stream_);
         const cuda::GradNormResult gn = opt_->read_result(stream_);
-        EngineStepResult r;
-        // as model_step.cpp: a term that is not in the objective reads 0
-        r.ce = obj_.ce_weight > 0 ? l.ce() : 0.0;
-        r.kl = obj_.kl_weight > 0 ? l.kl() : 0.0;
-        r.loss = obj_.ce_weight * r.ce + obj_.kl_weight * r.kl;
         r.grad_norm = gn.norm;
         r.finite = std::isfinite(r.loss) && gn.nonfinite == 0;
         if (r.finite) {
@@ -105,9 +115,9 @@ public:
         const size_t fixed = student_->device_bytes() + size_t(opt_->size()) * 8 +
                              (teacher_ ? teacher_->device_bytes() : 0) + step_->workspace_bytes();
         return fmt::format(
-            "cuda ({}): {} steps{}; peak device memory {:.2f} GiB = activations {:.2f} GiB (arena peak) + weights, "
+            "cuda ({}): {} {}steps{}; peak device memory {:.2f} GiB = activations {:.2f} GiB (arena peak) + weights, "
             "gradients, AdamW state{} and workspaces {:.2f} GiB",
-            device_, steps_, step_recompute_ ? " (layer recomputation)" : "",
+            device_, steps_, align_ ? "align " : "", step_recompute_ && !align_ ? " (layer recomputation)" : "",
             double(fixed + step_->arena_peak_bytes()) * gib, double(step_->arena_peak_bytes()) * gib,
             teacher_ ? ", teacher" : "", double(fixed) * gib);
     }
@@ -121,6 +131,7 @@ private:
     std::unique_ptr<cuda::DeviceAdamW> opt_;
     int64_t steps_ = 0;
     bool step_recompute_ = false;
+    bool align_ = false;  // stage 1: GpuTrainStep::align_forward_backward instead of the CE / KL step
 };
 
 }  // namespace

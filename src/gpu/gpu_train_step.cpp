@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "gpu/align_loss.h"
 #include "model/fusion.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise.h"
@@ -341,7 +342,7 @@ void GpuTrainStep::ensure_arena(size_t need) {
 
 // Training workspaces for a batch shape (before the arena takes the free memory): the GDN chunk
 // workspaces of the student's LA layers, the attention backward workspaces, the LM-head loss scratch.
-void GpuTrainStep::ensure_shape(const Shape& s) {
+void GpuTrainStep::ensure_shape(const Shape& s, bool align) {
     if (!loss_ws_) loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(opt_.chunking, teacher_ != nullptr, 0);
     if (s.B != train_shape_.B || s.T != train_shape_.T) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -356,7 +357,7 @@ void GpuTrainStep::ensure_shape(const Shape& s) {
             if (o.n_fa > 0) attn_ws(o.n_fa, o.n_kv, s);
         }
     }
-    ensure_arena(arena_estimate(s, true));
+    ensure_arena(align ? align_arena_estimate(s) : arena_estimate(s, true));
 }
 
 void GpuTrainStep::upload_batch(const TrainBatch& batch, bool with_targets) {
@@ -471,6 +472,29 @@ size_t GpuTrainStep::arena_estimate(const Shape& s, bool training) const {
     size_t n = 0;
     if (training && teacher_) n += model_bytes(*teacher_, false);
     n += model_bytes(student_, training);
+    return n + n / 16 + (size_t(64) << 20);
+}
+
+// The allocations of align_forward_backward, in its order: boundaries, y, dy, partials, sums (live for
+// the whole step); then the teacher's forward (RoPE tables + one layer's activations, released), then
+// the student's RoPE tables and one layer's activations + its backward scratch (released per layer).
+size_t GpuTrainStep::align_arena_estimate(const Shape& s) const {
+    HYDRA_ASSERT(teacher_ != nullptr, "align needs a teacher");
+    const int64_t N = s.N(), T = s.T;
+    const ModelConfig& c = student_.config();
+    const int64_t C = c.hidden_size, L = c.num_layers;
+    const size_t row = cuda::align_up(size_t(N) * size_t(C) * 4);
+    size_t n = cuda::align_up(size_t(L + 1) * size_t(N) * size_t(C) * 4) + 2 * row;
+    n += cuda::align_up(size_t(align_sums_workspace_doubles()) * 8) + cuda::align_up(size_t(2 * L) * 8);
+    auto rope = [&](const ModelConfig& mc) {
+        return 2 * cuda::align_up(size_t(T) * size_t(std::max<int64_t>(1, mc.rope_dim / 2)) * 4);
+    };
+    size_t teacher_layer = 0, student_layer = 0;
+    for (int64_t l = 0; l < teacher_->config().num_layers; ++l)
+        teacher_layer = std::max(teacher_layer, acts_bytes(*teacher_, l, N));
+    for (int64_t l = 0; l < L; ++l)
+        student_layer = std::max(student_layer, acts_bytes(student_, l, N) + backward_scratch_bytes(student_, l, N));
+    n += std::max(rope(teacher_->config()) + teacher_layer, rope(c) + student_layer);
     return n + n / 16 + (size_t(64) << 20);
 }
 
@@ -679,6 +703,27 @@ void GpuTrainStep::forward_model(const GpuTrainModel& m, const Shape& s, bf16* h
     ar.reset(mark0);
 }
 
+void GpuTrainStep::forward_boundaries(const GpuTrainModel& m, const Shape& s, float* states) {
+    const ModelConfig& c = m.config();
+    const int64_t N = s.N(), C = c.hidden_size, V = c.vocab_size, L = c.num_layers;
+    cuda::DeviceArena& ar = *arena_;
+    const size_t mark0 = ar.mark();
+    const int64_t half = std::max<int64_t>(1, c.rope_dim / 2);
+    float* cosv = ar.alloc<float>(s.T * half);
+    float* sinv = ar.alloc<float>(s.T * half);
+    if (c.rope_dim > 0) cuda::rope_table(cosv, sinv, s.T, c.rope_dim, 0, double(c.rope_theta), stream_);
+    cuda::embedding_forward(states, ids_.data(), m.p32(m.embed_offset()), N, V, C, stream_);
+    for (int64_t l = 0; l < L; ++l) {
+        const size_t mk = ar.mark();
+        LayerActs a;
+        alloc_acts(m, l, s, a);
+        // out of place: entry l stays the input of layer l (the student's teacher-forced input)
+        layer_forward(m, l, s, states + l * N * C, states + (l + 1) * N * C, a, false, cosv, sinv);
+        ar.reset(mk);
+    }
+    ar.reset(mark0);
+}
+
 namespace {
 
 int64_t validate_batch(const TrainBatch& batch, int64_t V, bool with_targets) {
@@ -788,6 +833,67 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
     acts_.clear();
     resid_.clear();
     ar.reset(mark0);
+    return r;
+}
+
+GpuAlignResult GpuTrainStep::align_forward_backward(const TrainBatch& batch) {
+    HYDRA_CHECK(teacher_ != nullptr, "GPU align: the stage needs a teacher (stage.teacher)");
+    const ModelConfig& c = student_.config();
+    const ModelConfig& tc = teacher_->config();
+    HYDRA_CHECK(tc.num_layers == c.num_layers && tc.hidden_size == c.hidden_size,
+                "GPU align: the teacher ({} layers, hidden size {}) must have the student's number of layers and "
+                "hidden size ({} layers, hidden size {})",
+                tc.num_layers, tc.hidden_size, c.num_layers, c.hidden_size);
+    const Shape s{batch.batch, batch.seq_len};
+    const int64_t N = s.N(), C = c.hidden_size, L = c.num_layers, NC = N * C;
+    validate_batch(batch, c.vocab_size, false);
+    ensure_shape(s, true);
+    upload_batch(batch, false);
+    cuda::DeviceArena& ar = *arena_;
+    const size_t mark0 = ar.mark();
+    cudaStream_t st = stream_;
+
+    // live for the whole step (align_arena_estimate's order)
+    float* states = ar.alloc<float>((L + 1) * NC);  // (L + 1, N, C) teacher boundaries t_0..t_L
+    float* y = ar.alloc<float>(NC);                 // (N, C) the student layer's output
+    float* dy = ar.alloc<float>(NC);                // (N, C) d loss / d y in, d loss / d t_l out (discarded)
+    double* partial = ar.alloc<double>(align_sums_workspace_doubles());
+    double* sums = ar.alloc<double>(2 * L);  // per layer {err, clamped update}
+    forward_boundaries(*teacher_, s, states);
+
+    // the student's RoPE tables: layer_forward takes them, layer_backward reads rope_cos_ / rope_sin_
+    const int64_t half = std::max<int64_t>(1, c.rope_dim / 2);
+    float* cosv = ar.alloc<float>(s.T * half);
+    float* sinv = ar.alloc<float>(s.T * half);
+    if (c.rope_dim > 0) cuda::rope_table(cosv, sinv, s.T, c.rope_dim, 0, double(c.rope_theta), st);
+    rope_cos_ = cosv, rope_sin_ = sinv;
+
+    // Layers are independent given the teacher's states: forward on t_l, loss against t_{l+1}, backward,
+    // one layer's activations at a time (the dy scale is read on the device: no host sync per layer).
+    for (int64_t l = 0; l < L; ++l) {
+        const float* x = states + l * NC;
+        const float* t = states + (l + 1) * NC;
+        const size_t mk = ar.mark();
+        LayerActs a;
+        alloc_acts(student_, l, s, a);
+        layer_forward(student_, l, s, x, y, a, true, cosv, sinv);
+        align_layer_sums(sums + 2 * l, y, t, x, NC, partial, st);
+        align_layer_grad(dy, y, t, sums + 2 * l, L, NC, st);
+        layer_backward(l, s, dy, a);  // parameter grads += (frozen skipped); dy becomes d loss / d t_l
+        ar.reset(mk);
+    }
+
+    std::vector<double> host(static_cast<size_t>(2 * L));
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), sums, host.size() * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    rope_cos_ = rope_sin_ = nullptr;
+    ar.reset(mark0);
+    GpuAlignResult r;
+    for (int64_t l = 0; l < L; ++l) {
+        const double err = host[size_t(2 * l)], update = host[size_t(2 * l + 1)];
+        r.layer_loss.push_back(err / update);
+        r.loss += err / update / double(L);  // the CPU's order of operations
+    }
     return r;
 }
 

@@ -23,6 +23,15 @@
 // activation memory is O(L * N * C) + one layer's working set. GDN chunk workspaces (per layer, or one
 // per LA-head count with recompute) and the attention backward workspace live outside the arena.
 //
+// Stage 1 (align, align_forward_backward; the mirror of train/align_step.cpp): one teacher forward keeps
+// every layer boundary t_0..t_L (fp32 (L + 1, N, C), t_0 = the embeddings) in the arena; then each
+// student layer l, independently (teacher forcing), runs forward on t_l with its activations saved,
+// its loss sum((y - t_{l+1})^2) / max(sum((t_{l+1} - t_l)^2), 1e-12) and dy are formed on the device
+// (gpu/align_loss.h, fp64 sums), and its backward accumulates the parameter gradients; the arena is reset
+// after every layer, so the activation memory is (L + 1) N C fp32 + one layer's working set. The
+// embedding, final norm and LM head get no gradient (they are not in the objective). No host
+// synchronisation until the per-layer sums come back at the end.
+//
 // Supported: head dim 64 / 128, RoPE with rope_dim <= head_dim, q/k/v biases, every fusion kind, any
 // kv-granularity plan (FA heads of a layer read whole KV groups in order); refused with an error: qk_norm
 // (Qwen3) and head-granularity plans whose FA heads do not map uniformly onto their KV groups.
@@ -141,6 +150,12 @@ struct GpuStepLosses {
     double kl() const { return kl_count ? kl_sum / double(kl_count) : 0.0; }
 };
 
+// Stage 1 (align): the mean over layers of each layer's normalised error, and the per-layer values.
+struct GpuAlignResult {
+    double loss = 0;
+    std::vector<double> layer_loss;  // (L)
+};
+
 class GpuTrainStep {
 public:
     // student: a model with gradients; teacher: for the KL objective (null otherwise). All work is
@@ -155,6 +170,11 @@ public:
     // gradient arena is not zeroed here). Host token ids are validated like the CPU step (throws).
     // Synchronises at the end (the loss totals come back).
     GpuStepLosses forward_backward(const TrainBatch& batch, const GpuObjective& objective);
+    // Stage 1 (align, see the file comment): the teacher's layer boundaries, then per student layer the
+    // teacher-forced forward, loss and backward; student gradients += d loss / d params (trainable tensors
+    // only, not zeroed here). Needs a teacher with the student's number of layers and hidden size (throws);
+    // batch.targets is not read. Synchronises at the end.
+    GpuAlignResult align_forward_backward(const TrainBatch& batch);
     // Forward and the next-token CE only (no gradients); synchronises.
     GpuStepLosses eval_ce(const TrainBatch& batch);
     // The teacher's (or, with teacher == null, the student's) final hidden states (N, C) after the final
@@ -205,11 +225,19 @@ private:
     // Arena bytes of a step (training: teacher forward + the student's kept activations and backward
     // scratch; else a forward), from the same allocation sizes, plus 1/16 and 64 MiB of slack.
     size_t arena_estimate(const Shape& s, bool training) const;
-    void ensure_shape(const Shape& s);
+    // Arena bytes of align_forward_backward: the teacher's (L + 1) boundaries, y / dy rows and the loss
+    // sums, then the larger of the teacher's forward of one layer and the student's layer (activations +
+    // backward scratch), with the same slack.
+    size_t align_arena_estimate(const Shape& s) const;
+    // The training workspaces of a batch shape, then an arena for the step (align: align_arena_estimate).
+    void ensure_shape(const Shape& s, bool align = false);
     void upload_batch(const TrainBatch& batch, bool targets);
     // The model's forward up to the final norm: h (N, C) bf16 (and rstd) from the ids on the device; with
     // `keep` the student's per-layer residuals and activations stay in the arena for backward().
     void forward_model(const GpuTrainModel& m, const Shape& s, bf16* h, float* rstd_f, bool keep);
+    // The model's forward keeping only the layer boundaries: states (L + 1, N, C) fp32 (entry 0 = the
+    // embeddings, entry l + 1 = layer l's output, before the final norm); no activations are kept.
+    void forward_boundaries(const GpuTrainModel& m, const Shape& s, float* states);
     void alloc_acts(const GpuTrainModel& m, int64_t l, const Shape& s, LayerActs& a);
     void layer_forward(const GpuTrainModel& m, int64_t l, const Shape& s, const float* x_in, float* x_out,
                        LayerActs& a, bool save, const float* rope_cos, const float* rope_sin);

@@ -255,7 +255,6 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     // The step on another device (train_engine.h): it starts from the weights and optimizer state above.
     std::unique_ptr<TrainEngine> engine;
     if (engine_factory) {
-        HYDRA_CHECK(cfg.stage != "align", "stage.kind align: not available on the GPU step yet (run it on the CPU)");
         engine = engine_factory(TrainEngineSetup{&cfg, &model, teacher.get(), &spans, &optimizer});
     }
     nlohmann::json section;
