@@ -1,13 +1,17 @@
 // `hydra pipeline` settings and the pieces its GPU run leans on: the device and score.file keys (parse,
 // validation, clear errors), device = cuda refused up front without the CUDA hooks (nothing written),
-// and run_eval's sample cache (several models see exactly the samples they would have built).
+// run_eval's sample cache (several models see exactly the samples they would have built), and a
+// miniature CPU pipeline whose training stages all leave the held-out text out of their data.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "eval/eval_runner.h"
 #include "eval/model_text_encoder.h"
+#include "eval/synthetic_mixer.h"
 #include "eval/task_registry.h"
 #include "pipeline/pipeline_config.h"
 #include "pipeline/pipeline_runner.h"
@@ -134,6 +138,44 @@ TEST(EvalSampleCache, SameSamplesBuiltOnce) {
     run_eval("c", model, tasks, ctx->text, es, {}, recorder(other));
     EXPECT_EQ(cache.size(), 16u);
     EXPECT_NE(other, seen);
+}
+
+TEST(PipelineRun, HeldoutTextIsLeftOutOfEveryStage) {
+    const fs::path heldout = fs::path(HYDRA_SOURCE_DIR) / ".cache/prose/austen_persuasion.txt";
+    if (std::getenv("HYDRA_CACHE") || !fs::exists(heldout))
+        GTEST_SKIP() << "prose cache missing (tools/setup.sh)";
+    const fs::path out = fs::temp_directory_path() / ("hydra_test_pipeline_" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    PipelineConfig c = PipelineConfig::preset("tiny-cpu");
+    for (const char* o :
+         {"teacher_train.run.steps=4", "teacher_train.data.batch_size=2", "align.run.steps=1",
+          "distill.run.steps=1", "longctx.run.steps=1", "eval.tasks=[\"passkey\"]", "eval.lengths=[256]",
+          "eval.samples=1", "eval.heldout_tokens=300", "variants=[{\"name\":\"la\",\"select\":\"all-la\"}]"})
+        c.apply_override(o);
+    PipelineHooks hooks;
+    hooks.synthetic_rows = [](const TrainConfig& t) {
+        static const ModelText text = byte_model_text();  // the tiny-cpu preset is byte-level
+        return synthetic_task_mixer(text, training_task_options(text), t.synthetic_tasks, t.seq_len);
+    };
+    run_pipeline(c, out.string(), "", hooks);
+    for (const char* stage : {"teacher", "la/align", "la/distill", "la/longctx"}) {
+        SCOPED_TRACE(stage);
+        std::ifstream in(out / stage / "config.json");
+        ASSERT_TRUE(in.good());
+        const nlohmann::json j = nlohmann::json::parse(in);
+        const nlohmann::json& src = j["hydra"]["train_config"]["data"]["sources"];
+        ASSERT_TRUE(src.is_array());
+        EXPECT_GE(src.size(), 2u);
+        for (const auto& f : src) {
+            std::error_code ec;
+            EXPECT_FALSE(fs::equivalent(f.get<std::string>(), heldout, ec)) << f;
+        }
+    }
+    std::ifstream report(out / "report.md");
+    const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("left out of every training stage"), std::string::npos);
+    EXPECT_NE(text.find("saw synthetic rows of passkey"), std::string::npos);
+    fs::remove_all(out);
 }
 
 }  // namespace

@@ -40,9 +40,10 @@ unxz_to() {  # unxz_to OUT < in.xz   (xz, else Python's lzma)
 # Copies what the pipeline has produced so far (small files only) into $RES.
 collect() {
   [[ -d "$RUN" ]] || return 0
+  # one archive: variant directories have ':' in their names, which the transfer back refuses
   (cd "$RUN" && find . -type f \( -name '*.md' -o -name '*.png' -o -name '*.json' -o -name '*.jsonl' \) \
-      ! -name 'tokenizer*.json' -size -20M -print0 | tar --null -T - -cf -) \
-    | tar -C "$RES" -xf - 2>/dev/null
+      ! -name 'tokenizer*.json' -size -20M -print0 | tar --null -T - -czf "$RES/results.tar.gz")
+  cp "$RUN/report.md" "$RES/report.md" 2>/dev/null
   cp "$PREFIX/pipeline.log" "$RES/pipeline.log" 2>/dev/null
   nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader >> "$RES/gpu_samples.txt" 2>/dev/null
 }
@@ -107,7 +108,8 @@ start)
   fi
   stamp "pipeline started in the background"
   rm -rf "$RUN" "$PREFIX/pipeline.rc"
-  args="$(printf '%q ' "$@")"  # the overrides, quoted for the inner shell
+  args=""
+  (( $# )) && args="$(printf '%q ' "$@")"  # the overrides, quoted for the inner shell
   # In its own session, so the call returning does not end it; the inner shell records its pid and
   # the pipeline's status (pipeline.rc).
   setsid bash -c "echo \$\$ > '$PREFIX/pipeline.pid'; cd '$ROOT' && hydra pipeline --preset smollm2-gpu \

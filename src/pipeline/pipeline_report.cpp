@@ -1,6 +1,7 @@
 // Pipeline report writer (see pipeline_report.h).
 #include "pipeline/pipeline_report.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -82,10 +83,26 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
     }
     md += "## Results\n\n" + table + "\n";
     md += fmt::format("Scores are RULER-style string-match scores x 100, {} samples per task and length, tasks: {}. "
-                      "Perplexity, top-1 agreement and KL are measured on {} held-out prose tokens in windows of the "
-                      "teacher's training length. KV bytes count keys and values of the FA KV groups in bf16; the "
+                      "Perplexity, top-1 agreement and KL are measured on {} tokens of held-out prose (`{}`, left out of "
+                      "every training stage run here) in windows of the teacher's training length. KV bytes count keys and values of the FA KV groups in bf16; the "
                       "GDN state (fp32 recurrent + convolution history) does not grow with the sequence.\n\n",
-                      cfg.eval_samples, fmt::join(cfg.eval_tasks, ", "), cfg.heldout_tokens);
+                      cfg.eval_samples, fmt::join(cfg.eval_tasks, ", "), cfg.heldout_tokens,
+                      cfg.heldout_text.empty() ? "austen_persuasion.txt" : cfg.heldout_text);
+    // Tasks the students also saw as synthetic training rows measure what the stages taught, not only
+    // what the conversion kept: say which.
+    std::vector<std::string> trained;
+    for (const std::string& t : cfg.eval_tasks)
+        for (const TrainConfig* s : {&cfg.align, &cfg.distill, &cfg.longctx})
+            if (s->synthetic_fraction > 0 &&
+                std::find(s->synthetic_tasks.begin(), s->synthetic_tasks.end(), t) != s->synthetic_tasks.end()) {
+                trained.push_back(t);
+                break;
+            }
+    if (!trained.empty())
+        md += fmt::format("The students (not the teacher) saw synthetic rows of {} during their stages (data.synthetic_tasks): "
+                          "on those tasks they can beat the teacher by having learned the task format; the other tasks "
+                          "are held out.\n\n",
+                          fmt::join(trained, ", "));
     md += "![score vs length](score_vs_length.png)\n\n";
 
     // Per-task scores.

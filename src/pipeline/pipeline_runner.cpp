@@ -81,6 +81,25 @@ std::string default_prose(const std::string& name) {
     return std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/" + name;
 }
 
+// `tc` with the held-out text taken out of its training files, so perplexity, agreement and KL are
+// measured on prose no model (teacher trained here or student) was trained on. The sources become the
+// explicit list of the remaining files.
+TrainConfig without_heldout(TrainConfig tc, const std::string& heldout, const std::string& label) {
+    if (heldout.empty() || !fs::exists(heldout)) return tc;
+    std::vector<std::string> kept;
+    bool dropped = false;
+    for (const std::string& f : training_source_files(tc)) {
+        std::error_code ec;
+        if (fs::equivalent(f, heldout, ec)) dropped = true;
+        else kept.push_back(fs::absolute(f).string());
+    }
+    if (!dropped) return tc;
+    HYDRA_CHECK(!kept.empty(), "{}: data.sources holds only the held-out text {}; give the stage other prose", label,
+                heldout);
+    tc.sources = kept;
+    return tc;
+}
+
 // Top-1 agreement, KL(teacher || student) and the student's perplexity on held-out prose, in windows
 // of the teacher's training length.
 json teacher_agreement(const LlamaModel& teacher, const LlamaModel& student, const std::vector<int32_t>& tokens,
@@ -190,6 +209,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     auto forced = [&](const std::string& step) {
         return size_t(std::find(steps.begin(), steps.end(), step) - steps.begin()) >= from_index;
     };
+    // Agreement, KL and perplexity are measured on this text; every training step leaves it out.
+    const std::string heldout_file =
+        cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text;
     const fs::path out(out_dir);
     fs::create_directories(out);
     write_json(out / "pipeline_config.json", cfg.to_json());
@@ -227,7 +249,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     std::string teacher_path = cfg.teacher;
     if (teacher_path.empty()) {
         teacher_path = (out / "teacher").string();
-        train_stage("teacher", cfg.teacher_train, out / "teacher");
+        train_stage("teacher", without_heldout(cfg.teacher_train, heldout_file, "teacher_train"), out / "teacher");
     }
     LoadedModel teacher = load_model(teacher_path);
     HYDRA_CHECK(teacher.model->plan().is_all_fa(), "{}: the pipeline's teacher must be a full-attention model",
@@ -367,7 +389,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             tc.teacher = teacher_path;
             tc.tokenizer = data_tokenizer;
             if (kind == "longctx" && tc.kl_weight == 0) tc.teacher.clear();
-            train_stage(v.name + "/" + kind, tc, vdir / kind);
+            train_stage(v.name + "/" + kind, without_heldout(tc, heldout_file, kind), vdir / kind);
             previous = vdir / kind;
         }
         final_models.emplace_back(v.name, previous.string());
@@ -382,7 +404,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     SampleCache sample_cache;  // every model runs the same samples; built once
     json agreement = read_json_or(eval_dir / "agreement.json", json::object());
     const std::vector<int32_t> heldout =
-        prose_tokens(text, cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text,
+        prose_tokens(text, heldout_file,
                      cfg.heldout_tokens, 40000);
     const int64_t window = cfg.teacher.empty() ? cfg.teacher_train.seq_len : std::min<int64_t>(tcfg.max_position_embeddings, 1024);
     for (const auto& [name, path] : all_models) {

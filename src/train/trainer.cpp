@@ -164,6 +164,10 @@ void write_loss_plot(const std::string& path, const std::vector<double>& steps, 
 
 }  // namespace
 
+std::vector<std::string> training_source_files(const TrainConfig& config) {
+    return expand_sources(config, config.prose_dir.empty() ? default_cache("prose") : config.prose_dir);
+}
+
 TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const std::optional<std::string>& resume_dir,
                             std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step,
                             const DataLoader::Generator& synthetic, const TrainEngineFactory& engine_factory) {

@@ -33,6 +33,10 @@ struct TrainRunResult {
     std::string engine_summary;  // the engine's closing line (device, peak memory); empty on the CPU
 };
 
+// The prose files data.sources names (globs in data.prose_dir, else the prose cache: $HYDRA_CACHE/prose
+// or the source tree's .cache/prose); an error names a pattern that matches nothing.
+std::vector<std::string> training_source_files(const TrainConfig& config);
+
 // Trains per `config` into `out_dir` (a checkpoint directory, also holding log.jsonl and
 // loss_curve.png). With `resume_dir`, continues from that checkpoint: the model, optimizer, RNG,
 // data cursor and the checkpoint's own config (only run.steps may be raised by `steps_override`).
