@@ -189,6 +189,13 @@ json ablation_check(const LlamaModel& teacher, const ModelText& text, const std:
     return j;
 }
 
+std::string ablation_summary(const json& ab) {
+    return fmt::format("ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
+                       "{:.1f} / {:.1f} / {:.1f}",
+                       ab["none"].get<double>(), ab["top_scored"].get<double>(), ab["random"][0]["accuracy"].get<double>(),
+                       ab["random"][1]["accuracy"].get<double>(), ab["random"][2]["accuracy"].get<double>());
+}
+
 }  // namespace
 
 PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_dir, const std::string& from,
@@ -292,11 +299,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                                  "head scores (aggregate)", "combined score", (tcfg.num_layers * tcfg.num_heads + 7) / 8);
             write_text_file(scores_path, read_text_file(cfg.score_file));  // last: marks the step done
             record("score/ablation", since(t0), 0);
-            say(fmt::format("ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
-                            "{:.1f} / {:.1f} / {:.1f}",
-                            ab["none"].get<double>(), ab["top_scored"].get<double>(),
-                            ab["random"][0]["accuracy"].get<double>(), ab["random"][1]["accuracy"].get<double>(),
-                            ab["random"][2]["accuracy"].get<double>()));
+            say(ablation_summary(ab));
         } else {
             say(fmt::format("score: {} on {} x {} lengths x {} pairs", fmt::join(cfg.score_methods, "+"),
                             fmt::join(cfg.score_tasks, ","), cfg.score_lengths.size(), cfg.score_samples));
@@ -331,11 +334,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                                      cfg.score_lengths[0], cfg.ablation_samples, hooks, on_device);
             write_json(out / "ablation.json", ab);
             record("score/ablation", since(t1), 0);
-            say(fmt::format("ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
-                            "{:.1f} / {:.1f} / {:.1f}",
-                            ab["none"].get<double>(), ab["top_scored"].get<double>(),
-                            ab["random"][0]["accuracy"].get<double>(), ab["random"][1]["accuracy"].get<double>(),
-                            ab["random"][2]["accuracy"].get<double>()));
+            say(ablation_summary(ab));
         }
     }
 
