@@ -11,33 +11,15 @@
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
 #include "model/taps.h"
+#include "tiny_model.h"
 
 using namespace hydra;
 
 namespace {
 
-ModelConfig ablation_config() {
-    ModelConfig c;
-    c.name = "tiny";
-    c.vocab_size = 61;
-    c.hidden_size = 32;
-    c.intermediate_size = 48;
-    c.num_layers = 3;
-    c.num_heads = 6;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.rope_dim = 8;
-    c.rope_theta = 10000;
-    c.rms_norm_eps = 1e-5f;
-    c.tie_word_embeddings = true;
-    return c;
-}
+ModelConfig ablation_config() { return test::tiny_llama_config({}); }
 
-void randomize(LlamaModel& m, uint64_t seed) {
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<float> dist(0.0f, 0.3f);
-    for (int64_t i = 0; i < m.params().numel(); ++i) m.params().data()[i] = dist(gen);
-}
+void randomize(LlamaModel& m, uint64_t seed) { test::randomize_params(m, seed); }
 
 std::vector<float> hidden(const LlamaModel& m, const std::vector<int32_t>& ids, const Taps* taps) {
     KVCache cache(m.config(), int64_t(ids.size()));

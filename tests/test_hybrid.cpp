@@ -20,6 +20,7 @@
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
 #include "model_paths.h"
+#include "tiny_model.h"
 
 namespace hydra {
 namespace {
@@ -41,30 +42,13 @@ ModelConfig smollm_shape() {
 }
 
 ModelConfig tiny_config(bool bias = false, bool qk_norm = false) {
-    ModelConfig c;
-    c.name = "tiny";
-    c.vocab_size = 61;
-    c.hidden_size = 32;
-    c.intermediate_size = 48;
-    c.num_layers = 3;
-    c.num_heads = 6;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.rope_dim = 8;
-    c.rope_theta = 10000;
-    c.rms_norm_eps = 1e-5f;
-    c.tie_word_embeddings = true;
+    ModelConfig c = test::tiny_llama_config({.vocab = 61, .hidden = 32, .intermediate = 48, .layers = 3});
     c.attention_bias = bias;
     c.qk_norm = qk_norm;
     return c;
 }
 
-void randomize(LlamaModel& m, uint64_t seed, float stddev = 0.3f) {
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<float> dist(0.0f, stddev);
-    float* p = m.params().data();
-    for (int64_t i = 0; i < m.params().numel(); ++i) p[i] = dist(gen);
-}
+void randomize(LlamaModel& m, uint64_t seed, float stddev = 0.3f) { test::randomize_params(m, seed, stddev); }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
     std::mt19937_64 gen(seed);

@@ -28,36 +28,21 @@
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
 #include "model_paths.h"
+#include "tiny_model.h"
 
 namespace hydra {
 namespace {
 
 ModelConfig tiny_config(bool bias = false, bool qk_norm = false) {
-    ModelConfig c;
-    c.name = "tiny";
-    c.vocab_size = 50;
-    c.hidden_size = 24;
-    c.intermediate_size = 40;
-    c.num_layers = 3;
-    c.num_heads = 6;
-    c.num_kv_heads = 2;
-    c.head_dim = 4;
-    c.rope_dim = 4;
-    c.rope_theta = 10000;
-    c.rms_norm_eps = 1e-5f;
+    ModelConfig c =
+        test::tiny_llama_config({.vocab = 50, .hidden = 24, .intermediate = 40, .layers = 3, .head_dim = 4});
     c.max_position_embeddings = 64;
-    c.tie_word_embeddings = true;
     c.attention_bias = bias;
     c.qk_norm = qk_norm;
     return c;
 }
 
-void randomize(LlamaModel& m, uint64_t seed) {
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<float> dist(0.0f, 0.4f);
-    float* p = m.params().data();
-    for (int64_t i = 0; i < m.params().numel(); ++i) p[i] = dist(gen);
-}
+void randomize(LlamaModel& m, uint64_t seed) { test::randomize_params(m, seed, 0.4f); }
 
 const std::vector<int32_t> kClean = {3, 17, 42, 8, 0, 49, 25, 11, 30, 7, 19};
 const std::vector<int32_t> kCorrupt = {3, 17, 42, 8, 5, 44, 25, 11, 30, 7, 19};  // positions 4, 5 swapped

@@ -19,33 +19,16 @@
 #include "ops/cpu/rope.h"
 #include "serve/sampler.h"
 #include "serve/utf8_stream.h"
+#include "tiny_model.h"
 
 namespace hydra {
 namespace {
 
 ModelConfig tiny_config() {
-    ModelConfig c;
-    c.name = "tiny";
-    c.vocab_size = 50;
-    c.hidden_size = 24;
-    c.intermediate_size = 40;
-    c.num_layers = 2;
-    c.num_heads = 6;
-    c.num_kv_heads = 2;
-    c.head_dim = 4;
-    c.rope_dim = 4;
-    c.rope_theta = 10000;
-    c.rms_norm_eps = 1e-5f;
-    c.tie_word_embeddings = true;
-    return c;
+    return test::tiny_llama_config({.vocab = 50, .hidden = 24, .intermediate = 40, .layers = 2, .head_dim = 4});
 }
 
-void randomize(LlamaModel& m, uint64_t seed) {
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<float> dist(0.0f, 0.3f);
-    float* p = m.params().data();
-    for (int64_t i = 0; i < m.params().numel(); ++i) p[i] = dist(gen);
-}
+void randomize(LlamaModel& m, uint64_t seed) { test::randomize_params(m, seed); }
 
 // --- RoPE and the GGUF permutation -------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 #include "eval/task_registry.h"
 #include "pipeline/pipeline_config.h"
 #include "pipeline/pipeline_runner.h"
+#include "tiny_model.h"
 
 namespace hydra {
 namespace {
@@ -75,18 +76,10 @@ TEST(PipelineConfig, CudaWithoutHooksIsRefusedBeforeWriting) {
 }
 
 ModelConfig byte_config() {
-    ModelConfig c;
-    c.name = "tiny-bytes";
-    c.vocab_size = 260;
-    c.hidden_size = 16;
-    c.intermediate_size = 32;
-    c.num_layers = 1;
-    c.num_heads = 2;
-    c.num_kv_heads = 1;
-    c.head_dim = 8;
-    c.rope_dim = 8;
+    ModelConfig c = test::tiny_llama_config(
+        {.vocab = 260, .hidden = 16, .intermediate = 32, .layers = 1, .heads = 2, .kv_heads = 1, .head_dim = 8},
+        "tiny-bytes");
     c.max_position_embeddings = 1024;
-    c.tie_word_embeddings = true;
     return c;
 }
 
