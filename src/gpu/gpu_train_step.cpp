@@ -658,15 +658,20 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
     ar.reset(mark);
 }
 
+std::pair<float*, float*> GpuTrainStep::rope_tables(const ModelConfig& c, int64_t T) {
+    const int64_t half = std::max<int64_t>(1, c.rope_dim / 2);
+    float* cosv = arena_->alloc<float>(T * half);  // (T, rope_dim / 2)
+    float* sinv = arena_->alloc<float>(T * half);
+    if (c.rope_dim > 0) cuda::rope_table(cosv, sinv, T, c.rope_dim, 0, double(c.rope_theta), stream_);
+    return {cosv, sinv};
+}
+
 void GpuTrainStep::forward_model(const GpuTrainModel& m, const Shape& s, bf16* h, float* rstd_f, bool keep) {
     const ModelConfig& c = m.config();
     const int64_t N = s.N(), C = c.hidden_size, V = c.vocab_size, L = c.num_layers;
     cuda::DeviceArena& ar = *arena_;
     const size_t mark0 = ar.mark();
-    const int64_t half = std::max<int64_t>(1, c.rope_dim / 2);
-    float* cosv = ar.alloc<float>(s.T * half);
-    float* sinv = ar.alloc<float>(s.T * half);
-    if (c.rope_dim > 0) cuda::rope_table(cosv, sinv, s.T, c.rope_dim, 0, double(c.rope_theta), stream_);
+    const auto [cosv, sinv] = rope_tables(c, s.T);
     if (keep) {
         HYDRA_ASSERT(&m == &student_, "only the student keeps its activations");
         rope_cos_ = cosv, rope_sin_ = sinv;
@@ -708,10 +713,7 @@ void GpuTrainStep::forward_boundaries(const GpuTrainModel& m, const Shape& s, fl
     const int64_t N = s.N(), C = c.hidden_size, V = c.vocab_size, L = c.num_layers;
     cuda::DeviceArena& ar = *arena_;
     const size_t mark0 = ar.mark();
-    const int64_t half = std::max<int64_t>(1, c.rope_dim / 2);
-    float* cosv = ar.alloc<float>(s.T * half);
-    float* sinv = ar.alloc<float>(s.T * half);
-    if (c.rope_dim > 0) cuda::rope_table(cosv, sinv, s.T, c.rope_dim, 0, double(c.rope_theta), stream_);
+    const auto [cosv, sinv] = rope_tables(c, s.T);
     cuda::embedding_forward(states, ids_.data(), m.p32(m.embed_offset()), N, V, C, stream_);
     for (int64_t l = 0; l < L; ++l) {
         const size_t mk = ar.mark();
@@ -862,10 +864,7 @@ GpuAlignResult GpuTrainStep::align_forward_backward(const TrainBatch& batch) {
     forward_boundaries(*teacher_, s, states);
 
     // the student's RoPE tables: layer_forward takes them, layer_backward reads rope_cos_ / rope_sin_
-    const int64_t half = std::max<int64_t>(1, c.rope_dim / 2);
-    float* cosv = ar.alloc<float>(s.T * half);
-    float* sinv = ar.alloc<float>(s.T * half);
-    if (c.rope_dim > 0) cuda::rope_table(cosv, sinv, s.T, c.rope_dim, 0, double(c.rope_theta), st);
+    const auto [cosv, sinv] = rope_tables(c, s.T);
     rope_cos_ = cosv, rope_sin_ = sinv;
 
     // Layers are independent given the teacher's states: forward on t_l, loss against t_{l+1}, backward,

@@ -47,6 +47,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "model/llama_model.h"
@@ -239,6 +240,8 @@ private:
     // embeddings, entry l + 1 = layer l's output, before the final norm); no activations are kept.
     void forward_boundaries(const GpuTrainModel& m, const Shape& s, float* states);
     void alloc_acts(const GpuTrainModel& m, int64_t l, const Shape& s, LayerActs& a);
+    // RoPE cos / sin tables (T, rope_dim / 2) for positions 0..T-1, in the arena (the caller's mark frees them).
+    std::pair<float*, float*> rope_tables(const ModelConfig& c, int64_t T);
     void layer_forward(const GpuTrainModel& m, int64_t l, const Shape& s, const float* x_in, float* x_out,
                        LayerActs& a, bool save, const float* rope_cos, const float* rope_sin);
     void layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a);
