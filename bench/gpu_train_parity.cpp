@@ -179,6 +179,17 @@ void compare_gradients(const ParamArena& layout, const std::vector<char>& traina
     }
 }
 
+// The closing lines of a case: where the time went and the verdict.
+void print_case_end(const std::string& name, const Outcome& out, std::chrono::steady_clock::time_point t0,
+                    std::chrono::steady_clock::time_point t1, std::chrono::steady_clock::time_point t2,
+                    size_t arena_peak_bytes) {
+    fmt::print("timing: CPU reference {:.2f} s, GPU upload + step {:.2f} s; arena peak {:.1f} MiB\n",
+               std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
+               double(arena_peak_bytes) / 1048576.0);
+    fmt::print("{}: {} ({} checks over tolerance, worst {:.2e})\n\n", name, out.fails ? "FAIL" : "PASS", out.fails,
+               out.worst);
+}
+
 Outcome run_case(const Case& c, cudaStream_t stream) {
     const auto t0 = std::chrono::steady_clock::now();
     const LlamaModel& m = *c.student;
@@ -271,11 +282,7 @@ Outcome run_case(const Case& c, cudaStream_t stream) {
     }
 
     compare_gradients(layout, trainable, g_gpu, g_cpu, g_floor, out);
-    fmt::print("timing: CPU reference {:.2f} s, GPU upload + step {:.2f} s; arena peak {:.1f} MiB\n",
-               std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
-               double(step.arena_peak_bytes()) / 1048576.0);
-    fmt::print("{}: {} ({} checks over tolerance, worst {:.2e})\n\n", c.name, out.fails ? "FAIL" : "PASS", out.fails,
-               out.worst);
+    print_case_end(c.name, out, t0, t1, t2, step.arena_peak_bytes());
     return out;
 }
 
@@ -353,11 +360,7 @@ Outcome run_align_case(const Case& c, cudaStream_t stream) {
                    kLossTol, worst);
     }
     compare_gradients(layout, trainable, g_gpu, g_cpu, g_floor, out);
-    fmt::print("timing: CPU reference {:.2f} s, GPU upload + step {:.2f} s; arena peak {:.1f} MiB\n",
-               std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
-               double(step.arena_peak_bytes()) / 1048576.0);
-    fmt::print("{}: {} ({} checks over tolerance, worst {:.2e})\n\n", c.name, out.fails ? "FAIL" : "PASS", out.fails,
-               out.worst);
+    print_case_end(c.name, out, t0, t1, t2, step.arena_peak_bytes());
     return out;
 }
 

@@ -28,14 +28,6 @@ mode="${1:-}"
 [[ $# -gt 0 ]] && shift
 t_start=$(date +%s)
 stamp() { echo "[gpu_pipeline_run] $(( $(date +%s) - t_start )) s: $*"; }
-GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # as tools/gpu_build.sh
-PART_B="$ROOT/.devdeps/gguf_train_b/part"
-
-unxz_to() {  # unxz_to OUT < in.xz   (xz, else Python's lzma)
-  if command -v xz >/dev/null; then xz -dc > "$1"
-  else python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))' > "$1"; fi
-}
 
 # Copies what the pipeline has produced so far (small files only) into $RES.
 collect() {
@@ -91,13 +83,7 @@ stage)
   stamp "done"
   ;;
 start)
-  if ! echo "$GGUF_SHA256  $PREFIX/models/$GGUF_NAME" | sha256sum -c --quiet - 2>/dev/null; then
-    [[ -f "$PREFIX/gguf_parts/train_a" && -f "$PART_B" && -x "$PREFIX/build/hydra" ]] || {
-      echo "[gpu_pipeline_run] part a, part b or the binaries are missing: run call 1 again, then call 2 at once"; exit 3; }
-    mkdir -p "$PREFIX/models"
-    cat "$PREFIX/gguf_parts/train_a" "$PART_B" | unxz_to "$PREFIX/models/$GGUF_NAME"
-    echo "$GGUF_SHA256  $PREFIX/models/$GGUF_NAME" | sha256sum -c --quiet - || { echo "[gpu_pipeline_run] model checksum mismatch"; exit 3; }
-  fi
+  tools/gpu_train_run.sh model || exit 3
   # shellcheck disable=SC1091
   source "$PREFIX/env.sh"
   if [[ -z "${SKIP_PARITY:-}" ]]; then

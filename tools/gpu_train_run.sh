@@ -15,6 +15,7 @@
 #   T = 32K batch 1 with / without layer recomputation), then the PyTorch eager reference of the same
 #   models at the same shapes (tools/torch_hybrid_ref.py; fla from .peer for the GDN heads)
 #   (tools/gpu_train_run.sh stage: only the binaries and part a, when call 1's measurements already exist)
+# (tools/gpu_train_run.sh model: only the model assembly of call 2, for other scripts such as gpu_pipeline_run.sh)
 # call 2 (within ~30 s), carry .devdeps/gguf_train_b:    tools/gpu_train_run.sh distill
 #   the model; parity on the real teacher and its 7:1 random-kv conversion; `hydra convert`; a stage-2 KL
 #   distillation of the hybrid against the teacher on the prose cache through `hydra distill --device
@@ -77,6 +78,18 @@ use_prebuilt() {
   )
 }
 
+# The GGUF on this machine from part a (kept by call 1) and part b (carried now), checked by sha256; skipped when
+# it is already there and intact.
+assemble_model() {
+  local gguf="$PREFIX/models/$GGUF_NAME"
+  echo "$GGUF_SHA256  $gguf" | sha256sum -c --quiet - > /dev/null 2>&1 && return 0
+  [[ -f "$PREFIX/gguf_parts/train_a" && -f "$PART_B" && -x "$PREFIX/build/hydra" ]] || {
+    echo "[gpu_train_run] part a, part b or the binaries are missing: run call 1 again, then call 2 at once"; return 1; }
+  mkdir -p "$PREFIX/models"
+  cat "$PREFIX/gguf_parts/train_a" "$PART_B" | unxz_to "$gguf"
+  echo "$GGUF_SHA256  $gguf" | sha256sum -c --quiet - || { echo "[gpu_train_run] model checksum mismatch"; return 1; }
+}
+
 case "$mode" in
 split)  # here: the xz'd GGUF (tools/gpu_build.sh fetch) split for these calls, with room for the tree to grow
   xzm="$ROOT/.devdeps/model.gguf.xz"
@@ -134,12 +147,11 @@ bench)
   stamp "done"
   exit "$prc"
   ;;
+model)  # call 2 alone: the model from part a (kept by call 1) and the carried part b, checksummed; a no-op when there
+  assemble_model || exit 3
+  ;;
 distill)
-  [[ -f "$PREFIX/gguf_parts/train_a" && -f "$PART_B" && -x "$PREFIX/build/hydra" ]] || {
-    echo "[gpu_train_run] part a, part b or the binaries are missing: run call 1 again, then call 2 at once"; exit 3; }
-  mkdir -p "$PREFIX/models"
-  cat "$PREFIX/gguf_parts/train_a" "$PART_B" | unxz_to "$PREFIX/models/$GGUF_NAME"
-  echo "$GGUF_SHA256  $PREFIX/models/$GGUF_NAME" | sha256sum -c --quiet - || { echo "[gpu_train_run] model checksum mismatch"; exit 3; }
+  assemble_model || exit 3
   # shellcheck disable=SC1091
   source "$PREFIX/env.sh"
   B="$PREFIX/build"
@@ -187,7 +199,7 @@ EOF
   exit "$drc"
   ;;
 *)
-  sed -n '2,23p' "$0"
+  sed -n '2,24p' "$0"
   exit 2
   ;;
 esac
