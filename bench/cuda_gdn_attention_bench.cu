@@ -1,12 +1,12 @@
 // Timings of the CUDA kernels at the shapes of shared/ANCHORS.md (bf16, 16 heads, d = 128; B8 x T4096,
 // B2 x T16384, B1 x T65536) and at SmolLM2-135M's head shape (9 query heads, 3 KV heads, d = 64):
 // GDN chunk forward (in-kernel q/k L2 norm, no state saved), GDN forward (saving) + backward, causal
-// attention forward and forward + backward, GDN decode step (B64, fp32 state). CUDA events around
+// attention forward and forward + backward (our kernels and cuDNN's fused attention), GDN decode step (B64, fp32 state). CUDA events around
 // each call, warm-up first, median of N (N sized to about 200 ms per point, at least 5). Inputs are
 // random (never zeros). One JSON object per line on stdout (impl "ours"), matched by
 // bench/cuda_peers.py's rows on op/B/T/H/D.
 //
-// Usage: cuda_gdn_attention_bench [--quick]
+// Usage: cuda_gdn_attention_bench [--quick] [--attn-only]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -20,6 +20,7 @@
 
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/gdn_chunk.h"
 
 using hydra::cuda::bf16;
@@ -161,6 +162,19 @@ void bench_attn(int B, int T, int H, int Hkv, int D, std::mt19937_64& gen) {
             hydra::cuda::attention_backward(s, q, k, v, o, lse, dout, dq, dk, dv, scale, ws);
         });
         emit("attn_fwdbwd", B, T, H, D, fb, double(B) * T, flops * 3.5, 0);
+        // cuDNN's fused attention (cudnn_attention.h), the training step's default where it loads
+        static hydra::cuda::CudnnAttention cudnn_attn;
+        if (cudnn_attn.supports(s)) {
+            const float cf = median_ms([&] { cudnn_attn.forward(s, q, k, v, o, lse, scale, nullptr); });
+            emit("attn_fwd_cudnn", B, T, H, D, cf, double(B) * T, flops, 0);
+            const float cfb = median_ms([&] {
+                cudnn_attn.forward(s, q, k, v, o, lse, scale, nullptr);
+                cudnn_attn.backward(s, q, k, v, o, lse, dout, dq, dk, dv, scale, ws, nullptr);
+            });
+            emit("attn_fwdbwd_cudnn", B, T, H, D, cfb, double(B) * T, flops * 3.5, 0);
+        } else {
+            std::fprintf(stderr, "cuDNN attention not run: %s\n", cudnn_attn.reason().c_str());
+        }
     }
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)o, (void*)dq, (void*)dk, (void*)dv, (void*)lse})
         CUDA_CHECK(cudaFree(p));
@@ -192,23 +206,31 @@ void bench_decode(int B, int H, int D, std::mt19937_64& gen) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool quick = false;
-    for (int i = 1; i < argc; ++i)
+    bool quick = false, attn_only = false;  // --attn-only: the attention rows alone
+    for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--quick")) quick = true;
+        if (!std::strcmp(argv[i], "--attn-only")) attn_only = true;
+    }
     std::mt19937_64 gen(12345);
     try {
         cudaDeviceProp prop{};
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
         std::fprintf(stderr, "device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-        bench_decode(64, 16, 128, gen);
-        bench_decode(64, 9, 64, gen);
+        const auto& cudnn = hydra::cuda::cudnn_library();
+        std::fprintf(stderr, "cuDNN: %s\n",
+                     cudnn.loaded ? ("version " + std::to_string(cudnn.version)).c_str() : cudnn.why.c_str());
+        if (!attn_only) {
+            bench_decode(64, 16, 128, gen);
+            bench_decode(64, 9, 64, gen);
+        }
         const int shapes[3][2] = {{8, 4096}, {2, 16384}, {1, 65536}};
         for (int i = 0; i < (quick ? 1 : 3); ++i) {
-            bench_gdn(shapes[i][0], shapes[i][1], 16, 128, gen);
+            if (!attn_only) bench_gdn(shapes[i][0], shapes[i][1], 16, 128, gen);
             bench_attn(shapes[i][0], shapes[i][1], 16, 16, 128, gen);
         }
-        bench_gdn(8, 4096, 9, 64, gen);
+        if (!attn_only) bench_gdn(8, 4096, 9, 64, gen);
         bench_attn(8, 4096, 9, 3, 64, gen);
+        bench_attn(8, 2048, 9, 3, 64, gen);  // SmolLM2's training shape (8 x 2048)
     } catch (const std::exception& e) {
         std::printf("ERROR: %s\n", e.what());
         return 2;

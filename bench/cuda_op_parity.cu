@@ -23,6 +23,7 @@
 #include "ops/cpu/gdn_recurrence.h"
 #include "ops/cpu/l2norm.h"
 #include "ops/cuda/attention.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gdn_chunk.h"
 
@@ -258,6 +259,30 @@ void attn_case(int B, int T, int H, int Hkv, int D, Rng& rng) {
     CUDA_CHECK(cudaDeviceSynchronize());
     hydra::cuda::attention_set_fwd_blocks_per_sm(0);
     record("attention fwd alt-regs", shape, "o", down(o), o_ref);
+
+    // cuDNN's fused attention (the training step's default where it loads): same references; its stats are
+    // the natural-log LSE, so stats * log2(e) must match our kernel's base-2 lse
+    static hydra::cuda::CudnnAttention cudnn_attn;
+    if (!cudnn_attn.supports(s)) {
+        std::printf("attention cudnn %s: not run (%s)\n", shape.c_str(), cudnn_attn.reason().c_str());
+        return;
+    }
+    const std::vector<float> lse_own = down(lse);
+    o.poison();
+    gq.poison();
+    gk.poison();
+    gv.poison();
+    lse.poison();
+    cudnn_attn.forward(s, dq->p, dk->p, dv->p, o.p, lse.p, scale, nullptr);
+    cudnn_attn.backward(s, dq->p, dk->p, dv->p, o.p, lse.p, ddo->p, gq.p, gk.p, gv.p, scale, ws, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> stats2 = down(lse);
+    for (float& x : stats2) x *= 1.4426950408889634f;
+    record("attention cudnn fwd", shape, "o", down(o), o_ref);
+    record("attention cudnn fwd", shape, "stats", stats2, lse_own);
+    record("attention cudnn bwd", shape, "dq", down(gq), dq_ref);
+    record("attention cudnn bwd", shape, "dk", down(gk), dk_ref);
+    record("attention cudnn bwd", shape, "dv", down(gv), dv_ref);
 }
 
 }  // namespace
@@ -265,12 +290,20 @@ void attn_case(int B, int T, int H, int Hkv, int D, Rng& rng) {
 int main(int argc, char** argv) {
     uint64_t seed = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
     bool quick = false;
+    std::string only;  // --only gdn|decode|attn: one op family
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
         else if (!std::strcmp(argv[i], "--quick")) quick = true;
+        else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     }
+    auto want = [&](const char* family) { return only.empty() || only == family; };
     std::printf("cuda_op_parity: seed %llu, tolerance %.0e (relative RMS vs the CPU float reference)\n",
                 (unsigned long long)seed, kTol);
+    {
+        const auto& cudnn = hydra::cuda::cudnn_library();
+        std::printf("cuDNN: %s\n", cudnn.loaded ? ("version " + std::to_string(cudnn.version)).c_str()
+                                                 : cudnn.why.c_str());
+    }
     Rng rng(seed);
     try {
         int dev = 0;
@@ -278,20 +311,27 @@ int main(int argc, char** argv) {
         cudaDeviceProp prop{};
         CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
         std::printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-        gdn_case(2, 1000, 2, 4, 64, rng);    // grouped value heads, partial last chunk
-        gdn_case(1, 4100, 2, 2, 128, rng);   // long, partial last chunk
-        gdn_case(1, 37, 1, 1, 128, rng);     // one partial chunk
-        if (!quick) gdn_case(3, 130, 3, 3, 64, rng);
-        // many (sequence, head) pairs: the scans' 32-row variants (one wave double-buffered; more
-        // blocks than SMs single-buffered)
-        gdn_case(2, 300, 16, 16, 128, rng);
-        gdn_case(3, 333, 6, 12, 128, rng);
-        gdn_case(8, 200, 9, 9, 64, rng);
-        decode_case(3, 2, 4, 64, rng);
-        decode_case(5, 2, 2, 128, rng);
-        attn_case(2, 1000, 4, 2, 64, rng);   // GQA, T not a multiple of the tiles
-        attn_case(1, 4100, 2, 1, 128, rng);
-        if (!quick) attn_case(1, 77, 3, 3, 128, rng);
+        if (want("gdn")) {
+            gdn_case(2, 1000, 2, 4, 64, rng);    // grouped value heads, partial last chunk
+            gdn_case(1, 4100, 2, 2, 128, rng);   // long, partial last chunk
+            gdn_case(1, 37, 1, 1, 128, rng);     // one partial chunk
+            if (!quick) gdn_case(3, 130, 3, 3, 64, rng);
+            // many (sequence, head) pairs: the scans' 32-row variants (one wave double-buffered; more
+            // blocks than SMs single-buffered)
+            gdn_case(2, 300, 16, 16, 128, rng);
+            gdn_case(3, 333, 6, 12, 128, rng);
+            gdn_case(8, 200, 9, 9, 64, rng);
+        }
+        if (want("decode")) {
+            decode_case(3, 2, 4, 64, rng);
+            decode_case(5, 2, 2, 128, rng);
+        }
+        if (want("attn")) {
+            attn_case(2, 1000, 4, 2, 64, rng);   // GQA, T not a multiple of the tiles
+            attn_case(1, 4100, 2, 1, 128, rng);
+            if (!quick) attn_case(1, 77, 3, 3, 128, rng);
+            attn_case(2, 333, 9, 3, 64, rng);    // SmolLM2's grouping (3 query heads per KV head)
+        }
     } catch (const std::exception& e) {
         std::printf("ERROR: %s\n", e.what());
         return 2;

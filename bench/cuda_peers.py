@@ -7,7 +7,7 @@ way shared/bench/peer_gdn_sdpa.py calls them (triton.testing.do_bench medians, w
 Then joins with our rows (--ours FILE, JSON lines from cuda_gdn_attention_bench) and prints one table
 with the ratio peer_ms / our_ms (above 1: ours is faster).
 
-Usage: FLA_PATH=.peer python3 bench/cuda_peers.py --ours ours.jsonl [--quick] [--json out.json]
+Usage: FLA_PATH=.peer python3 bench/cuda_peers.py --ours ours.jsonl [--quick] [--attn-only] [--json out.json]
 The fla source tree is never committed: it is fetched into a git-ignored folder and carried.
 """
 import argparse
@@ -23,6 +23,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--ours", required=True)
 p.add_argument("--quick", action="store_true")
 p.add_argument("--json", default="")
+p.add_argument("--attn-only", action="store_true", help="attention rows only (no fla)")
 args = p.parse_args()
 
 dev = "cuda"
@@ -100,6 +101,15 @@ def peer_attn(B, T, H, Hkv, D):
         o.backward(doa)
 
     emit("attn_fwdbwd", B, T, H, D, bench(fba))
+    # the same call pinned to one SDPA backend each (FlashAttention-2 and cuDNN), for the record
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(be):
+                emit("attn_fwd_sdpa_" + name, B, T, H, D, bench(f))
+                emit("attn_fwdbwd_sdpa_" + name, B, T, H, D, bench(fba))
+        except Exception as e:  # a backend that refuses the shape
+            print("SDPA backend %s: %s" % (name, str(e).splitlines()[0] if str(e) else type(e).__name__))
     del qa, ka, va, oa, doa
     torch.cuda.empty_cache()
 
@@ -112,14 +122,18 @@ def peer_decode(B, H, D):
     emit("gdn_decode", B, 1, H, D, bench(fr))
 
 
-peer_decode(64, 16, 128)
-peer_decode(64, 9, 64)
+if not args.attn_only:
+    peer_decode(64, 16, 128)
+    peer_decode(64, 9, 64)
 shapes = [(8, 4096), (2, 16384), (1, 65536)]
 for B, T in shapes[: 1 if args.quick else 3]:
-    peer_gdn(B, T, 16, 128)
+    if not args.attn_only:
+        peer_gdn(B, T, 16, 128)
     peer_attn(B, T, 16, 16, 128)
-peer_gdn(8, 4096, 9, 64)
+if not args.attn_only:
+    peer_gdn(8, 4096, 9, 64)
 peer_attn(8, 4096, 9, 3, 64)
+peer_attn(8, 2048, 9, 3, 64)
 
 meta = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()}
 print(json.dumps(meta), flush=True)
@@ -138,16 +152,24 @@ for r in rows:
     if r["op"].startswith("ceiling"):
         continue
     key = (r["op"], r["B"], r["T"], r["H"], r["D"])
-    o = ours.get(key)
     peer = "fla" if r["op"].startswith("gdn") else "torch SDPA"
     shape = "B%d T%d H%d d%d" % (r["B"], r["T"], r["H"], r["D"])
-    if o is None:
-        print("%-20s %-22s %10s %10.3f %8s  %s" % (r["op"], shape, "-", r["ms"], "-", peer))
-        continue
-    ratio = r["ms"] / o["ms"]
-    table.append({"op": r["op"], "shape": shape, "ours_ms": o["ms"], "peer_ms": r["ms"], "ratio": round(ratio, 3),
-                  "peer": peer})
-    print("%-20s %-22s %10.3f %10.3f %8.2f  %s" % (r["op"], shape, o["ms"], r["ms"], ratio, peer))
+    if "_sdpa_" in r["op"]:  # SDPA pinned to one backend (flash / cudnn): against our cuDNN path
+        base, backend = r["op"].split("_sdpa_")
+        peer = "torch SDPA, %s backend" % backend
+        variants = [(base + "_cudnn", ours.get((base + "_cudnn",) + key[1:]))]
+    else:  # SDPA as it chooses / fla: against our kernels and, for attention, our cuDNN path
+        variants = [(r["op"], ours.get(key))]
+        if (r["op"] + "_cudnn",) + key[1:] in ours:
+            variants.append((r["op"] + "_cudnn", ours[(r["op"] + "_cudnn",) + key[1:]]))
+    for name, ov in variants:
+        if ov is None:
+            print("%-20s %-22s %10s %10.3f %8s  %s" % (name, shape, "-", r["ms"], "-", peer))
+            continue
+        ratio = r["ms"] / ov["ms"]
+        table.append({"op": name, "shape": shape, "ours_ms": ov["ms"], "peer_ms": r["ms"], "ratio": round(ratio, 3),
+                      "peer": peer})
+        print("%-20s %-22s %10.3f %10.3f %8.2f  %s" % (name, shape, ov["ms"], r["ms"], ratio, peer))
 for key, o in ours.items():
     if key[0] == "gdn_decode_inplace":
         shape = "B%d T%d H%d d%d" % (o["B"], o["T"], o["H"], o["D"])

@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 nvcc --version | tail -1 | tee -a "$RES/gpu.txt"
 
 stamp_now=$(cat src/core/error.cpp src/ops/cpu/attention.cpp src/ops/cpu/gdn_recurrence.cpp src/ops/cpu/l2norm.cpp \
-  bench/cuda_gemm_shim.cc src/ops/cuda/gdn_chunk.cu src/ops/cuda/attention.cu bench/cuda_op_parity.cu \
+  bench/cuda_gemm_shim.cc src/ops/cuda/gdn_chunk.cu src/ops/cuda/attention.cu src/ops/cuda/cudnn_attention.cu bench/cuda_op_parity.cu \
   bench/cuda_gdn_attention_bench.cu src/ops/cuda/*.h src/ops/cuda/*.cuh src/ops/cpu/*.h src/core/error.h \
   src/core/gemm.h | sha256sum | cut -d' ' -f1)
 need_build=1
@@ -37,6 +37,12 @@ fi
 if (( need_build )); then
   BUILD_DIR="$BUILD" tools/device_build.sh 2>&1 | tee "$RES/build.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "[gpu_peers] build failed"; exit 3; }
+fi
+
+# cuDNN for ops/cuda/cudnn_attention (loaded at run time): PyTorch's wheel brings libcudnn_graph.so.9
+if [[ -z "${HYDRA_CUDNN_LIB:-}" ]]; then
+  cudnn_dir=$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n "$cudnn_dir" && -f "$cudnn_dir/libcudnn_graph.so.9" ]] && export LD_LIBRARY_PATH="$cudnn_dir:${LD_LIBRARY_PATH:-}"
 fi
 
 echo "== op parity (CPU float reference, relative RMS, tol 1e-2) =="

@@ -54,7 +54,7 @@ CPP_SRCS=(src/core/error.cpp src/ops/cpu/attention.cpp src/ops/cpu/gdn_recurrenc
           src/ops/cpu/short_conv.cpp src/ops/cpu/gdn_gates.cpp src/ops/cpu/gated_rmsnorm.cpp src/model/fusion.cpp
           src/ops/cpu/linear.cpp src/train/losses.cpp src/train/adamw.cpp
           bench/cuda_gemm_shim.cc)
-CU_SRCS=(src/ops/cuda/gdn_chunk.cu src/ops/cuda/attention.cu bench/cuda_op_parity.cu
+CU_SRCS=(src/ops/cuda/gdn_chunk.cu src/ops/cuda/attention.cu src/ops/cuda/cudnn_attention.cu bench/cuda_op_parity.cu
          src/ops/cuda/elementwise.cu src/ops/cuda/embedding.cu src/ops/cuda/rmsnorm.cu src/ops/cuda/rope.cu
          src/ops/cuda/swiglu.cu src/ops/cuda/short_conv.cu src/ops/cuda/gdn_gates.cu src/ops/cuda/gated_rmsnorm.cu
          src/ops/cuda/fusion.cu bench/cuda_op_parity_layers.cu
@@ -83,12 +83,12 @@ fail=0
 for p in "${pids[@]}"; do wait "$p" || fail=1; done
 (( fail == 0 )) || { echo "[device_build] compile failed" >&2; exit 1; }
 O="$OUTDIR/obj"
-KERNELS=("$O/src_ops_cuda_gdn_chunk.cu.o" "$O/src_ops_cuda_attention.cu.o")
+KERNELS=("$O/src_ops_cuda_gdn_chunk.cu.o" "$O/src_ops_cuda_attention.cu.o" "$O/src_ops_cuda_cudnn_attention.cu.o")
 CPUREF=("$O/src_core_error.cpp.o" "$O/src_ops_cpu_attention.cpp.o" "$O/src_ops_cpu_gdn_recurrence.cpp.o"
         "$O/src_ops_cpu_l2norm.cpp.o" "$O/bench_cuda_gemm_shim.cc.o")
-nvcc -o "$OUTDIR/cuda_op_parity" "$O/bench_cuda_op_parity.cu.o" "${KERNELS[@]}" "${CPUREF[@]}" -lgomp
+nvcc -o "$OUTDIR/cuda_op_parity" "$O/bench_cuda_op_parity.cu.o" "${KERNELS[@]}" "${CPUREF[@]}" -lgomp -ldl
 nvcc -o "$OUTDIR/cuda_gdn_attention_bench" "$O/bench_cuda_gdn_attention_bench.cu.o" "${KERNELS[@]}" \
-  "$O/src_core_error.cpp.o"
+  "$O/src_core_error.cpp.o" -ldl
 # element-wise / normalisation layer ops vs their CPU references (model/fusion.h needs nlohmann-json headers)
 LAYER_KERNELS=()
 for k in elementwise embedding rmsnorm rope swiglu short_conv gdn_gates gated_rmsnorm fusion; do

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "gpu/align_loss.h"
@@ -261,6 +264,21 @@ GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher,
     }
     blas_ = std::make_unique<BlasContext>(stream_);
     totals_ = cuda::DeviceBuffer<cuda::LossTotals>(2);
+    const char* attn_env = std::getenv("HYDRA_ATTENTION");
+    if (opt_.cudnn_attention && !(attn_env && std::string(attn_env) == "own"))
+        cudnn_attn_ = std::make_unique<cuda::CudnnAttention>();
+}
+
+bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
+    if (!cudnn_attn_) return false;
+    if (cudnn_attn_->supports(as)) return true;
+    static bool said = false;  // one line per process: the fallback is correct, only slower
+    if (!said) {
+        said = true;
+        std::fprintf(stderr, "[hydra] cuDNN attention not used (%s); using our attention kernels\n",
+                     cudnn_attn_->reason().c_str());
+    }
+    return false;
 }
 
 GpuTrainStep::~GpuTrainStep() {
@@ -274,6 +292,7 @@ size_t GpuTrainStep::workspace_bytes() const {
     for (const auto& [k, w] : gdn_shared_ws_) n += w->bytes;
     for (const auto& [k, w] : gdn_eval_ws_) n += w->bytes;
     for (const auto& [k, w] : attn_ws_) n += w->bytes;
+    if (cudnn_attn_) n += cudnn_attn_->workspace_bytes();
     return n;
 }
 
@@ -522,7 +541,10 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
         }
         cuda::AttnShape as;
         as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
-        cuda::attention_forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
+        if (use_cudnn_attention(as))
+            cudnn_attn_->forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
+        else
+            cuda::attention_forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
         if (n_la > 0) copy_rows(a.heads, HD, a.o, Dfa, Dfa, N, st);
     }
     if (n_la > 0) {
@@ -608,7 +630,11 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
         bf16* dv = ar.alloc<bf16>(N * Dkv);
         cuda::AttnShape as;
         as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
-        cuda::attention_backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s), st);
+        if (use_cudnn_attention(as))
+            cudnn_attn_->backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s), st);
+        else
+            cuda::attention_backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s),
+                                     st);
         if (c.rope_dim > 0) {
             cuda::rope_backward(dq, B, T, n_fa, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
             cuda::rope_backward(dk, B, T, n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);

@@ -7,7 +7,8 @@
 //
 // Per layer (N = B * T tokens), forward:
 //   x (N, C) fp32 -> RMSNorm -> xn bf16
-//   FA heads:  q, k, v = xn W^T (+ b) -> RoPE -> causal GQA flash attention (ops/cuda/attention.h) -> o, lse
+//   FA heads:  q, k, v = xn W^T (+ b) -> RoPE -> causal GQA flash attention (cuDNN's fused engines,
+//              ops/cuda/cudnn_attention.h, where they load; else ops/cuda/attention.h) -> o, lse
 //   LA heads:  [q|k|v] = xn [Wq;Wk;Wv]^T (one GEMM when adjacent in the arena), z, [a|b] -> short conv + SiLU
 //              -> gates g, beta -> GDN chunked forward (saved for the backward) -> gated RMSNorm with z
 //   heads (N, H, Dh) = [FA | LA] -> fusion (mixed layers) -> o_proj GEMM accumulated into x_mid (fp32)
@@ -52,6 +53,7 @@
 
 #include "model/llama_model.h"
 #include "ops/cuda/attention.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/device_arena.h"
 #include "ops/cuda/gdn_chunk.h"
 #include "ops/cuda/gemm.h"
@@ -134,6 +136,10 @@ struct GpuStepOptions {
     // and grown (replaced between steps) when a larger step comes.
     size_t reserve_bytes = size_t(2) << 30;
     size_t arena_bytes = 0;  // > 0: at least this capacity
+    // Causal attention through cuDNN's fused engines (ops/cuda/cudnn_attention.h) where cuDNN loads and
+    // has an engine for the shape, else ours (ops/cuda/attention.h). HYDRA_ATTENTION=own in the
+    // environment turns it off.
+    bool cudnn_attention = true;
 };
 
 // The stage objective (train/model_step.h's StageObjective on the device): ce_weight * mean CE over scored
@@ -247,6 +253,9 @@ private:
     void layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a);
     cuda::GdnWorkspace& gdn_ws(int64_t l, int64_t n_la, int64_t Dh, const Shape& s, bool save, bool student);
     cuda::AttnWorkspace& attn_ws(int64_t n_fa, int64_t n_kv, const Shape& s);
+    // Whether this attention shape runs on cuDNN (decided once per shape, so forward and backward agree
+    // on the statistics' convention).
+    bool use_cudnn_attention(const cuda::AttnShape& as);
 
     GpuTrainModel& student_;
     const GpuTrainModel* teacher_;
@@ -265,6 +274,7 @@ private:
     std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<cuda::GdnWorkspace>>
         gdn_eval_ws_;  // (B, T, n_la, Dh)
     std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<cuda::AttnWorkspace>> attn_ws_;
+    std::unique_ptr<cuda::CudnnAttention> cudnn_attn_;  // null: our attention kernels only
     // the student's forward kept for the backward (arena pointers, valid during forward_backward)
     std::vector<float*> resid_;
     std::vector<LayerActs> acts_;

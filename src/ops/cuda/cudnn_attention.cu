@@ -1,0 +1,589 @@
+// cuDNN fused attention through the backend (graph) API: the SDPA forward and backward operation
+// graphs of cudnn_attention.h, built node by node, one execution plan per shape, cuDNN loaded with dlopen.
+// Host code only (.cu so that the CUDA build's glob picks it up with the CUDA include paths).
+#include "ops/cuda/cudnn_attention.h"
+
+#include <dlfcn.h>
+
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+
+#if __has_include(<cudnn_graph.h>)
+#include <cudnn_graph.h>
+#define HYDRA_HAVE_CUDNN_HEADERS 1
+#else
+#define HYDRA_HAVE_CUDNN_HEADERS 0
+#endif
+
+namespace hydra::cuda {
+
+#if HYDRA_HAVE_CUDNN_HEADERS
+
+namespace {
+
+// The few cuDNN entry points used, resolved from the library loaded at run time.
+struct CudnnApi {
+    CudnnLibrary lib;
+    size_t (*get_version)() = nullptr;
+    const char* (*error_string)(cudnnStatus_t) = nullptr;
+    void (*last_error)(char*, size_t) = nullptr;
+    cudnnStatus_t (*create)(cudnnHandle_t*) = nullptr;
+    cudnnStatus_t (*destroy)(cudnnHandle_t) = nullptr;
+    cudnnStatus_t (*set_stream)(cudnnHandle_t, cudaStream_t) = nullptr;
+    cudnnStatus_t (*create_desc)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t*) = nullptr;
+    cudnnStatus_t (*destroy_desc)(cudnnBackendDescriptor_t) = nullptr;
+    cudnnStatus_t (*finalize)(cudnnBackendDescriptor_t) = nullptr;
+    cudnnStatus_t (*set_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
+                              int64_t, const void*) = nullptr;
+    cudnnStatus_t (*get_attr)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
+                              cudnnBackendAttributeType_t, int64_t, int64_t*, void*) = nullptr;
+    cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) = nullptr;
+};
+
+const CudnnApi& api() {
+    static const CudnnApi a = [] {
+        CudnnApi r;
+        std::vector<std::string> names;
+        if (const char* env = std::getenv("HYDRA_CUDNN_LIB")) names.emplace_back(env);
+        names.emplace_back("libcudnn_graph.so.9");
+        names.emplace_back("libcudnn.so.9");
+        void* h = nullptr;
+        std::string errors;
+        for (const auto& n : names) {
+            h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (h) break;
+            const char* e = dlerror();
+            errors += (errors.empty() ? "" : "; ") + std::string(e ? e : n);
+        }
+        if (!h) {
+            r.lib.why = "cuDNN not found (" + errors +
+                        "); put its lib directory on LD_LIBRARY_PATH or set HYDRA_CUDNN_LIB to libcudnn_graph.so.9";
+            return r;
+        }
+        bool ok = true;
+        auto sym = [&](auto& fn, const char* name) {
+            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+            if (!fn) {
+                ok = false;
+                r.lib.why += std::string(r.lib.why.empty() ? "" : ", ") + name;
+            }
+        };
+        sym(r.get_version, "cudnnGetVersion");
+        sym(r.error_string, "cudnnGetErrorString");
+        sym(r.last_error, "cudnnGetLastErrorString");
+        sym(r.create, "cudnnCreate");
+        sym(r.destroy, "cudnnDestroy");
+        sym(r.set_stream, "cudnnSetStream");
+        sym(r.create_desc, "cudnnBackendCreateDescriptor");
+        sym(r.destroy_desc, "cudnnBackendDestroyDescriptor");
+        sym(r.finalize, "cudnnBackendFinalize");
+        sym(r.set_attr, "cudnnBackendSetAttribute");
+        sym(r.get_attr, "cudnnBackendGetAttribute");
+        sym(r.execute, "cudnnBackendExecute");
+        if (!ok) {
+            r.lib.why = "cuDNN library lacks " + r.lib.why;
+            return r;
+        }
+        r.lib.version = long(r.get_version());
+        if (r.lib.version < 90000) {
+            r.lib.why = "cuDNN " + std::to_string(r.lib.version) + " is older than 9.0";
+            return r;
+        }
+        r.lib.loaded = true;
+        return r;
+    }();
+    return a;
+}
+
+[[noreturn]] void cudnn_fail(cudnnStatus_t st, const char* what) {
+    char msg[1024] = {0};
+    api().last_error(msg, sizeof(msg));
+    throw Error(std::string("cuDNN: ") + what + " failed: " + api().error_string(st) + (msg[0] ? std::string(" (") + msg + ")" : ""));
+}
+
+#define CUDNN_CALL(call, what)                          \
+    do {                                                \
+        cudnnStatus_t st_ = (call);                     \
+        if (st_ != CUDNN_STATUS_SUCCESS) cudnn_fail(st_, what); \
+    } while (0)
+
+// One backend descriptor, destroyed with its owner.
+class Desc {
+public:
+    Desc() = default;
+    explicit Desc(cudnnBackendDescriptorType_t type) { CUDNN_CALL(api().create_desc(type, &d_), "create descriptor"); }
+    ~Desc() {
+        if (d_) api().destroy_desc(d_);
+    }
+    Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+    Desc& operator=(Desc&& o) noexcept {
+        std::swap(d_, o.d_);
+        return *this;
+    }
+    Desc(const Desc&) = delete;
+    Desc& operator=(const Desc&) = delete;
+    cudnnBackendDescriptor_t get() const { return d_; }
+    template <class T>
+    Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t n, const T* v) {
+        CUDNN_CALL(api().set_attr(d_, name, type, n, v), "set attribute");
+        return *this;
+    }
+    Desc& set_desc(cudnnBackendAttributeName_t name, const Desc& other) {
+        cudnnBackendDescriptor_t o = other.get();
+        return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &o);
+    }
+    Desc& finalize(const char* what) {
+        CUDNN_CALL(api().finalize(d_), what);
+        return *this;
+    }
+
+private:
+    cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+using Dims = std::array<int64_t, 4>;
+
+// Unique ids of the tensors the caller binds (the rest are virtual, numbered from kFirstVirtual).
+enum Uid : int64_t {
+    kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOne, kDO, kDQ, kDK, kDV, kDQAccum, kSoftmaxSum,
+    kFirstVirtual = 100
+};
+
+// The operation graph of one direction: its tensors and operations, kept alive together.
+class GraphBuilder {
+public:
+    explicit GraphBuilder(cudnnHandle_t handle) : handle_(handle) {}
+
+    const Desc& tensor(int64_t uid, cudnnDataType_t dt, Dims dim, Dims stride, bool is_virtual,
+                       bool by_value = false) {
+        Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+        const int64_t align = 16;
+        t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)
+            .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim.data())
+            .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride.data())
+            .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
+            .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align)
+            .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+        if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+        t.finalize("tensor descriptor");
+        tensors_.push_back(std::make_unique<Desc>(std::move(t)));
+        return *tensors_.back();
+    }
+    const Desc& virt(cudnnDataType_t dt, Dims dim, Dims stride) { return tensor(next_++, dt, dim, stride, true); }
+    const Desc& scalar(int64_t uid) { return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true); }
+
+    void pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t prec, const Desc& x, const Desc& y,
+                   const Desc* b = nullptr, const Desc* t = nullptr, int64_t axis = -1) {
+        Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+        pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+            .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+        if (mode == CUDNN_POINTWISE_GEN_INDEX) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+        pw.finalize("pointwise descriptor");
+        Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+        op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+            .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x)
+            .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+        if (b) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+        if (t) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t);
+        const float one = 1.f;
+        op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one)
+            .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one)
+            .finalize("pointwise operation");
+        keep(std::move(pw));
+        ops_.push_back(std::move(op));
+    }
+    void matmul(const Desc& a, const Desc& b, const Desc& c) {
+        Desc mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+        const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+        mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32).finalize("matmul descriptor");
+        Desc op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+        op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
+            .set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
+            .set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
+            .set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm)
+            .finalize("matmul operation");
+        keep(std::move(mm));
+        ops_.push_back(std::move(op));
+    }
+    void reduction(cudnnReduceTensorOp_t mode, const Desc& x, const Desc& y) {
+        Desc rd(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+        const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+        rd.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
+            .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32)
+            .finalize("reduction descriptor");
+        Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+        op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
+            .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
+            .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd)
+            .finalize("reduction operation");
+        keep(std::move(rd));
+        ops_.push_back(std::move(op));
+    }
+    void reshape(const Desc& x, const Desc& y) {
+        Desc op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+        op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x)
+            .set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y)
+            .finalize("reshape operation");
+        ops_.push_back(std::move(op));
+    }
+
+    // Operation graph -> heuristics (mode A) -> the first engine configuration that finalizes as a plan.
+    Desc plan(const char* name, int64_t& workspace) {
+        std::vector<cudnnBackendDescriptor_t> raw;
+        for (const auto& o : ops_) raw.push_back(o.get());
+        Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+        graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
+            .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()), raw.data())
+            .finalize(name);
+        Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+        const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+        heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+            .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)
+            .finalize("engine heuristics");
+        int64_t count = 0;
+        CUDNN_CALL(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                  nullptr),
+                   "engine heuristics count");
+        if (count <= 0) throw Error(std::string("cuDNN has no engine for the ") + name);
+        std::vector<Desc> cfgs;
+        std::vector<cudnnBackendDescriptor_t> cfg_raw;
+        for (int64_t i = 0; i < count; ++i) {
+            cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+            cfg_raw.push_back(cfgs.back().get());
+        }
+        int64_t got = 0;
+        CUDNN_CALL(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                  &got, cfg_raw.data()),
+                   "engine heuristics results");
+        std::string errors;
+        for (int64_t i = 0; i < got; ++i) {
+            Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+            p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
+                .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw[size_t(i)]);
+            const cudnnStatus_t st = api().finalize(p.get());
+            if (st != CUDNN_STATUS_SUCCESS) {
+                char msg[512] = {0};
+                api().last_error(msg, sizeof(msg));
+                errors += std::string("; config ") + std::to_string(i) + ": " + api().error_string(st) + " " + msg;
+                continue;
+            }
+            int64_t n = 0;
+            CUDNN_CALL(api().get_attr(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                      &workspace),
+                       "plan workspace size");
+            // the plan refers to its engine configuration and graph: keep them as long as the builder
+            keep(std::move(graph));
+            keep(std::move(heur));
+            for (auto& c : cfgs) keep(std::move(c));
+            return p;
+        }
+        throw Error(std::string("cuDNN: no engine configuration of the ") + name + " finalizes" + errors);
+    }
+
+private:
+    void keep(Desc&& d) { kept_.push_back(std::make_unique<Desc>(std::move(d))); }
+    cudnnHandle_t handle_;
+    int64_t next_ = kFirstVirtual;
+    std::vector<std::unique_ptr<Desc>> tensors_, kept_;
+    std::vector<Desc> ops_;
+};
+
+// Strides of the (b, h, s, d) views of our row-major (B, T, heads, D) activations.
+Dims bshd_strides(const AttnShape& s, int heads) {
+    return {int64_t(s.T) * heads * s.D, s.D, int64_t(heads) * s.D, 1};
+}
+Dims transposed(Dims d) {  // swap the last two axes (K -> K^T as a view)
+    std::swap(d[2], d[3]);
+    return d;
+}
+
+// Causal mask on scores (b, h, s, s): keep row >= col, -inf elsewhere (cuDNN's diagonal band pattern).
+const Desc& causal_mask(GraphBuilder& g, const Desc& scores, Dims sdim, Dims sstr) {
+    const Desc& row = g.virt(CUDNN_DATA_INT32, sdim, sstr);
+    const Desc& col = g.virt(CUDNN_DATA_INT32, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, scores, row, nullptr, nullptr, 2);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, scores, col, nullptr, nullptr, 3);
+    const Desc& keep = g.virt(CUDNN_DATA_BOOLEAN, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, keep, &col);
+    const Desc& neg_inf = g.scalar(kNegInf);
+    const Desc& out = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, scores, out, &neg_inf, &keep);
+    return out;
+}
+
+// A finalized plan with the descriptors it was built from (destroyed plan first).
+struct BuiltPlan {
+    std::unique_ptr<GraphBuilder> graph;
+    Desc plan;
+    int64_t workspace = 0;
+};
+
+// Forward: S = Q K^T * scale, causal mask, softmax with stats = max + log(sum exp), O = P V.
+BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
+    BuiltPlan r{std::make_unique<GraphBuilder>(handle), Desc(), 0};
+    GraphBuilder& g = *r.graph;
+    const int64_t B = s.B, T = s.T, H = s.H, Hk = s.Hkv, D = s.D;
+    const Dims sdim{B, H, T, T}, sstr{H * T * T, T * T, T, 1};
+    const Dims rdim{B, H, T, 1}, rstr{H * T, T, 1, 1};
+    const Desc& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, {B, H, T, D}, bshd_strides(s, s.H), false);
+    const Desc& kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(bshd_strides(s, s.Hkv)), false);
+    const Desc& v = g.tensor(kV, CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, bshd_strides(s, s.Hkv), false);
+    const Desc& o = g.tensor(kO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, bshd_strides(s, s.H), false);
+    const Desc& stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rdim, rstr, false);
+
+    const Desc& s0 = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.matmul(q, kt, s0);
+    const Desc& scale = g.scalar(kScale);
+    const Desc& s1 = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s0, s1, &scale);
+    const Desc& s2 = causal_mask(g, s1, sdim, sstr);
+
+    const Desc& mx = g.virt(CUDNN_DATA_FLOAT, rdim, rstr);
+    g.reduction(CUDNN_REDUCE_TENSOR_MAX, s2, mx);
+    const Desc& sub = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s2, sub, &mx);
+    const Desc& ex = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sub, ex);
+    const Desc& sum = g.virt(CUDNN_DATA_FLOAT, rdim, rstr);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, ex, sum);
+    const Desc& lg = g.virt(CUDNN_DATA_FLOAT, rdim, rstr);
+    g.pointwise(CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, lg);
+    g.pointwise(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, mx, stats, &lg);
+    // the probabilities enter the second matmul as bf16 (the backend wants its A operand in the I/O type)
+    const Desc& p = g.virt(CUDNN_DATA_BFLOAT16, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, p, &sum);
+    g.matmul(p, v, o);
+    r.plan = g.plan("attention forward graph", r.workspace);
+    return r;
+}
+
+// Backward (flash style, P recomputed from the stats):
+//   Dsum = rowsum(dO * O); P = exp(mask(Q K^T * scale - stats)); dV = P^T dO;
+//   dS = P * (dO V^T - Dsum) * scale; dK = dS^T Q; dQ = dS K (fp32 accumulator, then bf16).
+// With Hkv < H, dK and dV come per query head and are summed over each KV head's group by a reduction.
+BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
+    BuiltPlan r{std::make_unique<GraphBuilder>(handle), Desc(), 0};
+    GraphBuilder& g = *r.graph;
+    const int64_t B = s.B, T = s.T, H = s.H, Hk = s.Hkv, D = s.D;
+    const Dims sdim{B, H, T, T}, sstr{H * T * T, T * T, T, 1};
+    const Dims tstr{H * T * T, T * T, 1, T};  // strides of the transposed view of the scores
+    const Dims rdim{B, H, T, 1}, rstr{H * T, T, 1, 1};
+    const Dims qstr = bshd_strides(s, s.H), kstr = bshd_strides(s, s.Hkv);
+    const Desc& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, {B, H, T, D}, qstr, false);
+    const Desc& kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(kstr), false);
+    const Desc& vt = g.tensor(kV, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(kstr), false);
+    const Desc& o = g.tensor(kO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, qstr, false);
+    const Desc& d_o = g.tensor(kDO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, qstr, false);
+    const Desc& stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rdim, rstr, false);
+    const Desc& dq = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, {B, H, T, D}, qstr, false);
+    const Desc& dk = g.tensor(kDK, CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, kstr, false);
+    const Desc& dv = g.tensor(kDV, CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, kstr, false);
+    const Desc& scale = g.scalar(kScale);
+    const Desc& one = g.scalar(kOne);
+
+    // Dsum (b, h, s, 1), kept in ws.dvec
+    const Desc& dOo = g.virt(CUDNN_DATA_FLOAT, {B, H, T, D}, {H * T * D, T * D, H * D, 1});
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, d_o, dOo, &o);
+    const Desc& dsum0 = g.virt(CUDNN_DATA_FLOAT, rdim, rstr);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dOo, dsum0);
+    const Desc& dsum = g.tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, rdim, rstr, false);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dsum0, dsum, &one);
+
+    // P recomputed
+    const Desc& s0 = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.matmul(q, kt, s0);
+    const Desc& s1 = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s0, s1, &scale);
+    const Desc& s2 = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s1, s2, &stats);
+    const Desc& s3 = causal_mask(g, s2, sdim, sstr);
+    const Desc& p = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, s3, p);
+
+    // dV = P^T dO
+    const Desc& pt = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, T}, tstr);
+    g.reshape(p, pt);
+    if (H == Hk) {
+        g.matmul(pt, d_o, dv);
+    } else {
+        const Desc& dv_full = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, D}, {H * T * D, T * D, D, 1});
+        g.matmul(pt, d_o, dv_full);
+        g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_full, dv);
+    }
+
+    // dS = P * (dO V^T - Dsum) * scale
+    const Desc& dp = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.matmul(d_o, vt, dp);
+    const Desc& dp1 = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, dp1, &dsum);
+    const Desc& dp2 = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp1, dp2, &p);
+    const Desc& ds = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp2, ds, &scale);
+
+    // dK = dS^T Q
+    const Desc& dst = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, T}, tstr);
+    g.reshape(ds, dst);
+    if (H == Hk) {
+        g.matmul(dst, q, dk);
+    } else {
+        const Desc& dk_full = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, D}, {H * T * D, T * D, D, 1});
+        g.matmul(dst, q, dk_full);
+        g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
+    }
+
+    // dQ = dS K through the fp32 accumulator (ws.dq_acc, (b, h, s, d) contiguous)
+    const Desc& k = g.virt(CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, kstr);
+    g.reshape(kt, k);
+    const Desc& dq_acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, {B, H, T, D}, {H * T * D, T * D, D, 1}, false);
+    g.matmul(ds, k, dq_acc);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, dq);
+    r.plan = g.plan("attention backward graph", r.workspace);
+    return r;
+}
+
+void execute(cudnnHandle_t handle, const Desc& plan, const std::vector<int64_t>& uids, std::vector<void*> ptrs,
+             void* workspace, const char* what) {
+    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()), uids.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(ptrs.size()), ptrs.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace)
+        .finalize("variant pack");
+    CUDNN_CALL(api().execute(handle, plan.get(), pack.get()), what);
+}
+
+}  // namespace
+
+const CudnnLibrary& cudnn_library() { return api().lib; }
+
+struct CudnnAttention::Impl {
+    struct Plans {
+        bool ok = false;
+        std::string why;
+        BuiltPlan fwd, bwd;
+    };
+    cudnnHandle_t handle = nullptr;
+    std::map<std::tuple<int, int, int, int, int>, Plans> plans;
+    std::string reason;
+    void* workspace = nullptr;
+    size_t workspace_size = 0;
+
+    ~Impl() {
+        if (workspace) cudaFree(workspace);
+        plans.clear();  // descriptors before the handle
+        if (handle) api().destroy(handle);
+    }
+    Plans& get(const AttnShape& s) {
+        auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.D);
+        auto it = plans.find(key);
+        if (it != plans.end()) return it->second;
+        Plans& p = plans[key];
+        try {
+            if (!api().lib.loaded) throw Error(api().lib.why);
+            if (s.H % s.Hkv != 0) throw Error("H must be a multiple of Hkv");
+            if (!handle) CUDNN_CALL(api().create(&handle), "cudnnCreate");
+            p.fwd = build_forward(handle, s);
+            p.bwd = build_backward(handle, s);
+            reserve(size_t(std::max(p.fwd.workspace, p.bwd.workspace)));
+            p.ok = true;
+        } catch (const std::exception& e) {
+            p.ok = false;
+            p.why = e.what();
+        }
+        return p;
+    }
+    void reserve(size_t bytes) {
+        if (bytes <= workspace_size) return;
+        if (workspace) CUDA_CHECK(cudaFree(workspace));
+        workspace = nullptr;
+        CUDA_CHECK(cudaMalloc(&workspace, bytes));
+        workspace_size = bytes;
+    }
+    Plans& ready(const AttnShape& s) {
+        Plans& p = get(s);
+        if (!p.ok) throw Error("cuDNN attention unavailable for this shape: " + p.why);
+        return p;
+    }
+};
+
+CudnnAttention::CudnnAttention() : impl_(std::make_unique<Impl>()) {}
+CudnnAttention::~CudnnAttention() = default;
+
+bool CudnnAttention::supports(const AttnShape& s) {
+    auto& p = impl_->get(s);
+    impl_->reason = p.why;
+    return p.ok;
+}
+const std::string& CudnnAttention::reason() const { return impl_->reason; }
+size_t CudnnAttention::workspace_bytes() const { return impl_->workspace_size; }
+
+void CudnnAttention::forward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, __nv_bfloat16* o, float* stats, float scale,
+                             cudaStream_t stream) {
+    auto& p = impl_->ready(s);
+    CUDNN_CALL(api().set_stream(impl_->handle, stream), "cudnnSetStream");
+    // masked scores: -inf from cuDNN 9.10 on, the lowest finite float before (as NVIDIA's frontend)
+    float neg_inf = api().lib.version >= 91000 ? -std::numeric_limits<float>::infinity()
+                                               : std::numeric_limits<float>::lowest();
+    execute(impl_->handle, p.fwd.plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
+            {(void*)q, (void*)k, (void*)v, (void*)o, (void*)stats, &scale, &neg_inf}, impl_->workspace,
+            "attention forward");
+}
+
+void CudnnAttention::backward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, const __nv_bfloat16* o, const float* stats,
+                              const __nv_bfloat16* d_o, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                              float scale, AttnWorkspace& ws, cudaStream_t stream) {
+    auto& p = impl_->ready(s);
+    HYDRA_CHECK(ws.shape.B == s.B && ws.shape.T == s.T && ws.shape.H == s.H && ws.shape.D == s.D,
+                "attention workspace sized for another shape");
+    CUDNN_CALL(api().set_stream(impl_->handle, stream), "cudnnSetStream");
+    // before cuDNN 9.6 the engine expects a zeroed dQ accumulator
+    if (api().lib.version < 90600)
+        CUDA_CHECK(cudaMemsetAsync(ws.dq_acc, 0, size_t(s.B) * s.T * s.H * s.D * sizeof(float), stream));
+    float neg_inf = api().lib.version >= 91000 ? -std::numeric_limits<float>::infinity()
+                                               : std::numeric_limits<float>::lowest();
+    float one = 1.f;
+    execute(impl_->handle, p.bwd.plan,
+            {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum},
+            {(void*)q, (void*)k, (void*)v, (void*)o, (void*)d_o, (void*)stats, (void*)dq, (void*)dk, (void*)dv,
+             &scale, &one, &neg_inf, (void*)ws.dvec, (void*)ws.dq_acc},
+            impl_->workspace, "attention backward");
+}
+
+#else  // no cuDNN headers at build time
+
+const CudnnLibrary& cudnn_library() {
+    static const CudnnLibrary lib{false, 0, "built without the cuDNN headers"};
+    return lib;
+}
+struct CudnnAttention::Impl {
+    std::string reason = "built without the cuDNN headers";
+};
+CudnnAttention::CudnnAttention() : impl_(std::make_unique<Impl>()) {}
+CudnnAttention::~CudnnAttention() = default;
+bool CudnnAttention::supports(const AttnShape&) { return false; }
+const std::string& CudnnAttention::reason() const { return impl_->reason; }
+size_t CudnnAttention::workspace_bytes() const { return 0; }
+void CudnnAttention::forward(const AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                             __nv_bfloat16*, float*, float, cudaStream_t) {
+    throw Error("cuDNN attention: " + impl_->reason);
+}
+void CudnnAttention::backward(const AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                              const __nv_bfloat16*, const float*, const __nv_bfloat16*, __nv_bfloat16*,
+                              __nv_bfloat16*, __nv_bfloat16*, float, AttnWorkspace&, cudaStream_t) {
+    throw Error("cuDNN attention: " + impl_->reason);
+}
+
+#endif
+
+}  // namespace hydra::cuda
