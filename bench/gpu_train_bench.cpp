@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -116,6 +117,22 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
         }
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
+        row["attention"] = step.used_cudnn_attention() ? "cudnn" : "own";
+        if (const char* p = std::getenv("HYDRA_STEP_PROFILE"); p && std::string(p) == "1") {
+            // one more step with CUDA events at the section boundaries (slower by the events' CPU cost):
+            // GPU milliseconds per category of forward_backward, and the optimizer's share
+            step.enable_profile();
+            sm.zero_grads(stream);
+            (void)step.forward_backward(batch, obj);
+            json prof = json::object();
+            double total = 0;
+            for (const auto& [k, v] : step.profile()) {
+                prof[k] = std::round(v * 100) / 100;
+                total += v;
+            }
+            prof["forward_backward_total"] = std::round(total * 100) / 100;
+            row["profile_ms"] = prof;
+        }
         const double tps = double(N) / (med / 1000.0);
         double fpt = flops_per_token(student, T);
         if (teacher) fpt += 2.0 * double(teacher->params().parameter_count()) + 2.0 * double(T) *

@@ -271,7 +271,7 @@ GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher,
 
 bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
     if (!cudnn_attn_) return false;
-    if (cudnn_attn_->supports(as)) return true;
+    if (cudnn_attn_->supports(as)) return cudnn_used_ = true;
     static bool said = false;  // one line per process: the fallback is correct, only slower
     if (!said) {
         said = true;
@@ -530,29 +530,36 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     BlasContext& b = *blas_;
     a.x_in = x_in;
 
+    prof_.section("other");
     cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), N, C, eps, st);
     if (n_fa > 0) {
+        prof_.section("gemm");
         proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
         proj_forward(m, b, st, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, a.k, Dkv);
         proj_forward(m, b, st, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, a.v, Dkv);
+        prof_.section("other");
         if (c.rope_dim > 0) {
             cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
             cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
         }
         cuda::AttnShape as;
         as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
+        prof_.section("attention");
         if (use_cudnn_attention(as))
             cudnn_attn_->forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
         else
             cuda::attention_forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
+        prof_.section("other");
         if (n_la > 0) copy_rows(a.heads, HD, a.o, Dfa, Dfa, N, st);
     }
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
+        prof_.section("gemm");
         proj_forward(m, b, st, a.xn1, N, C, {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}},
                      a.lqkv, 3 * Dla);
         proj_forward(m, b, st, a.xn1, N, C, {{o.la_wg, -1, Dla}}, a.lz, Dla);
         proj_forward(m, b, st, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, a.lab, 2 * n_la);
+        prof_.section("la_ops");
         cuda::short_conv_forward(a.lq, nullptr, a.lqkv, 3 * Dla, m.p32(o.conv_q), nullptr, B, T, Dla, W, st);
         cuda::short_conv_forward(a.lk, nullptr, a.lqkv + Dla, 3 * Dla, m.p32(o.conv_k), nullptr, B, T, Dla, W, st);
         cuda::short_conv_forward(a.lv, nullptr, a.lqkv + 2 * Dla, 3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
@@ -562,23 +569,32 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
         gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
         const bool student = &m == &student_;
         cuda::GdnWorkspace& ws = gdn_ws(l, n_la, Dh, s, save && student, student);
+        prof_.section("gdn");
         cuda::gdn_chunk_forward(gs, a.lq, a.lk, a.lv, a.g, a.beta, nullptr, a.lo, nullptr, scale, true,
                                 save && student, ws, st);
+        prof_.section("la_ops");
         cuda::gated_rmsnorm_forward(a.gn_out, a.gn_rstd, a.lo, a.lz, 0, m.p32(o.o_norm), N, n_la, Dh,
                                     plan.gdn.norm_eps, st);
         if (n_fa > 0) copy_rows(a.heads + Dfa, HD, a.gn_out, Dla, Dla, N, st);
     }
+    prof_.section("other");
     if (a.mixed != a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(m, o), eps, st);
     CUDA_CHECK(cudaMemcpyAsync(a.x_mid, x_in, size_t(N * C) * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    prof_.section("gemm");
     mm_fwd_acc(b, a.mixed, HD, m.p16(o.wo), N, HD, C, a.x_mid, C);  // x_mid = x + mixed @ Wo^T
 
+    prof_.section("other");
     cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
+    prof_.section("gemm");
     proj_forward(m, b, st, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, a.gu, 2 * F);
+    prof_.section("other");
     cuda::swiglu_forward(a.act, a.gu, a.gu + F, N, F, 2 * F, st);
     if (x_out != a.x_mid)
         CUDA_CHECK(cudaMemcpyAsync(x_out, a.x_mid, size_t(N * C) * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    prof_.section("gemm");
     mm_fwd_acc(b, a.act, F, m.p16(o.w_down), N, F, C, x_out, C);  // x_out = x_mid + act @ Wdown^T
+    prof_.section("other");
 }
 
 void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a) {
@@ -596,23 +612,30 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
     const size_t mark = ar.mark();
 
     // x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
+    prof_.section("other");
     bf16* dxb = ar.alloc<bf16>(N * C);
     cuda::cast_f32_to_bf16(dxb, dx, N * C, st);
     bf16* dact = ar.alloc<bf16>(N * F);
+    prof_.section("gemm");
     mm_dx16(b, dxb, C, m.p16(o.w_down), N, F, C, dact, F);
     if (float* g = m.grad(o.w_down)) mm_dw(b, dxb, C, a.act, F, N, F, C, g);
+    prof_.section("other");
     bf16* dgu = ar.alloc<bf16>(N * 2 * F);
     cuda::swiglu_backward(dgu, dgu + F, dact, a.gu, a.gu + F, N, F, 2 * F, 2 * F, st);
     float* dxn = ar.alloc<float>(N * C);
     bool first = true;
+    prof_.section("gemm");
     proj_backward(m, b, st, dgu, 2 * F, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, dxn, first);
+    prof_.section("other");
     cuda::rmsnorm_backward(dx, m.grad(o.ffn_norm), dxn, a.x_mid, m.p32(o.ffn_norm), a.rstd2, N, C, st);  // d x_mid
 
     // x_mid = x_in + o_proj(fusion(heads))
     cuda::cast_f32_to_bf16(dxb, dx, N * C, st);
     bf16* dheads = ar.alloc<bf16>(N * HD);
+    prof_.section("gemm");
     mm_dx16(b, dxb, C, m.p16(o.wo), N, HD, C, dheads, HD);
     if (float* g = m.grad(o.wo)) mm_dw(b, dxb, C, a.mixed, HD, N, HD, C, g);
+    prof_.section("other");
     if (a.mixed != a.heads) {
         cuda::FusionScaleGrads fg;
         fg.head_scale = m.grad(o.head_scale), fg.fa_scale = m.grad(o.fa_scale), fg.la_scale = m.grad(o.la_scale);
@@ -630,21 +653,25 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
         bf16* dv = ar.alloc<bf16>(N * Dkv);
         cuda::AttnShape as;
         as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
+        prof_.section("attention");
         if (use_cudnn_attention(as))
             cudnn_attn_->backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s), st);
         else
             cuda::attention_backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s),
                                      st);
+        prof_.section("other");
         if (c.rope_dim > 0) {
             cuda::rope_backward(dq, B, T, n_fa, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
             cuda::rope_backward(dk, B, T, n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
         }
+        prof_.section("gemm");
         proj_backward(m, b, st, dq, Dfa, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, dxn, first);
         proj_backward(m, b, st, dk, Dkv, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, dxn, first);
         proj_backward(m, b, st, dv, Dkv, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, dxn, first);
     }
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
+        prof_.section("la_ops");
         bf16* dgn = dheads;
         if (n_fa > 0) {
             dgn = ar.alloc<bf16>(N * Dla);
@@ -661,8 +688,10 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
         float* dbeta = ar.alloc<float>(N * n_la);
         cuda::GdnShape gs;
         gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
+        prof_.section("gdn");
         cuda::gdn_chunk_backward(gs, a.lq, a.lk, a.lv, a.g, a.beta, dlo, nullptr, dlq, dlk, dlv, dg, dbeta, nullptr,
                                  scale, true, gdn_ws(l, n_la, Dh, s, true, true), st);
+        prof_.section("la_ops");
         bf16* dlab = ar.alloc<bf16>(N * 2 * n_la);
         cuda::gdn_gates_backward(dlab, dlab + n_la, 2 * n_la, m.grad(o.A_log), m.grad(o.dt_bias), dg, dbeta, a.lab,
                                  a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias), N, n_la,
@@ -674,11 +703,13 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
                                   m.p32(o.conv_k), nullptr, B, T, Dla, W, st);
         cuda::short_conv_backward(dlqkv + 2 * Dla, 3 * Dla, m.grad(o.conv_v), nullptr, dlv, nullptr, a.lqkv + 2 * Dla,
                                   3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
+        prof_.section("gemm");
         proj_backward(m, b, st, dlqkv, 3 * Dla, a.xn1, N, C,
                       {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, dxn, first);
         proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first);
         proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn, first);
     }
+    prof_.section("other");
     if (first) CUDA_CHECK(cudaMemsetAsync(dxn, 0, size_t(N * C) * sizeof(float), st));  // no mixer heads (not reached)
     cuda::rmsnorm_backward(dx, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);  // d x_in
     ar.reset(mark);
@@ -813,6 +844,7 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
 
     // losses through the LM head: dh (N, C) fp32
     float* dh = ar.alloc<float>(N * C);
+    prof_.section("lm_head_loss");
     cuda::zero_totals(totals_.data(), st);
     cuda::zero_totals(totals_.data() + 1, st);
     const bf16* W = student_.p16(student_.lm_head_offset());
@@ -835,6 +867,7 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
     }
 
     // backward
+    prof_.section("other");
     float* dx = ar.alloc<float>(N * C);
     CUDA_CHECK(cudaMemsetAsync(dx, 0, size_t(N * C) * sizeof(float), st));
     cuda::rmsnorm_backward(dx, student_.grad(student_.final_norm_offset()), dh, resid_[size_t(L)],
@@ -853,6 +886,7 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
         }
     }
     if (float* g = student_.grad(student_.embed_offset())) cuda::embedding_backward(g, dx, ids_.data(), N, V, C, st);
+    prof_.stop();
 
     GpuStepLosses r;
     const cuda::LossTotals ce = cuda::read_totals(totals_.data(), st);

@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/step_profiler.h"
 #include "model/llama_model.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cudnn_attention.h"
@@ -198,6 +199,12 @@ public:
     }
     // Workspaces outside the arena (GDN, attention, LM-head loss), bytes.
     size_t workspace_bytes() const;
+    // Whether any attention of this step ran on cuDNN (ops/cuda/cudnn_attention.h).
+    bool used_cudnn_attention() const { return cudnn_used_; }
+    // Per-category GPU time of the following steps (gpu/step_profiler.h); profile() synchronises and
+    // returns the milliseconds since its last call.
+    void enable_profile() { prof_.enable(stream_); }
+    std::map<std::string, double> profile() { return prof_.collect(); }
 
     // One layer's activations (device pointers into the arena; null where the layer has no such part).
     struct LayerActs {
@@ -275,6 +282,8 @@ private:
         gdn_eval_ws_;  // (B, T, n_la, Dh)
     std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<cuda::AttnWorkspace>> attn_ws_;
     std::unique_ptr<cuda::CudnnAttention> cudnn_attn_;  // null: our attention kernels only
+    bool cudnn_used_ = false;
+    StepProfiler prof_;
     // the student's forward kept for the backward (arena pointers, valid during forward_backward)
     std::vector<float*> resid_;
     std::vector<LayerActs> acts_;
