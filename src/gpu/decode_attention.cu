@@ -41,9 +41,16 @@ template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_attn_split_kernel(float* __restrict__ partials, const __nv_bfloat16* __restrict__ q,
                              const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                             const int32_t* __restrict__ kv_index, int n_kv, int L, float scale2) {
+                             const int32_t* __restrict__ kv_index, int n_kv, int L,
+                             const int32_t* __restrict__ kv_len, float scale2) {
     constexpr int E = D / 32, U = 4;
-    const int split = blockIdx.x, h = blockIdx.y, nsplit = gridDim.x;
+    const int split = blockIdx.x, h = blockIdx.y;
+    int nsplit = gridDim.x;
+    if (kv_len) {  // graph form: L from device memory, the grid sized for the largest L (spare blocks exit)
+        L = *kv_len;
+        nsplit = (L + int(kKeysPerSplit) - 1) / int(kKeysPerSplit);
+        if (split >= nsplit) return;
+    }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int kvh = kv_index[h];
     float qv[E];
@@ -118,8 +125,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 template <int D>
 __global__ void __launch_bounds__(D) decode_attn_merge_kernel(__nv_bfloat16* __restrict__ o,
-                                                              const float* __restrict__ partials, int nsplit) {
+                                                              const float* __restrict__ partials, int nsplit,
+                                                              const int32_t* __restrict__ kv_len) {
     const int h = blockIdx.x, d = threadIdx.x;
+    if (kv_len) nsplit = (*kv_len + int(kKeysPerSplit) - 1) / int(kKeysPerSplit);
     const float* p = partials + size_t(h) * nsplit * (D + 2);
     float M = -INFINITY;
     for (int s = 0; s < nsplit; ++s) M = fmaxf(M, p[size_t(s) * (D + 2)]);
@@ -134,12 +143,32 @@ __global__ void __launch_bounds__(D) decode_attn_merge_kernel(__nv_bfloat16* __r
     o[size_t(h) * D + d] = __float2bfloat16_rn(a / l);
 }
 
-int64_t num_splits(int64_t L) { return (L + kKeysPerSplit - 1) / kKeysPerSplit; }
+// Both forms: grid (splits, n_q) of the split kernel, then the merge; kv_len null = L by value.
+void launch(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+            const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t L, const int32_t* kv_len,
+            int64_t splits, float scale, float* partials, cudaStream_t stream) {
+    const dim3 grid{unsigned(splits), unsigned(n_q)};
+    const float s2 = scale * kLog2e;
+    if (D == 64) {
+        decode_attn_split_kernel<64>
+            <<<grid, kWarps * 32, 0, stream>>>(partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2);
+        CUDA_CHECK(cudaGetLastError());
+        decode_attn_merge_kernel<64><<<unsigned(n_q), 64, 0, stream>>>(o, partials, int(splits), kv_len);
+    } else {
+        decode_attn_split_kernel<128>
+            <<<grid, kWarps * 32, 0, stream>>>(partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2);
+        CUDA_CHECK(cudaGetLastError());
+        decode_attn_merge_kernel<128><<<unsigned(n_q), 128, 0, stream>>>(o, partials, int(splits), kv_len);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
 
 }  // namespace
 
+int64_t decode_attention_splits(int64_t L) { return (L + kKeysPerSplit - 1) / kKeysPerSplit; }
+
 size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L) {
-    return size_t(n_q) * size_t(num_splits(L)) * size_t(D + 2);
+    return size_t(n_q) * size_t(decode_attention_splits(L)) * size_t(D + 2);
 }
 
 void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
@@ -149,20 +178,17 @@ void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloa
     HYDRA_ASSERT(n_q > 0 && n_kv > 0 && L > 0 && L < (int64_t(1) << 31), "decode_attention: n_q {} n_kv {} L {}",
                  n_q, n_kv, L);
     HYDRA_ASSERT(kv_index != nullptr, "decode_attention: kv_index is required");
-    const int64_t ns = num_splits(L);
-    const dim3 grid{unsigned(ns), unsigned(n_q)};
-    const float s2 = scale * kLog2e;
-    if (D == 64) {
-        decode_attn_split_kernel<64><<<grid, kWarps * 32, 0, stream>>>(partials, q, k, v, kv_index, int(n_kv), int(L), s2);
-        CUDA_CHECK(cudaGetLastError());
-        decode_attn_merge_kernel<64><<<unsigned(n_q), 64, 0, stream>>>(o, partials, int(ns));
-    } else {
-        decode_attn_split_kernel<128><<<grid, kWarps * 32, 0, stream>>>(partials, q, k, v, kv_index, int(n_kv), int(L),
-                                                                      s2);
-        CUDA_CHECK(cudaGetLastError());
-        decode_attn_merge_kernel<128><<<unsigned(n_q), 128, 0, stream>>>(o, partials, int(ns));
-    }
-    CUDA_CHECK(cudaGetLastError());
+    launch(o, q, k, v, kv_index, n_q, n_kv, D, L, nullptr, decode_attention_splits(L), scale, partials, stream);
+}
+
+void decode_attention_dev(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                          const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, const int32_t* kv_len,
+                          int64_t max_splits, float scale, float* partials, cudaStream_t stream) {
+    HYDRA_ASSERT(D == 64 || D == 128, "decode_attention_dev: head dim {} (64 or 128)", D);
+    HYDRA_ASSERT(n_q > 0 && n_kv > 0 && max_splits > 0 && max_splits * kKeysPerSplit < (int64_t(1) << 31),
+                 "decode_attention_dev: n_q {} n_kv {} max_splits {}", n_q, n_kv, max_splits);
+    HYDRA_ASSERT(kv_index != nullptr && kv_len != nullptr, "decode_attention_dev: kv_index and kv_len are required");
+    launch(o, q, k, v, kv_index, n_q, n_kv, D, 0, kv_len, max_splits, scale, partials, stream);
 }
 
 }  // namespace hydra::gpu

@@ -8,6 +8,7 @@
 // kv_index: (n_q) int32 in DEVICE memory, the KV slot of each query head (any map: head-granular
 // hybrids have groups of unequal size); D in {64, 128}. fp32 scores, softmax statistics and
 // accumulation (base-2 exponentials). partials: decode_attention_workspace_floats(n_q, D, L) fp32.
+// decode_attention_dev is the CUDA-graph form: the same kernels read L from device memory when they run.
 // Every CUDA call is checked (hydra::Error on failure); asynchronous on `stream`.
 #pragma once
 
@@ -21,11 +22,22 @@ namespace hydra::gpu {
 
 constexpr int64_t kKeysPerSplit = 128;
 
+// Key splits (blocks per head) for L keys: ceil(L / kKeysPerSplit).
+int64_t decode_attention_splits(int64_t L);
+
 // fp32 elements of the partials buffer for up to L keys.
 size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L);
 
 void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                       const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t L, float scale,
                       float* partials, cudaStream_t stream = nullptr);
+
+// Graph form: L = *kv_len (device int32), read by the kernels when they run, so one captured launch serves
+// every L with 1 <= L <= max_splits * kKeysPerSplit. The grid has max_splits splits per head; blocks past
+// L's last split exit at once. Same kernels and split boundaries as decode_attention, so the output is
+// identical bit for bit. partials: decode_attention_workspace_floats(n_q, D, max_splits * kKeysPerSplit).
+void decode_attention_dev(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                          const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, const int32_t* kv_len,
+                          int64_t max_splits, float scale, float* partials, cudaStream_t stream = nullptr);
 
 }  // namespace hydra::gpu

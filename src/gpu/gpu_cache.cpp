@@ -1,12 +1,18 @@
 // GPU hybrid cache storage (see gpu_cache.h).
 #include "gpu/gpu_cache.h"
 
+#include <atomic>
+
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 
 namespace hydra::gpu {
 
-GpuCache::GpuCache(const GpuModel& model, int64_t capacity) : capacity_(capacity) {
+namespace {
+std::atomic<uint64_t> next_cache_id{1};
+}  // namespace
+
+GpuCache::GpuCache(const GpuModel& model, int64_t capacity) : capacity_(capacity), id_(next_cache_id++) {
     HYDRA_CHECK(capacity > 0, "GPU cache capacity must be positive (got {})", capacity);
     const ModelConfig& cfg = model.config();
     const int64_t Dh = cfg.head_dim, W = model.plan().gdn.conv_size, Wm1 = W - 1 > 0 ? W - 1 : 1;

@@ -4,7 +4,8 @@
 //   state  (n_la, Dh, Dh) fp32: the Gated DeltaNet recurrent state M = S^T (V-major, K contiguous)
 // Positions [0, pos) are valid. reset() zeroes the GDN state and conv windows (K/V rows need no
 // clearing: rows >= pos are never read). All GDN state lives in one fp32 buffer and all K/V in one
-// bf16 buffer, so reset is one memset. Every CUDA call is checked.
+// bf16 buffer, so reset is one memset. The buffers never move; id() names this cache's storage for the
+// decode graphs that hold its addresses (gpu_forward.h). Every CUDA call is checked.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@ public:
     GpuCache(const GpuModel& model, int64_t capacity);
 
     int64_t capacity() const { return capacity_; }
+    // Unique per GpuCache object in this process (never reused, unlike its device addresses).
+    uint64_t id() const { return id_; }
     int64_t pos() const { return pos_; }
     void advance(int64_t n);
     // Back to an empty sequence, asynchronously on `stream` (GDN state zeroed).
@@ -44,6 +47,7 @@ private:
         float *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *state = nullptr;
     };
     int64_t capacity_ = 0, pos_ = 0;
+    uint64_t id_ = 0;
     std::vector<Layer> layers_;
     cuda::DeviceBuffer<bf16> kv_;
     cuda::DeviceBuffer<float> st_;

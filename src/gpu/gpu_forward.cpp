@@ -1,11 +1,19 @@
-// GPU forward pass (see gpu_forward.h): the layer loop over the ops of ops/cuda and gpu/.
+// GPU forward pass (see gpu_forward.h): the layer loop over the ops of ops/cuda and gpu/, run eagerly or
+// captured into CUDA graphs for single-token steps.
 #include "gpu/gpu_forward.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "gpu/argmax.h"
 #include "gpu/decode_attention.h"
+#include "gpu/decode_graph_policy.h"
 #include "gpu/head_rmsnorm.h"
 #include "model/fusion.h"
 #include "ops/cuda/attention.h"
@@ -29,6 +37,11 @@ void grow(cuda::DeviceBuffer<T>& b, int64_t n) {
     if (b.size() < n) b.resize(n);
 }
 
+template <typename T>
+T* data_or_null(const cuda::DeviceBuffer<T>& b) {
+    return b.size() > 0 ? b.data() : nullptr;
+}
+
 // dst (rows, width) with row pitch dst_ld <- src (rows, width) with row pitch src_ld, bf16, on the device.
 void copy_rows(bf16* dst, int64_t dst_ld, const bf16* src, int64_t src_ld, int64_t width, int64_t rows,
                cudaStream_t stream) {
@@ -43,9 +56,12 @@ GpuForward::GpuForward(const GpuModel& model) : model_(model) {
     blas_ = std::make_unique<cuda::BlasContext>(stream_);
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_token_), sizeof(int32_t)));
     argmax_ = cuda::DeviceBuffer<int32_t>(1);
+    graphs_on_ = cuda_graphs_from_env(std::getenv("HYDRA_CUDA_GRAPHS"));
 }
 
 GpuForward::~GpuForward() {
+    if (stream_) (void)cudaStreamSynchronize(stream_);  // no replay may still use what is freed below
+    graphs_.clear();
     gdn_ws_.clear();
     blas_.reset();
     if (host_token_) (void)cudaFreeHost(host_token_);
@@ -104,7 +120,17 @@ cuda::GdnWorkspace& GpuForward::gdn_workspace(int64_t T, int64_t n_la) {
     return *gdn_ws_.emplace(key, std::move(ws)).first->second;
 }
 
-void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0) {
+GpuForward::Work GpuForward::eager_work() {
+    Work w;
+    w.ids = ids_.data(), w.x = x_.data(), w.lse = data_or_null(lse_), w.gates = data_or_null(gates_);
+    w.rope = data_or_null(rope_), w.partials = data_or_null(partials_), w.logits = logits_.data();
+    w.xn = xn_.data(), w.proj = proj_.data(), w.qbuf = data_or_null(qbuf_), w.kdup = data_or_null(kdup_);
+    w.vdup = data_or_null(vdup_), w.attn = data_or_null(attn_), w.la_qkv = data_or_null(la_qkv_);
+    w.la_o = data_or_null(la_o_), w.heads = heads_.data(), w.gu = gu_.data(), w.act = act_.data();
+    return w;
+}
+
+void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, const Work& w) {
     const ModelConfig& c = model_.config();
     const HybridPlan& plan = model_.plan();
     const GpuLayer& g = model_.layer(l);
@@ -112,10 +138,12 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0) {
     const int64_t P = g.proj_cols, n_fa = g.n_fa, n_kv = g.n_kv, n_la = g.n_la;
     const float eps = c.rms_norm_eps, scale = float(1.0 / std::sqrt(double(Dh)));
     cudaStream_t st = stream_;
-    float* x = x_.data();
-    bf16* xn = xn_.data();
-    bf16* proj = proj_.data();
-    bf16* heads = heads_.data();
+    const bool graph = w.step != nullptr;  // single-token step inside a CUDA graph: position from the device
+    HYDRA_ASSERT(!graph || T == 1, "graph decode of {} tokens", T);
+    float* x = w.x;
+    bf16* xn = w.xn;
+    bf16* proj = w.proj;
+    bf16* heads = w.heads;
 
     cuda::rmsnorm_forward(xn, nullptr, x, g.attn_norm, T, C, eps, st);
     cuda::linear_forward(*blas_, xn, g.w_proj, T, C, P, proj);  // (T, P) bf16
@@ -127,55 +155,65 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0) {
         const bf16* v = proj + g.off_v;
         if (g.q_norm) head_rmsnorm_inplace(q, P, g.q_norm, T, n_fa, Dh, eps, st);
         if (g.k_norm) head_rmsnorm_inplace(k, P, g.k_norm, T, n_kv, Dh, eps, st);
-        if (T == 1) {
+        const int64_t kvw = n_kv * Dh;
+        bf16* fa_out = n_la == 0 ? heads : w.attn;  // (T, n_fa, Dh)
+        if (graph) {
+            const int32_t* pos = &w.step->pos;
+            if (k == q + n_fa * Dh) {  // k's heads follow q's in the fused row: one launch rotates both
+                cuda::rope_forward_decode(q, n_fa + n_kv, Dh, c.rope_dim, pos, double(c.rope_theta), st);
+            } else {
+                cuda::rope_forward_decode(q, n_fa, Dh, c.rope_dim, pos, double(c.rope_theta), st);
+                cuda::rope_forward_decode(k, n_kv, Dh, c.rope_dim, pos, double(c.rope_theta), st);
+            }
+            write_kv_row(cache.k(l), cache.v(l), k, v, kvw, w.step, st);
+            decode_attention_dev(fa_out, q, cache.k(l), cache.v(l), g.kv_index, n_fa, n_kv, Dh, &w.step->kv_len,
+                                 w.max_splits, scale, w.partials, st);
+        } else if (T == 1) {
             cuda::rope_forward(q, 1, 1, n_fa, Dh, c.rope_dim, pos0, double(c.rope_theta), st);
             cuda::rope_forward(k, 1, 1, n_kv, Dh, c.rope_dim, pos0, double(c.rope_theta), st);
+            copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
+            copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
+            decode_attention(fa_out, q, cache.k(l), cache.v(l), g.kv_index, n_fa, n_kv, Dh, pos0 + 1, scale,
+                             w.partials, st);
         } else {
             const int64_t half = c.rope_dim / 2;
-            const float* cosv = rope_.data();
-            const float* sinv = rope_.data() + T * half;
+            const float* cosv = w.rope;
+            const float* sinv = w.rope + T * half;
             cuda::rope_forward_strided(q, P, 1, T, n_fa, Dh, c.rope_dim, cosv, sinv, st);
             cuda::rope_forward_strided(k, P, 1, T, n_kv, Dh, c.rope_dim, cosv, sinv, st);
-        }
-        const int64_t kvw = n_kv * Dh;
-        copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
-        copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
-        bf16* fa_out = n_la == 0 ? heads : attn_.data();  // (T, n_fa, Dh)
-        if (T == 1) {
-            decode_attention(fa_out, q, cache.k(l), cache.v(l), g.kv_index, n_fa, n_kv, Dh, pos0 + 1, scale,
-                             partials_.data(), st);
-        } else {
+            copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
+            copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
             HYDRA_ASSERT(pos0 == 0, "GPU prefill of {} tokens at position {} (only from 0)", T, pos0);
-            bf16* qc = qbuf_.data();
+            bf16* qc = w.qbuf;
             copy_rows(qc, n_fa * Dh, q, P, n_fa * Dh, T, st);
             const bf16* kk = cache.k(l);
             const bf16* vv = cache.v(l);
             int64_t hkv = n_kv;
             if (!g.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K/V
-                cuda::gather_heads(kdup_.data(), cache.k(l), g.kv_index, T, n_kv, n_fa, Dh, st);
-                cuda::gather_heads(vdup_.data(), cache.v(l), g.kv_index, T, n_kv, n_fa, Dh, st);
-                kk = kdup_.data(), vv = vdup_.data(), hkv = n_fa;
+                cuda::gather_heads(w.kdup, cache.k(l), g.kv_index, T, n_kv, n_fa, Dh, st);
+                cuda::gather_heads(w.vdup, cache.v(l), g.kv_index, T, n_kv, n_fa, Dh, st);
+                kk = w.kdup, vv = w.vdup, hkv = n_fa;
             }
             cuda::AttnShape s;
             s.B = 1, s.T = int(T), s.H = int(n_fa), s.Hkv = int(hkv), s.D = int(Dh);
-            cuda::attention_forward(s, qc, kk, vv, fa_out, lse_.data(), scale, st);
+            cuda::attention_forward(s, qc, kk, vv, fa_out, w.lse, scale, st);
         }
         if (n_la > 0) copy_rows(heads, HD, fa_out, n_fa * Dh, n_fa * Dh, T, st);
     }
 
     if (n_la > 0) {
         const int64_t Dla = n_la * Dh, W = plan.gdn.conv_size;
-        bf16* lq = la_qkv_.data();
+        bf16* lq = w.la_qkv;
         bf16* lk = lq + T * Dla;
         bf16* lv = lk + T * Dla;
         cuda::short_conv_forward(lq, cache.conv_q(l), proj + g.off_lq, P, g.conv_q, cache.conv_q(l), 1, T, Dla, W, st);
         cuda::short_conv_forward(lk, cache.conv_k(l), proj + g.off_lk, P, g.conv_k, cache.conv_k(l), 1, T, Dla, W, st);
         cuda::short_conv_forward(lv, cache.conv_v(l), proj + g.off_lv, P, g.conv_v, cache.conv_v(l), 1, T, Dla, W, st);
-        float* gg = gates_.data();
+        float* gg = w.gates;
         float* beta = gg + T * n_la;
         cuda::gdn_gates_forward(gg, beta, proj + g.off_la, proj + g.off_lb, P, g.A_log, g.dt_bias, T, n_la,
                                 plan.gdn.allow_neg_eigval, st);
-        bf16* o = la_o_.data();  // (T, n_la, Dh)
+        bf16* o = w.la_o;  // (T, n_la, Dh)
         if (T == 1) {
             cuda::gdn_decode_step(1, int(n_la), int(n_la), int(Dh), lq, lk, lv, gg, beta, cache.state(l),
                                   cache.state(l), o, scale, true, st);
@@ -198,40 +236,124 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0) {
     cuda::linear_forward(*blas_, heads, g.w_o, T, HD, C, x, 1.f);  // x += heads @ Wo^T
 
     cuda::rmsnorm_forward(xn, nullptr, x, g.ffn_norm, T, C, eps, st);
-    bf16* gu = gu_.data();
+    bf16* gu = w.gu;
     cuda::linear_forward(*blas_, xn, g.w_gate_up, T, C, 2 * F, gu);  // (T, 2F) = [gate | up]
-    cuda::swiglu_forward(act_.data(), gu, gu + F, T, F, 2 * F, st);
-    cuda::linear_forward(*blas_, act_.data(), g.w_down, T, F, C, x, 1.f);  // x += act @ Wdown^T
+    cuda::swiglu_forward(w.act, gu, gu + F, T, F, 2 * F, st);
+    cuda::linear_forward(*blas_, w.act, g.w_down, T, F, C, x, 1.f);  // x += act @ Wdown^T
 }
 
-void GpuForward::run_segment(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits) {
-    const ModelConfig& c = model_.config();
-    const int64_t T = int64_t(tokens.size()), pos0 = cache.pos(), C = c.hidden_size, V = c.vocab_size;
+void GpuForward::check_tokens(const GpuCache& cache, std::span<const int32_t> tokens) const {
+    const int64_t T = int64_t(tokens.size()), pos0 = cache.pos(), V = model_.config().vocab_size;
     HYDRA_CHECK(T > 0, "GPU forward: no tokens");
     HYDRA_CHECK(pos0 + T <= cache.capacity(), "context overflow: {} cached + {} new tokens exceed the GPU cache of {}",
                 pos0, T, cache.capacity());
-    HYDRA_ASSERT(n_logits >= 1 && n_logits <= T, "GPU forward: {} logits rows of {} tokens", n_logits, T);
     for (int64_t t = 0; t < T; ++t)
         HYDRA_CHECK(tokens[size_t(t)] >= 0 && tokens[size_t(t)] < V,
                     "token id {} at position {} is outside the vocabulary (0..{})", tokens[size_t(t)], t, V - 1);
+}
+
+void GpuForward::forward_pass(GpuCache& cache, int64_t T, int64_t pos0, int64_t n_logits, const Work& w) {
+    const ModelConfig& c = model_.config();
+    const int64_t C = c.hidden_size, V = c.vocab_size;
+    cuda::embedding_forward(w.x, w.ids, model_.embedding(), T, V, C, stream_);
+    if (T > 1 && c.rope_dim > 0) {
+        const int64_t half = c.rope_dim / 2;
+        cuda::rope_table(w.rope, w.rope + T * half, T, c.rope_dim, pos0, double(c.rope_theta), stream_);
+    }
+    for (int64_t l = 0; l < c.num_layers; ++l) layer(l, cache, T, pos0, w);
+    // final norm (bf16, the LM head GEMM's operand) of the last n_logits rows, then the logits in fp32
+    cuda::rmsnorm_forward(w.xn, nullptr, w.x + (T - n_logits) * C, model_.final_norm(), n_logits, C, c.rms_norm_eps,
+                          stream_);
+    cuda::linear_forward(*blas_, w.xn, model_.lm_head(), n_logits, C, V, w.logits, 0.f);
+}
+
+void GpuForward::run_segment(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits) {
+    const int64_t T = int64_t(tokens.size()), pos0 = cache.pos();
+    check_tokens(cache, tokens);
+    HYDRA_ASSERT(n_logits >= 1 && n_logits <= T, "GPU forward: {} logits rows of {} tokens", n_logits, T);
     ensure(T, n_logits, pos0 + T);
     CUDA_CHECK(cudaMemcpyAsync(ids_.data(), tokens.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice,
                                stream_));
-    cuda::embedding_forward(x_.data(), ids_.data(), model_.embedding(), T, V, C, stream_);
-    if (T > 1 && c.rope_dim > 0) {
-        const int64_t half = c.rope_dim / 2;
-        cuda::rope_table(rope_.data(), rope_.data() + T * half, T, c.rope_dim, pos0, double(c.rope_theta), stream_);
-    }
-    for (int64_t l = 0; l < c.num_layers; ++l) layer(l, cache, T, pos0);
+    forward_pass(cache, T, pos0, n_logits, eager_work());
     cache.advance(T);
-    // final norm (bf16, the LM head GEMM's operand) of the last n_logits rows, then the logits in fp32
-    cuda::rmsnorm_forward(xn_.data(), nullptr, x_.data() + (T - n_logits) * C, model_.final_norm(), n_logits, C,
-                          c.rms_norm_eps, stream_);
-    cuda::linear_forward(*blas_, xn_.data(), model_.lm_head(), n_logits, C, V, logits_.data(), 0.f);
 }
 
-void GpuForward::run(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits) {
+void GpuForward::drop_graphs() {
+    if (!graphs_.empty()) CUDA_CHECK(cudaStreamSynchronize(stream_));  // no replay in flight uses them
+    graphs_.clear();
+    graph_cache_id_ = 0;
+}
+
+void GpuForward::prepare_graphs(const GpuCache& cache) {
+    if (cache.id() == graph_cache_id_) return;
+    // Another cache: the graphs hold the old one's addresses (and its capacity's attention grid).
+    drop_graphs();
+    HYDRA_CHECK(cache.capacity() < int64_t(std::numeric_limits<int32_t>::max()),
+                "GPU cache of {} positions: graph decode keeps positions in int32", cache.capacity());
+    const ModelConfig& c = model_.config();
+    const int64_t C = c.hidden_size, HD = c.num_heads * c.head_dim, H = c.num_heads, F = c.intermediate_size;
+    if (dec_.x.size() == 0) {  // sizes depend on the model only: allocated once, never moved
+        dec_.ids.resize(1), dec_.argmax.resize(1), dec_.step.resize(1);
+        dec_.x.resize(C), dec_.xn.resize(C), dec_.proj.resize(model_.max_proj_cols());
+        dec_.attn.resize(HD), dec_.la_qkv.resize(3 * HD), dec_.gates.resize(2 * H), dec_.la_o.resize(HD);
+        dec_.heads.resize(HD), dec_.gu.resize(2 * F), dec_.act.resize(F), dec_.logits.resize(c.vocab_size);
+    }
+    // decode-attention partials for the largest grid this cache can need (graphs were dropped: may move)
+    const int64_t need = int64_t(decode_attention_workspace_floats(H, c.head_dim, cache.capacity()));
+    if (dec_.partials.size() < need) dec_.partials.resize(need);
+    graph_cache_id_ = cache.id();
+}
+
+const float* GpuForward::graph_step(GpuCache& cache, int32_t token, bool argmax) {
+    prepare_graphs(cache);
+    const ModelConfig& c = model_.config();
+    const int64_t pos = cache.pos();
+    const int64_t splits = decode_graph_splits(pos + 1, cache.capacity(), kKeysPerSplit);
+    const auto key = std::make_pair(splits, argmax);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+        Work w;
+        w.ids = dec_.ids.data(), w.x = dec_.x.data(), w.gates = dec_.gates.data(), w.partials = dec_.partials.data();
+        w.logits = dec_.logits.data(), w.xn = dec_.xn.data(), w.proj = dec_.proj.data(), w.attn = dec_.attn.data();
+        w.la_qkv = dec_.la_qkv.data(), w.la_o = dec_.la_o.data(), w.heads = dec_.heads.data(), w.gu = dec_.gu.data();
+        w.act = dec_.act.data(), w.step = dec_.step.data(), w.max_splits = splits;
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+            CudaGraph g = CudaGraph::capture(stream_, [&] {
+                forward_pass(cache, 1, -1, 1, w);  // pos0 unused: every position comes from w.step
+                if (argmax) {
+                    argmax_f32(dec_.argmax.data(), w.logits, c.vocab_size, stream_);
+                    CUDA_CHECK(cudaMemcpyAsync(host_token_, dec_.argmax.data(), sizeof(int32_t),
+                                               cudaMemcpyDeviceToHost, stream_));
+                }
+            });
+            stats_.last_nodes = g.num_nodes();
+            it = graphs_.emplace(key, std::move(g)).first;
+        } catch (const std::exception& e) {
+            // e.g. a driver or cuBLAS that refuses capture: decode stays correct, only slower
+            fmt::print(stderr, "warning: CUDA graph capture failed ({}); decoding without CUDA graphs\n", e.what());
+            ++stats_.fallbacks;
+            graphs_on_ = false;
+            drop_graphs();
+            return nullptr;
+        }
+        ++stats_.captures;
+        stats_.capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    set_decode_step(dec_.ids.data(), dec_.step.data(), token, int32_t(pos), stream_);
+    it->second.launch(stream_);
+    ++stats_.replays;
+    cache.advance(1);
+    return dec_.logits.data();
+}
+
+const float* GpuForward::run(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits) {
+    if (graphs_on_ && tokens.size() == 1) {
+        check_tokens(cache, tokens);
+        if (const float* lg = graph_step(cache, tokens[0], false)) return lg;
+    }
     run_segment(cache, tokens, n_logits);
+    return logits_.data();
 }
 
 std::vector<float> GpuForward::forward_last_logits(GpuCache& cache, std::span<const int32_t> tokens) {
@@ -240,9 +362,9 @@ std::vector<float> GpuForward::forward_last_logits(GpuCache& cache, std::span<co
         for (size_t t = 0; t + 1 < tokens.size(); ++t) run(cache, tokens.subspan(t, 1), 1);
         tokens = tokens.subspan(tokens.size() - 1);
     }
-    run(cache, tokens, 1);
+    const float* lg = run(cache, tokens, 1);
     std::vector<float> out(static_cast<size_t>(V));
-    CUDA_CHECK(cudaMemcpyAsync(out.data(), logits_.data(), size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(out.data(), lg, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return out;
 }
@@ -252,14 +374,13 @@ std::vector<float> GpuForward::forward_all_logits(GpuCache& cache, std::span<con
     std::vector<float> out(size_t(T * V));
     if (T > 1 && cache.pos() > 0) {
         for (int64_t t = 0; t < T; ++t) {
-            run(cache, tokens.subspan(size_t(t), 1), 1);
-            CUDA_CHECK(cudaMemcpyAsync(out.data() + t * V, logits_.data(), size_t(V) * sizeof(float),
-                                       cudaMemcpyDeviceToHost, stream_));
+            const float* lg = run(cache, tokens.subspan(size_t(t), 1), 1);
+            CUDA_CHECK(cudaMemcpyAsync(out.data() + t * V, lg, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost,
+                                       stream_));
         }
     } else {
-        run(cache, tokens, T);
-        CUDA_CHECK(cudaMemcpyAsync(out.data(), logits_.data(), size_t(T * V) * sizeof(float), cudaMemcpyDeviceToHost,
-                                   stream_));
+        const float* lg = run(cache, tokens, T);
+        CUDA_CHECK(cudaMemcpyAsync(out.data(), lg, size_t(T * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return out;
@@ -270,8 +391,15 @@ int32_t GpuForward::forward_argmax(GpuCache& cache, std::span<const int32_t> tok
         for (size_t t = 0; t + 1 < tokens.size(); ++t) run(cache, tokens.subspan(t, 1), 1);
         tokens = tokens.subspan(tokens.size() - 1);
     }
-    run(cache, tokens, 1);
-    argmax_f32(argmax_.data(), logits_.data(), model_.config().vocab_size, stream_);
+    if (graphs_on_ && tokens.size() == 1) {
+        check_tokens(cache, tokens);
+        if (graph_step(cache, tokens[0], true)) {  // the argmax and its copy to host_token_ are in the graph
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            return *host_token_;
+        }
+    }
+    const float* lg = run(cache, tokens, 1);
+    argmax_f32(argmax_.data(), lg, model_.config().vocab_size, stream_);
     CUDA_CHECK(cudaMemcpyAsync(host_token_, argmax_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return *host_token_;

@@ -13,8 +13,20 @@
 // then the final RMSNorm and the LM head (fp32 logits) for the rows asked for. A prompt continued at
 // pos0 > 0 with T > 1 runs as T single-token steps (the flash kernel has no offset; only decode needs it).
 //
-// One GpuForward owns a stream, a cuBLAS context and grow-only activation buffers; it is not
-// thread-safe. Results are copied to the host synchronously; everything else is asynchronous.
+// Single-token steps (T = 1) replay CUDA graphs (gpu/cuda_graph.h) unless HYDRA_CUDA_GRAPHS=0 or
+// set_cuda_graphs(false): the whole step (embedding, every layer, final norm, LM head, and for
+// forward_argmax the argmax and its 4-byte copy to the host) is captured once and replayed for every
+// later token, one submission instead of hundreds of launches. What changes between steps (token id,
+// position, attention length) is written into device memory by one tiny kernel before each replay
+// (gpu/decode_step.h); the position-dependent kernels have forms that read it there (RoPE, the cache-row
+// write, decode attention with a grid sized for a power-of-two number of key splits, one graph per such
+// size: gpu/decode_graph_policy.h). The graphs work in their own fixed decode buffers, so prefill growth
+// never moves what they point to; they are dropped when a step runs on another GpuCache. Same kernels and
+// same cuBLAS calls as the eager path, so the logits are identical to it (bench/gpu_forward_parity checks).
+//
+// One GpuForward owns a stream, a cuBLAS context (with its own workspace, so cuBLAS allocates nothing
+// during capture) and grow-only activation buffers; it is not thread-safe. Results are copied to the host
+// synchronously; everything else is asynchronous.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,6 +38,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/cuda_graph.h"
+#include "gpu/decode_step.h"
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_model.h"
 #include "ops/cuda/gdn_chunk.h"
@@ -50,11 +64,54 @@ public:
     cudaStream_t stream() const { return stream_; }
     const GpuModel& model() const { return model_; }
 
+    // CUDA graphs for single-token steps: on by default unless HYDRA_CUDA_GRAPHS is 0/off/false/no; off
+    // = the eager path (one launch per kernel), the reference the graphs are checked against.
+    void set_cuda_graphs(bool on) { graphs_on_ = on; }
+    bool cuda_graphs() const { return graphs_on_; }
+    struct GraphStats {
+        int64_t captures = 0;        // graphs recorded (one per decode-attention grid size and output kind)
+        int64_t replays = 0;         // single-token steps served by a graph
+        int64_t fallbacks = 0;       // captures that failed (graphs then switched off, eager from there on)
+        double capture_seconds = 0;  // host time spent capturing + instantiating
+        size_t last_nodes = 0;       // nodes of the last graph captured
+    };
+    const GraphStats& graph_stats() const { return stats_; }
+
 private:
-    // Runs the layers and leaves the logits of the last `n_logits` positions in logits_ (n_logits, V).
-    void run(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits);
+    // Device buffers one forward pass works in: the eager path's grow-only members, or the decode graphs'
+    // fixed single-token set (then step / max_splits are set and T = 1).
+    struct Work {
+        int32_t* ids = nullptr;
+        float *x = nullptr, *lse = nullptr, *gates = nullptr, *rope = nullptr, *partials = nullptr, *logits = nullptr;
+        bf16 *xn = nullptr, *proj = nullptr, *qbuf = nullptr, *kdup = nullptr, *vdup = nullptr, *attn = nullptr;
+        bf16 *la_qkv = nullptr, *la_o = nullptr, *heads = nullptr, *gu = nullptr, *act = nullptr;
+        const DecodeStep* step = nullptr;  // graph decode: position and attention length read on the device
+        int64_t max_splits = 0;            // graph decode: key splits per head of the attention grid
+    };
+    // The graphs' own buffers (T = 1), allocated once; partials sized for the cache they were made for.
+    struct DecodeSet {
+        cuda::DeviceBuffer<int32_t> ids, argmax;
+        cuda::DeviceBuffer<DecodeStep> step;
+        cuda::DeviceBuffer<float> x, gates, partials, logits;
+        cuda::DeviceBuffer<bf16> xn, proj, attn, la_qkv, la_o, heads, gu, act;
+    };
+
+    // Checks tokens and room in the cache (hydra::Error naming the problem).
+    void check_tokens(const GpuCache& cache, std::span<const int32_t> tokens) const;
+    // Runs tokens and returns the device logits of the last n_logits positions (n_logits, V): a graph
+    // replay for a single token when graphs are on, else the eager path.
+    const float* run(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits);
     void run_segment(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits);
-    void layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0);
+    // One single-token step through a graph (captured on first use); with `argmax` the graph also leaves
+    // the greedy token in host_token_. Returns the device logits (V), or null when the capture failed
+    // (graphs are then off and the caller runs the eager path).
+    const float* graph_step(GpuCache& cache, int32_t token, bool argmax);
+    void prepare_graphs(const GpuCache& cache);
+    void drop_graphs();
+    // embedding -> layers -> final norm -> LM head of T tokens at pos0 (unused by graph decode: w.step).
+    void forward_pass(GpuCache& cache, int64_t T, int64_t pos0, int64_t n_logits, const Work& w);
+    void layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, const Work& w);
+    Work eager_work();
     void ensure(int64_t T, int64_t n_logits, int64_t kv_len);
     cuda::GdnWorkspace& gdn_workspace(int64_t T, int64_t n_la);
 
@@ -67,6 +124,12 @@ private:
     cuda::DeviceBuffer<bf16> xn_, proj_, qbuf_, kdup_, vdup_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
     int32_t* host_token_ = nullptr;  // pinned
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<cuda::GdnWorkspace>> gdn_ws_;  // (T, n_la)
+
+    bool graphs_on_ = true;
+    GraphStats stats_;
+    DecodeSet dec_;
+    uint64_t graph_cache_id_ = 0;                          // GpuCache::id the graphs point into (0: none)
+    std::map<std::pair<int64_t, bool>, CudaGraph> graphs_;  // (attention splits, argmax) -> graph
 };
 
 }  // namespace hydra::gpu

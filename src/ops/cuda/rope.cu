@@ -25,11 +25,13 @@ __global__ void k_rope_table(float* __restrict__ cos_t, float* __restrict__ sin_
 }
 
 // x + (s * T + t) * token_stride + h * Dh is head h of token t of sequence s. Table when cos_t is not
-// null, else angles from pos0 / theta. inverse = rotate by the negative angle (the backward).
+// null, else angles from pos0 / theta, pos0 read from device memory when pos_dev is not null (decode in a
+// CUDA graph). inverse = rotate by the negative angle (the backward).
 __global__ void k_rope(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
                        int64_t rope_dim, const float* __restrict__ cos_t, const float* __restrict__ sin_t, int64_t pos0,
-                       double theta, bool inverse) {
+                       const int32_t* __restrict__ pos_dev, double theta, bool inverse) {
     const int64_t half = rope_dim / 2, total = num_seqs * T * H * half;
+    if (pos_dev) pos0 = int64_t(*pos_dev);
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t i = k % half;
         int64_t r = k / half;
@@ -56,14 +58,15 @@ __global__ void k_rope(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t 
 }
 
 void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
-            const float* cos_t, const float* sin_t, int64_t pos0, double theta, bool inverse, cudaStream_t stream) {
+            const float* cos_t, const float* sin_t, int64_t pos0, double theta, bool inverse, cudaStream_t stream,
+            const int32_t* pos_dev = nullptr) {
     if (token_stride == 0) token_stride = H * Dh;
     HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh,
                 "rope: rope_dim must be even and <= head_dim, token stride >= H * Dh");
     const int64_t total = num_seqs * T * H * (rope_dim / 2);
     if (total <= 0) return;
     k_rope<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(x, token_stride, num_seqs, T, H, Dh, rope_dim,
-                                                                       cos_t, sin_t, pos0, theta, inverse);
+                                                                       cos_t, sin_t, pos0, pos_dev, theta, inverse);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -91,6 +94,11 @@ void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, i
 void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
                    double theta, cudaStream_t stream) {
     launch(dx, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, theta, true, stream);
+}
+void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos, double theta,
+                         cudaStream_t stream) {
+    HYDRA_CUDA_REQUIRE(pos != nullptr, "rope_forward_decode: the position pointer is required");
+    launch(x, 0, 1, 1, H, Dh, rope_dim, nullptr, nullptr, 0, theta, false, stream, pos);
 }
 void rope_forward_strided(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
                           int64_t rope_dim, const float* cos, const float* sin, cudaStream_t stream) {

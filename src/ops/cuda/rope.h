@@ -34,6 +34,11 @@ void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, i
                   double theta, cudaStream_t stream = nullptr);
 void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
                    double theta, cudaStream_t stream = nullptr);
+// One token (T = 1) of H heads at x (heads contiguous), its position read from device memory (*pos) when the
+// kernel runs: the CUDA-graph form of the pos0 overload (same kernel, same angles), one launch for q and k
+// when k's heads follow q's.
+void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos, double theta,
+                         cudaStream_t stream = nullptr);
 
 // Strided variants: head h of token (s, t) starts at x + (s * T + t) * token_stride + h * Dh.
 void rope_forward_strided(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
