@@ -7,8 +7,12 @@
 //   - GPU decode vs GPU prefill: prompt minus its last --steps tokens prefilled, then those tokens one at
 //     a time; their logits against the full prefill's rows (relative RMS, top-1)
 //   - GPU prefill and decode timings
+//   - CUDA-graph decode vs eager decode (gpu_forward.h: same kernels, so equal to fp32 rounding): the whole
+//     prompt as single-token steps from position 0 (so the attention grid passes through several graph
+//     sizes), then --gen greedy tokens; max |logit difference| and greedy agreement
 // Pass: last-logits rel RMS < --tol (2e-2: bf16 operands against fp32), same continuation, decode vs
-// prefill rel RMS < --tol with equal top-1. Exit 1 when a model fails.
+// prefill rel RMS < --tol with equal top-1; graphs: max |diff| <= 1e-5 x max |logit|, equal greedy tokens,
+// and the graphs really ran. Exit 1 when a model fails either.
 //
 // --synthetic (no model file needed): random-weight models of SmolLM2's head shape (Dh 64, 9 q / 3 KV
 // heads, 4 layers) covering every plan kind the GPU path has branches for: teacher, kv-granular hybrid
@@ -16,8 +20,15 @@
 // Qwen-style teacher (q/k bias, q/k norm); random token prompts. Random weights give near-tied logits,
 // so only the logits error and decode-vs-prefill are required to pass there.
 //
+// --decode-timing 1024,8192,32768: decode ms/token eager vs CUDA graphs (bench/gpu_decode_timing.h) at
+// those cache lengths, after the graph check on a --tokens random prompt, for each MODEL and its 7:1
+// conversion (random kv groups, seed 1; teachers only), or without MODEL for random weights at
+// SmolLM2-135M's shape (teacher and 7:1 hybrid; speed does not depend on the weights); --no-parity skips
+// the CPU comparisons.
+//
 //   gpu_forward_parity [--tokens 300] [--gen 32] [--steps 16] [--tol 2e-2] [--text FILE] MODEL...
 //   gpu_forward_parity --synthetic [--tokens 300]
+//   gpu_forward_parity --no-parity --decode-timing 1024,8192,32768 [--timing-steps 200] [--timing-warmup 10] [MODEL...]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,9 +48,12 @@
 #include "eval/eval_runner.h"
 #include "eval/model_text_encoder.h"
 #include "eval/text_sources.h"
+#include "gpu_decode_timing.h"
+#include "gpu_train_common.h"
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_forward.h"
 #include "gpu/gpu_model.h"
+#include "model/hybrid_conversion.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
 #include "model/model_loader.h"
@@ -76,8 +90,73 @@ std::string read_file(const std::string& path) {
     return ss.str();
 }
 
+// CUDA-graph decode vs eager decode on the same GpuForward, each from an empty cache of its own: the
+// prompt as single-token steps from position 0, then n_gen greedy tokens. Same kernels and cuBLAS calls,
+// so the logits must agree to fp32 rounding (rel_tol of the largest |logit|); they are normally identical.
+bool graph_parity(gpu::GpuForward& fwd, const std::vector<int32_t>& prompt, int64_t n_gen, double rel_tol = 1e-5) {
+    const int64_t V = fwd.model().config().vocab_size, T = int64_t(prompt.size());
+    gpu::GpuCache cache(fwd.model(), T + n_gen + 1);
+    const bool was_on = fwd.cuda_graphs();
+    const gpu::GpuForward::GraphStats before = fwd.graph_stats();
+    std::vector<float> logits[2];
+    std::vector<int32_t> greedy[2];
+    double seconds[2] = {0, 0};
+    for (int mode = 0; mode < 2; ++mode) {  // 0 eager (the reference), 1 graphs
+        fwd.set_cuda_graphs(mode == 1);
+        cache.reset(fwd.stream());
+        const auto t0 = clock_type::now();
+        logits[mode].reserve(size_t(T * V));
+        for (int64_t t = 0; t < T; ++t) {
+            const std::vector<float> lg = fwd.forward_last_logits(cache, std::span<const int32_t>(&prompt[size_t(t)], 1));
+            logits[mode].insert(logits[mode].end(), lg.begin(), lg.end());
+        }
+        int32_t tok = argmax_row(logits[mode].data() + (T - 1) * V, V);
+        for (int64_t i = 0; i < n_gen; ++i) {
+            greedy[mode].push_back(tok);
+            tok = fwd.forward_argmax(cache, std::span<const int32_t>(&tok, 1));
+        }
+        seconds[mode] = seconds_since(t0);
+    }
+    fwd.set_cuda_graphs(was_on);
+    const gpu::GpuForward::GraphStats& after = fwd.graph_stats();
+    double max_abs = 0, max_ref = 0;
+    int64_t identical_steps = 0;
+    bool finite = true;
+    for (int64_t t = 0; t < T; ++t) {
+        bool same = true;
+        for (int64_t i = t * V; i < (t + 1) * V; ++i) {
+            const float a = logits[1][size_t(i)], r = logits[0][size_t(i)];
+            finite &= std::isfinite(a) && std::isfinite(r);
+            max_abs = std::max(max_abs, std::fabs(double(a) - double(r)));
+            max_ref = std::max(max_ref, std::fabs(double(r)));
+            same &= std::memcmp(&a, &r, sizeof(float)) == 0;
+        }
+        identical_steps += same;
+    }
+    int64_t equal = 0;
+    while (equal < n_gen && greedy[0][size_t(equal)] == greedy[1][size_t(equal)]) ++equal;
+    const int64_t replays = after.replays - before.replays, captures = after.captures - before.captures;
+    const double rel = max_abs / std::max(max_ref, 1e-30);
+    const bool ok = finite && rel <= rel_tol && equal == n_gen && replays >= T + n_gen &&
+                    after.fallbacks == before.fallbacks;
+    fmt::print("CUDA graphs vs eager, {} single-token steps from position 0 + {} greedy: max |diff| {:.3e} "
+               "(max |logit| {:.3g}, rel {:.2e}), bit-identical steps {}/{}; greedy {}/{} equal; "
+               "{} captures ({} nodes last), {} replays; {:.2f} vs {:.2f} ms/step -> {}\n",
+               T, n_gen, max_abs, max_ref, rel, identical_steps, T, equal, n_gen, captures, after.last_nodes, replays,
+               1000.0 * seconds[0] / double(T + n_gen), 1000.0 * seconds[1] / double(T + n_gen),
+               ok ? "PASS" : "FAIL");
+    if (!finite) fmt::print("FAIL: non-finite logits\n");
+    if (after.fallbacks != before.fallbacks) fmt::print("FAIL: graph capture failed (eager fallback)\n");
+    return ok;
+}
+
+struct Outcome {
+    bool cpu_ok = true;    // the CPU-reference checks
+    bool graph_ok = true;  // CUDA graphs vs eager
+};
+
 // The checks on one model and prompt; `strict` adds top-1 / continuation requirements (real weights).
-bool check(const LlamaModel& model, const ModelText& text, const std::vector<int32_t>& prompt, int64_t n_gen,
+Outcome check(const LlamaModel& model, const ModelText& text, const std::vector<int32_t>& prompt, int64_t n_gen,
            int64_t n_steps, double tol, bool strict) {
     const ModelConfig& cfg = model.config();
     const int64_t V = cfg.vocab_size;
@@ -180,11 +259,14 @@ bool check(const LlamaModel& model, const ModelText& text, const std::vector<int
     }
     if (!(dp_worst < tol) || (strict && dp_agree != k)) ok = false;
     fmt::print("{}\n", ok ? "PASS" : "FAIL");
-    return ok;
+    Outcome out;
+    out.cpu_ok = ok;
+    out.graph_ok = graph_parity(fwd, prompt, n_gen);
+    return out;
 }
 
-bool check_model(const std::string& path, const std::string& text_file, int64_t n_tokens, int64_t n_gen,
-                 int64_t n_steps, double tol) {
+Outcome check_model(const std::string& path, const std::string& text_file, int64_t n_tokens, int64_t n_gen,
+                    int64_t n_steps, double tol) {
     fmt::print("== {}\n", path);
     auto t0 = clock_type::now();
     LoadedModel m = load_model(path);
@@ -266,7 +348,7 @@ int run_synthetic(int64_t n_tokens, int64_t n_gen, int64_t n_steps, double tol) 
     };
     ModelText text = byte_model_text();
     text.stop_ids.clear();
-    int failed = 0;
+    int failed = 0, graph_failed = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
         ModelConfig cc = c;
         if (cases[i].qwen) cc.attention_bias = true, cc.qk_norm = true;
@@ -282,20 +364,82 @@ int run_synthetic(int64_t n_tokens, int64_t n_gen, int64_t n_steps, double tol) 
         Rng rng(42 + i);
         std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
         for (int32_t& t : prompt) t = int32_t(rng.uniform() * double(cc.vocab_size - 1));
-        failed += check(model, text, prompt, n_gen, n_steps, tol, false) ? 0 : 1;
+        const Outcome o = check(model, text, prompt, n_gen, n_steps, tol, false);
+        failed += o.cpu_ok ? 0 : 1;
+        graph_failed += o.graph_ok ? 0 : 1;
     }
     fmt::print("{} of {} synthetic models passed\n", int(cases.size()) - failed, cases.size());
+    fmt::print("CUDA graphs vs eager: {} of {} synthetic models passed\n", int(cases.size()) - graph_failed,
+               cases.size());
+    return failed + graph_failed;
+}
+
+// --decode-timing: for each model (each MODEL and, for teachers, its 7:1 conversion with random kv groups;
+// without MODEL random weights at SmolLM2-135M's shape) the graph check on a random prompt, then decode
+// ms/token eager vs graphs at `lengths`. Returns the number of failures (graph check, greedy streams that
+// part, graphs that did not run).
+int run_decode_timing(const std::vector<std::string>& paths, const std::vector<int64_t>& lengths, int64_t steps,
+                      int64_t warmup, int64_t n_tokens, int64_t n_gen) {
+    std::vector<std::pair<std::string, std::unique_ptr<LlamaModel>>> models;
+    auto add_hybrid = [&](const LlamaModel& teacher, const std::string& name, bool random_weights) {
+        const ModelConfig& c = teacher.config();
+        const HybridPlan plan = build_plan(c, bench::plan_request(c, "7:1", "kv", FusionKind::ScaleNorm, 1));
+        std::unique_ptr<LlamaModel> h;
+        if (random_weights) {
+            h = std::make_unique<LlamaModel>(c, &plan);
+            bench::randomise(*h, 22);
+        } else {
+            h = convert_to_hybrid(teacher, plan, ConversionOptions{});
+        }
+        models.emplace_back(fmt::format("{} 7:1 hybrid ({})", name, plan.ratio_summary()), std::move(h));
+    };
+    if (paths.empty()) {
+        auto teacher = std::make_unique<LlamaModel>(bench::smollm2_135m_config());
+        bench::randomise(*teacher, 21);
+        const std::string name = "SmolLM2-135M shape (random weights)";
+        add_hybrid(*teacher, name, true);
+        models.emplace(models.begin(), name + " teacher", std::move(teacher));
+    } else {
+        for (const std::string& p : paths) {
+            LoadedModel m = load_model(p);
+            const std::string name = std::filesystem::path(p).filename().string();
+            if (m.model->plan().is_all_fa()) add_hybrid(*m.model, name, false);
+            models.emplace(models.end() - (m.model->plan().is_all_fa() ? 1 : 0), name, std::move(m.model));
+        }
+    }
+    int failed = 0;
+    std::vector<bench::DecodeTimingRow> rows;
+    for (const auto& [name, model] : models) {
+        fmt::print("== decode timing: {} (plan {})\n", name, model->plan().ratio_summary());
+        {
+            gpu::GpuModel gm(*model);
+            gpu::GpuForward fwd(gm);
+            Rng rng(7);
+            std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
+            for (int32_t& t : prompt) t = int32_t(rng.uniform() * double(model->config().vocab_size - 1));
+            failed += graph_parity(fwd, prompt, n_gen) ? 0 : 1;
+        }
+        for (const bench::DecodeTimingRow& r : bench::time_decode(*model, name, lengths, steps, warmup)) {
+            if (r.equal != r.compared || !(r.graph_ms > 0)) {
+                fmt::print("FAIL: {} at {} positions: greedy {}/{} equal, graph {:.3f} ms/token\n", r.model,
+                           r.positions, r.equal, r.compared, r.graph_ms);
+                ++failed;
+            }
+            rows.push_back(r);
+        }
+    }
+    bench::print_decode_table(rows, steps);
     return failed;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    int64_t n_tokens = 300, n_gen = 32, n_steps = 16;
+    int64_t n_tokens = 300, n_gen = 32, n_steps = 16, timing_steps = 200, timing_warmup = 10;
     double tol = 2e-2;
-    std::string text_file = default_prose_dir() + "/austen_emma.txt";
+    std::string text_file = default_prose_dir() + "/austen_emma.txt", timing;
     std::vector<std::string> models;
-    bool synthetic = false;
+    bool synthetic = false, parity = true;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -311,27 +455,41 @@ int main(int argc, char** argv) {
         else if (a == "--tol") tol = std::stod(next());
         else if (a == "--text") text_file = next();
         else if (a == "--synthetic") synthetic = true;
+        else if (a == "--decode-timing") timing = next();
+        else if (a == "--timing-steps") timing_steps = std::stoll(next());
+        else if (a == "--timing-warmup") timing_warmup = std::stoll(next());
+        else if (a == "--no-parity") parity = false;
         else models.push_back(a);
     }
-    if (synthetic) {
-        try {
-            return run_synthetic(n_tokens, n_gen, n_steps, tol) == 0 ? 0 : 1;
-        } catch (const std::exception& e) {
-            fmt::print(stderr, "error: {}\n", e.what());
-            return 1;
-        }
-    }
-    if (models.empty()) {
-        fmt::print(stderr, "usage: gpu_forward_parity [--tokens N] [--gen N] [--steps N] [--tol X] [--text FILE] MODEL...\n");
+    if (!synthetic && timing.empty() && (models.empty() || !parity)) {
+        fmt::print(stderr,
+                   "usage: gpu_forward_parity [--tokens N] [--gen N] [--steps N] [--tol X] [--text FILE] MODEL...\n"
+                   "       gpu_forward_parity --synthetic [--tokens N]\n"
+                   "       gpu_forward_parity [--no-parity] --decode-timing 1024,8192,32768 [--timing-steps 200] "
+                   "[--timing-warmup 10] [MODEL...]\n");
         return 2;
     }
     int failed = 0;
     try {
-        for (const std::string& m : models) failed += check_model(m, text_file, n_tokens, n_gen, n_steps, tol) ? 0 : 1;
+        if (synthetic && parity) {
+            failed += run_synthetic(n_tokens, n_gen, n_steps, tol);
+        } else if (parity && !models.empty()) {
+            int cpu_failed = 0, graph_failed = 0;
+            for (const std::string& m : models) {
+                const Outcome o = check_model(m, text_file, n_tokens, n_gen, n_steps, tol);
+                cpu_failed += o.cpu_ok ? 0 : 1;
+                graph_failed += o.graph_ok ? 0 : 1;
+            }
+            fmt::print("{} of {} models passed\n", int(models.size()) - cpu_failed, models.size());
+            fmt::print("CUDA graphs vs eager: {} of {} models passed\n", int(models.size()) - graph_failed,
+                       models.size());
+            failed += cpu_failed + graph_failed;
+        }
+        if (!timing.empty())
+            failed += run_decode_timing(models, parse_lengths(timing), timing_steps, timing_warmup, n_tokens, n_gen);  // "1k,8k,32k"
     } catch (const std::exception& e) {
         fmt::print(stderr, "error: {}\n", e.what());
         return 1;
     }
-    fmt::print("{} of {} models passed\n", int(models.size()) - failed, models.size());
     return failed == 0 ? 0 : 1;
 }
