@@ -559,10 +559,11 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
                      a.lqkv, 3 * Dla);
         proj_forward(m, b, st, a.xn1, N, C, {{o.la_wg, -1, Dla}}, a.lz, Dla);
         proj_forward(m, b, st, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, a.lab, 2 * n_la);
-        prof_.section("la_ops");
+        prof_.section("la_conv");
         cuda::short_conv_forward(a.lq, nullptr, a.lqkv, 3 * Dla, m.p32(o.conv_q), nullptr, B, T, Dla, W, st);
         cuda::short_conv_forward(a.lk, nullptr, a.lqkv + Dla, 3 * Dla, m.p32(o.conv_k), nullptr, B, T, Dla, W, st);
         cuda::short_conv_forward(a.lv, nullptr, a.lqkv + 2 * Dla, 3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
+        prof_.section("la_ops");
         cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias), N, n_la,
                                 plan.gdn.allow_neg_eigval, st);
         cuda::GdnShape gs;
@@ -697,6 +698,7 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
                                  a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias), N, n_la,
                                  plan.gdn.allow_neg_eigval, st);
         bf16* dlqkv = ar.alloc<bf16>(N * 3 * Dla);
+        prof_.section("la_conv");
         cuda::short_conv_backward(dlqkv, 3 * Dla, m.grad(o.conv_q), nullptr, dlq, nullptr, a.lqkv, 3 * Dla,
                                   m.p32(o.conv_q), nullptr, B, T, Dla, W, st);
         cuda::short_conv_backward(dlqkv + Dla, 3 * Dla, m.grad(o.conv_k), nullptr, dlk, nullptr, a.lqkv + Dla, 3 * Dla,

@@ -1,6 +1,7 @@
 // GDN causal depthwise short conv + SiLU on the GPU (see short_conv.h). One thread per (sequence,
 // block of kL positions, channel), channels fastest so a warp reads consecutive channels of a token row;
-// the W-tap window slides in registers (W is a template parameter, 1..8). The backward recomputes the
+// a thread loads its kL + W - 1 input rows into registers up front (W is a template parameter, 1..8), so
+// the loads overlap instead of forming a chain. The backward recomputes the
 // pre-activation and writes its dw column sums per block into a partial buffer reduced in block order
 // (deterministic, layer_util.cuh).
 #include "ops/cuda/short_conv.h"
@@ -13,7 +14,7 @@ namespace hydra::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kL = 64;  // positions per thread
+constexpr int kL = 16;  // positions per thread (few enough to keep in registers, loads issued together)
 
 // Row j of xc = [prev; x] for sequence b, channel d (j in [0, W-1+T)).
 template <int W>
@@ -27,23 +28,24 @@ template <int W>
 __global__ void k_conv_forward(bf16* __restrict__ out, const bf16* __restrict__ x, int64_t xs,
                                const float* __restrict__ w, const float* __restrict__ prev, int64_t B, int64_t T,
                                int64_t D, int64_t nch) {
-    const int64_t total = B * nch * D;
+    const int64_t total = B * nch * D, J = W - 1 + T;
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t d = k % D, r = k / D, c = r % nch, b = r / nch;
-        const int64_t t0 = c * kL, t1 = min(T, t0 + kL);
-        float wr[W], win[W];
+        const int64_t t0 = c * kL;
+        float wr[W];
 #pragma unroll
         for (int i = 0; i < W; ++i) wr[i] = w[d * W + i];
+        // xv[j] = xc[t0 + j]: every load issued before any use (the loads, not the math, bound this kernel)
+        float xv[kL + W - 1];
 #pragma unroll
-        for (int i = 0; i < W - 1; ++i) win[i] = xc_at<W>(x, xs, prev, b, T, D, d, t0 + i);
-        for (int64_t t = t0; t < t1; ++t) {
-            win[W - 1] = xc_at<W>(x, xs, prev, b, T, D, d, t + W - 1);
+        for (int j = 0; j < kL + W - 1; ++j) xv[j] = (t0 + j < J) ? xc_at<W>(x, xs, prev, b, T, D, d, t0 + j) : 0.f;
+#pragma unroll
+        for (int t = 0; t < kL; ++t) {
+            if (t0 + t >= T) break;
             float pre = 0.f;
 #pragma unroll
-            for (int i = 0; i < W; ++i) pre += wr[i] * win[i];
-            out[(b * T + t) * D + d] = __float2bfloat16_rn(pre * detail::sigmoidf_(pre));
-#pragma unroll
-            for (int i = 0; i < W - 1; ++i) win[i] = win[i + 1];
+            for (int i = 0; i < W; ++i) pre += wr[i] * xv[t + i];
+            out[(b * T + t0 + t) * D + d] = __float2bfloat16_rn(pre * detail::sigmoidf_(pre));
         }
     }
 }
@@ -65,66 +67,62 @@ __global__ void k_conv_next_prev(float* prev_out, const bf16* __restrict__ x, in
 
 // Thread (b, c, d) owns rows j in [c kL, c kL + kL) of d xc (the gradient of [prev; x]):
 //   dxc[j] = sum_i w[i] dpre[j - i] (+ dprev_out[j - T] for j >= T),  dpre[t] = dout[t] silu'(pre[t])
-// and the dw terms of the positions t = j < T: dw[d, i] += dpre[t] xc[t + i].
+// and the dw terms of the positions t = j < T: dw[d, i] += dpre[t] xc[t + i]. It recomputes pre for the
+// W-1 positions before its rows too; all its loads are issued up front into registers.
 template <int W>
 __global__ void k_conv_backward(bf16* __restrict__ dx, int64_t dxs, float* __restrict__ partials,
                                 float* __restrict__ dprev, const bf16* __restrict__ dout,
                                 const float* __restrict__ dprev_out, const bf16* __restrict__ x, int64_t xs,
                                 const float* __restrict__ w, const float* __restrict__ prev, int64_t B, int64_t T,
                                 int64_t D, int64_t nch) {
+    constexpr int NT = kL + W - 1;  // positions t in [j0 - (W-1), j0 + kL) whose dpre the rows need
     const int64_t total = B * nch * D, J = W - 1 + T;
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t d = k % D, r = k / D, c = r % nch, b = r / nch;
-        const int64_t j0 = c * kL, j1 = min(J, j0 + kL);
-        float wr[W], xw[W], dpw[W], dwp[W];
+        const int64_t j0 = c * kL, tb = j0 - (W - 1);
+        float wr[W], dwp[W];
 #pragma unroll
         for (int i = 0; i < W; ++i) {
             wr[i] = w[d * W + i];
             dwp[i] = 0.f;
         }
-        // dpw[m] = dpre[j - (W-1) + m]; the W-1 positions before j0 first
+        float xv[NT + W - 1];  // xv[m] = xc[tb + m]
 #pragma unroll
-        for (int m = 0; m < W - 1; ++m) {
-            const int64_t t = j0 - (W - 1) + m;
-            float dp = 0.f;
-            if (t >= 0 && t < T) {
-                float pre = 0.f;
-#pragma unroll
-                for (int i = 0; i < W; ++i) pre += wr[i] * xc_at<W>(x, xs, prev, b, T, D, d, t + i);
-                const float s = detail::sigmoidf_(pre);
-                dp = __bfloat162float(dout[(b * T + t) * D + d]) * s * (1.f + pre * (1.f - s));
-            }
-            dpw[m] = dp;
+        for (int m = 0; m < NT + W - 1; ++m) {
+            const int64_t j = tb + m;
+            xv[m] = (j >= 0 && j < J) ? xc_at<W>(x, xs, prev, b, T, D, d, j) : 0.f;
         }
-        // xw[i] = xc[j + i]
+        float dyv[NT];  // dout at t = tb + m
 #pragma unroll
-        for (int i = 0; i < W - 1; ++i) xw[i] = (j0 + i < J) ? xc_at<W>(x, xs, prev, b, T, D, d, j0 + i) : 0.f;
-        for (int64_t j = j0; j < j1; ++j) {
-            xw[W - 1] = (j + W - 1 < J) ? xc_at<W>(x, xs, prev, b, T, D, d, j + W - 1) : 0.f;
-            float dp = 0.f;
-            if (j < T) {
-                float pre = 0.f;
+        for (int m = 0; m < NT; ++m) {
+            const int64_t t = tb + m;
+            dyv[m] = (t >= 0 && t < T) ? __bfloat162float(dout[(b * T + t) * D + d]) : 0.f;
+        }
+        float dpv[NT];  // dpre[tb + m] (0 outside [0, T))
 #pragma unroll
-                for (int i = 0; i < W; ++i) pre += wr[i] * xw[i];
-                const float s = detail::sigmoidf_(pre);
-                dp = __bfloat162float(dout[(b * T + j) * D + d]) * s * (1.f + pre * (1.f - s));
+        for (int m = 0; m < NT; ++m) {
+            float pre = 0.f;
 #pragma unroll
-                for (int i = 0; i < W; ++i) dwp[i] += dp * xw[i];
+            for (int i = 0; i < W; ++i) pre += wr[i] * xv[m + i];
+            const float s = detail::sigmoidf_(pre);
+            dpv[m] = dyv[m] * s * (1.f + pre * (1.f - s));  // dyv = 0 outside [0, T)
+            if (m >= W - 1) {  // t = j0 + (m - (W-1)) is one of this thread's rows: its dw terms
+#pragma unroll
+                for (int i = 0; i < W; ++i) dwp[i] += dpv[m] * xv[m + i];
             }
-            dpw[W - 1] = dp;
+        }
+#pragma unroll
+        for (int rr = 0; rr < kL; ++rr) {
+            const int64_t j = j0 + rr;
+            if (j >= J) break;
             float acc = 0.f;
 #pragma unroll
-            for (int i = 0; i < W; ++i) acc += wr[i] * dpw[W - 1 - i];
+            for (int i = 0; i < W; ++i) acc += wr[i] * dpv[W - 1 + rr - i];
             if (dprev_out && j >= T) acc += dprev_out[(b * (W - 1) + (j - T)) * D + d];
             if (j < W - 1) {
                 if (dprev) dprev[(b * (W - 1) + j) * D + d] = acc;
             } else {
                 dx[(b * T + (j - (W - 1))) * dxs + d] = __float2bfloat16_rn(acc);
-            }
-#pragma unroll
-            for (int i = 0; i < W - 1; ++i) {
-                xw[i] = xw[i + 1];
-                dpw[i] = dpw[i + 1];
             }
         }
         if (partials) {
