@@ -642,7 +642,8 @@ int main(int argc, char** argv) {
         rmsnorm_case(4099, 960, rng);  // several rows per reduction part
         rope_case(2, 130, 9, 64, 64, 0, rng);
         rope_case(3, 37, 5, 128, 64, 1000, rng);  // partial rotary, offset positions
-        swiglu_case(77, 1536, rng);
+        swiglu_case(77, 1536, rng);  // 16-byte path
+        swiglu_case(33, 100, rng);   // element path (rows not a multiple of 8)
         short_conv_case(2, 130, 576, 4, false, 0, rng);
         short_conv_case(3, 130, 320, 4, true, 96, rng);
         short_conv_case(2, 2, 200, 4, true, 0, rng);   // segment shorter than the window

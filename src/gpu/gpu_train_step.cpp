@@ -530,14 +530,14 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     BlasContext& b = *blas_;
     a.x_in = x_in;
 
-    prof_.section("other");
+    prof_.section("rmsnorm");
     cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), N, C, eps, st);
     if (n_fa > 0) {
         prof_.section("gemm");
         proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
         proj_forward(m, b, st, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, a.k, Dkv);
         proj_forward(m, b, st, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, a.v, Dkv);
-        prof_.section("other");
+        prof_.section("rope");
         if (c.rope_dim > 0) {
             cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
             cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
@@ -549,7 +549,7 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
             cudnn_attn_->forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
         else
             cuda::attention_forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
-        prof_.section("other");
+        prof_.section("copies");
         if (n_la > 0) copy_rows(a.heads, HD, a.o, Dfa, Dfa, N, st);
     }
     if (n_la > 0) {
@@ -563,7 +563,7 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
         cuda::short_conv_forward(a.lq, nullptr, a.lqkv, 3 * Dla, m.p32(o.conv_q), nullptr, B, T, Dla, W, st);
         cuda::short_conv_forward(a.lk, nullptr, a.lqkv + Dla, 3 * Dla, m.p32(o.conv_k), nullptr, B, T, Dla, W, st);
         cuda::short_conv_forward(a.lv, nullptr, a.lqkv + 2 * Dla, 3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
-        prof_.section("la_ops");
+        prof_.section("la_gates");
         cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias), N, n_la,
                                 plan.gdn.allow_neg_eigval, st);
         cuda::GdnShape gs;
@@ -573,23 +573,23 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
         prof_.section("gdn");
         cuda::gdn_chunk_forward(gs, a.lq, a.lk, a.lv, a.g, a.beta, nullptr, a.lo, nullptr, scale, true,
                                 save && student, ws, st);
-        prof_.section("la_ops");
+        prof_.section("la_gated_norm");
         cuda::gated_rmsnorm_forward(a.gn_out, a.gn_rstd, a.lo, a.lz, 0, m.p32(o.o_norm), N, n_la, Dh,
                                     plan.gdn.norm_eps, st);
         if (n_fa > 0) copy_rows(a.heads + Dfa, HD, a.gn_out, Dla, Dla, N, st);
     }
-    prof_.section("other");
+    prof_.section("fusion_residual");
     if (a.mixed != a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(m, o), eps, st);
     CUDA_CHECK(cudaMemcpyAsync(a.x_mid, x_in, size_t(N * C) * sizeof(float), cudaMemcpyDeviceToDevice, st));
     prof_.section("gemm");
     mm_fwd_acc(b, a.mixed, HD, m.p16(o.wo), N, HD, C, a.x_mid, C);  // x_mid = x + mixed @ Wo^T
 
-    prof_.section("other");
+    prof_.section("rmsnorm");
     cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
     prof_.section("gemm");
     proj_forward(m, b, st, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, a.gu, 2 * F);
-    prof_.section("other");
+    prof_.section("swiglu");
     cuda::swiglu_forward(a.act, a.gu, a.gu + F, N, F, 2 * F, st);
     if (x_out != a.x_mid)
         CUDA_CHECK(cudaMemcpyAsync(x_out, a.x_mid, size_t(N * C) * sizeof(float), cudaMemcpyDeviceToDevice, st));
@@ -613,21 +613,21 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
     const size_t mark = ar.mark();
 
     // x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
-    prof_.section("other");
+    prof_.section("casts");
     bf16* dxb = ar.alloc<bf16>(N * C);
     cuda::cast_f32_to_bf16(dxb, dx, N * C, st);
     bf16* dact = ar.alloc<bf16>(N * F);
     prof_.section("gemm");
     mm_dx16(b, dxb, C, m.p16(o.w_down), N, F, C, dact, F);
     if (float* g = m.grad(o.w_down)) mm_dw(b, dxb, C, a.act, F, N, F, C, g);
-    prof_.section("other");
+    prof_.section("swiglu");
     bf16* dgu = ar.alloc<bf16>(N * 2 * F);
     cuda::swiglu_backward(dgu, dgu + F, dact, a.gu, a.gu + F, N, F, 2 * F, 2 * F, st);
     float* dxn = ar.alloc<float>(N * C);
     bool first = true;
     prof_.section("gemm");
     proj_backward(m, b, st, dgu, 2 * F, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, dxn, first);
-    prof_.section("other");
+    prof_.section("rmsnorm");
     cuda::rmsnorm_backward(dx, m.grad(o.ffn_norm), dxn, a.x_mid, m.p32(o.ffn_norm), a.rstd2, N, C, st);  // d x_mid
 
     // x_mid = x_in + o_proj(fusion(heads))
@@ -636,7 +636,7 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
     prof_.section("gemm");
     mm_dx16(b, dxb, C, m.p16(o.wo), N, HD, C, dheads, HD);
     if (float* g = m.grad(o.wo)) mm_dw(b, dxb, C, a.mixed, HD, N, HD, C, g);
-    prof_.section("other");
+    prof_.section("fusion_residual");
     if (a.mixed != a.heads) {
         cuda::FusionScaleGrads fg;
         fg.head_scale = m.grad(o.head_scale), fg.fa_scale = m.grad(o.fa_scale), fg.la_scale = m.grad(o.la_scale);
@@ -660,7 +660,7 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
         else
             cuda::attention_backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s),
                                      st);
-        prof_.section("other");
+        prof_.section("rope");
         if (c.rope_dim > 0) {
             cuda::rope_backward(dq, B, T, n_fa, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
             cuda::rope_backward(dk, B, T, n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
@@ -672,7 +672,7 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
     }
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
-        prof_.section("la_ops");
+        prof_.section("la_gated_norm");
         bf16* dgn = dheads;
         if (n_fa > 0) {
             dgn = ar.alloc<bf16>(N * Dla);
@@ -692,7 +692,7 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
         prof_.section("gdn");
         cuda::gdn_chunk_backward(gs, a.lq, a.lk, a.lv, a.g, a.beta, dlo, nullptr, dlq, dlk, dlv, dg, dbeta, nullptr,
                                  scale, true, gdn_ws(l, n_la, Dh, s, true, true), st);
-        prof_.section("la_ops");
+        prof_.section("la_gates");
         bf16* dlab = ar.alloc<bf16>(N * 2 * n_la);
         cuda::gdn_gates_backward(dlab, dlab + n_la, 2 * n_la, m.grad(o.A_log), m.grad(o.dt_bias), dg, dbeta, a.lab,
                                  a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias), N, n_la,
@@ -711,7 +711,7 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
         proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first);
         proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn, first);
     }
-    prof_.section("other");
+    prof_.section("rmsnorm");
     if (first) CUDA_CHECK(cudaMemsetAsync(dxn, 0, size_t(N * C) * sizeof(float), st));  // no mixer heads (not reached)
     cuda::rmsnorm_backward(dx, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);  // d x_in
     ar.reset(mark);

@@ -44,12 +44,27 @@ __global__ void k_bias_partials(float* __restrict__ partials, const bf16* __rest
         partials[i] = s;
     }
 }
+// Block (32 columns x kSegs segments): thread (x, y) sums, in part order and in double, the parts of segment y
+// (a fixed contiguous range) for column x; the kSegs segment sums are then added in segment order. The order
+// is fixed, so the result is deterministic; the parts of one column are read by kSegs threads at once
+// instead of one (a single thread per column left most of the card idle and the loads in one chain).
+constexpr int kSegs = 32;
 __global__ void k_accumulate_partials(float* __restrict__ dst, const float* __restrict__ partials, int64_t nparts,
                                       int64_t C, int64_t ld) {
-    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
-        double s = 0;
-        for (int64_t p = 0; p < nparts; ++p) s += double(partials[p * ld + c]);
-        dst[c] += float(s);
+    __shared__ double seg_sum[kSegs][33];
+    const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
+    const int64_t per = (nparts + kSegs - 1) / kSegs, p0 = threadIdx.y * per, p1 = min(nparts, p0 + per);
+    double s = 0;
+    if (c < C) {
+#pragma unroll 8
+        for (int64_t p = p0; p < p1; ++p) s += double(partials[p * ld + c]);
+    }
+    seg_sum[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double t = 0;
+        for (int y = 0; y < kSegs; ++y) t += seg_sum[y][threadIdx.x];
+        dst[c] += float(t);
     }
 }
 __global__ void k_gather_heads(bf16* __restrict__ dst, const bf16* __restrict__ src, const int32_t* __restrict__ heads,
@@ -78,7 +93,8 @@ namespace detail {
 void accumulate_partials(float* dst, const float* partials, int64_t nparts, int64_t C, int64_t ld,
                          cudaStream_t stream) {
     if (!dst || C <= 0 || nparts <= 0) return;
-    k_accumulate_partials<<<grid_for(C, kThreads), kThreads, 0, stream>>>(dst, partials, nparts, C, ld);
+    const dim3 block(32, kSegs);
+    k_accumulate_partials<<<unsigned((C + 31) / 32), block, 0, stream>>>(dst, partials, nparts, C, ld);
     CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace detail
