@@ -25,7 +25,9 @@ void StepProfiler::section(const char* category) {
     marks_.push_back(category);
 }
 
-void StepProfiler::stop() { section(nullptr); }
+void StepProfiler::stop() {
+    section(nullptr);
+}
 
 std::map<std::string, double> StepProfiler::collect() {
     std::map<std::string, double> ms;

@@ -13,7 +13,7 @@
 namespace hydra::gpu {
 
 class StepProfiler {
-public:
+  public:
     StepProfiler() = default;
     ~StepProfiler();
     StepProfiler(const StepProfiler&) = delete;
@@ -27,7 +27,7 @@ public:
     // Synchronises; milliseconds per category since the last call (the sections are then cleared).
     std::map<std::string, double> collect();
 
-private:
+  private:
     cudaEvent_t event(size_t i);
     bool on_ = false;
     cudaStream_t stream_ = nullptr;

@@ -42,8 +42,8 @@ struct CudnnApi {
     cudnnStatus_t (*create_desc)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t*) = nullptr;
     cudnnStatus_t (*destroy_desc)(cudnnBackendDescriptor_t) = nullptr;
     cudnnStatus_t (*finalize)(cudnnBackendDescriptor_t) = nullptr;
-    cudnnStatus_t (*set_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
-                              int64_t, const void*) = nullptr;
+    cudnnStatus_t (*set_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t,
+                              cudnnBackendAttributeType_t, int64_t, const void*) = nullptr;
     cudnnStatus_t (*get_attr)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
                               cudnnBackendAttributeType_t, int64_t, int64_t*, void*) = nullptr;
     cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) = nullptr;
@@ -65,8 +65,9 @@ const CudnnApi& api() {
             errors += (errors.empty() ? "" : "; ") + std::string(e ? e : n);
         }
         if (!h) {
-            r.lib.why = "cuDNN not found (" + errors +
-                        "); put its lib directory on LD_LIBRARY_PATH or set HYDRA_CUDNN_LIB to libcudnn_graph.so.9";
+            r.lib.why =
+                "cuDNN not found (" + errors +
+                "); put its lib directory on LD_LIBRARY_PATH or set HYDRA_CUDNN_LIB to libcudnn_graph.so.9";
             return r;
         }
         bool ok = true;
@@ -107,20 +108,23 @@ const CudnnApi& api() {
 [[noreturn]] void cudnn_fail(cudnnStatus_t st, const char* what) {
     char msg[1024] = {0};
     api().last_error(msg, sizeof(msg));
-    throw Error(std::string("cuDNN: ") + what + " failed: " + api().error_string(st) + (msg[0] ? std::string(" (") + msg + ")" : ""));
+    throw Error(std::string("cuDNN: ") + what + " failed: " + api().error_string(st) +
+                (msg[0] ? std::string(" (") + msg + ")" : ""));
 }
 
-#define CUDNN_CALL(call, what)                          \
-    do {                                                \
-        cudnnStatus_t st_ = (call);                     \
+#define CUDNN_CALL(call, what)                                  \
+    do {                                                        \
+        cudnnStatus_t st_ = (call);                             \
         if (st_ != CUDNN_STATUS_SUCCESS) cudnn_fail(st_, what); \
     } while (0)
 
 // One backend descriptor, destroyed with its owner.
 class Desc {
-public:
+  public:
     Desc() = default;
-    explicit Desc(cudnnBackendDescriptorType_t type) { CUDNN_CALL(api().create_desc(type, &d_), "create descriptor"); }
+    explicit Desc(cudnnBackendDescriptorType_t type) {
+        CUDNN_CALL(api().create_desc(type, &d_), "create descriptor");
+    }
     ~Desc() {
         if (d_) api().destroy_desc(d_);
     }
@@ -146,7 +150,7 @@ public:
         return *this;
     }
 
-private:
+  private:
     cudnnBackendDescriptor_t d_ = nullptr;
 };
 
@@ -154,13 +158,26 @@ using Dims = std::array<int64_t, 4>;
 
 // Unique ids of the tensors the caller binds (the rest are virtual, numbered from kFirstVirtual).
 enum Uid : int64_t {
-    kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOne, kDO, kDQ, kDK, kDV, kDQAccum, kSoftmaxSum,
+    kQ = 1,
+    kK,
+    kV,
+    kO,
+    kStats,
+    kScale,
+    kNegInf,
+    kOne,
+    kDO,
+    kDQ,
+    kDK,
+    kDV,
+    kDQAccum,
+    kSoftmaxSum,
     kFirstVirtual = 100
 };
 
 // The operation graph of one direction: its tensors and operations, kept alive together.
 class GraphBuilder {
-public:
+  public:
     explicit GraphBuilder(cudnnHandle_t handle) : handle_(handle) {}
 
     const Desc& tensor(int64_t uid, cudnnDataType_t dt, Dims dim, Dims stride, bool is_virtual,
@@ -178,8 +195,12 @@ public:
         tensors_.push_back(std::make_unique<Desc>(std::move(t)));
         return *tensors_.back();
     }
-    const Desc& virt(cudnnDataType_t dt, Dims dim, Dims stride) { return tensor(next_++, dt, dim, stride, true); }
-    const Desc& scalar(int64_t uid) { return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true); }
+    const Desc& virt(cudnnDataType_t dt, Dims dim, Dims stride) {
+        return tensor(next_++, dt, dim, stride, true);
+    }
+    const Desc& scalar(int64_t uid) {
+        return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+    }
 
     void pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t prec, const Desc& x, const Desc& y,
                    const Desc* b = nullptr, const Desc* t = nullptr, int64_t axis = -1) {
@@ -242,7 +263,8 @@ public:
         for (const auto& o : ops_) raw.push_back(o.get());
         Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
         graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
-            .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()), raw.data())
+            .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()),
+                 raw.data())
             .finalize(name);
         Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
         const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
@@ -250,8 +272,8 @@ public:
             .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)
             .finalize("engine heuristics");
         int64_t count = 0;
-        CUDNN_CALL(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                  nullptr),
+        CUDNN_CALL(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                  &count, nullptr),
                    "engine heuristics count");
         if (count <= 0) throw Error(std::string("cuDNN has no engine for the ") + name);
         std::vector<Desc> cfgs;
@@ -261,24 +283,26 @@ public:
             cfg_raw.push_back(cfgs.back().get());
         }
         int64_t got = 0;
-        CUDNN_CALL(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                                  &got, cfg_raw.data()),
+        CUDNN_CALL(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                  count, &got, cfg_raw.data()),
                    "engine heuristics results");
         std::string errors;
         for (int64_t i = 0; i < got; ++i) {
             Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
             p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
-                .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw[size_t(i)]);
+                .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                     &cfg_raw[size_t(i)]);
             const cudnnStatus_t st = api().finalize(p.get());
             if (st != CUDNN_STATUS_SUCCESS) {
                 char msg[512] = {0};
                 api().last_error(msg, sizeof(msg));
-                errors += std::string("; config ") + std::to_string(i) + ": " + api().error_string(st) + " " + msg;
+                errors +=
+                    std::string("; config ") + std::to_string(i) + ": " + api().error_string(st) + " " + msg;
                 continue;
             }
             int64_t n = 0;
-            CUDNN_CALL(api().get_attr(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                      &workspace),
+            CUDNN_CALL(api().get_attr(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                      &n, &workspace),
                        "plan workspace size");
             // the plan refers to its engine configuration and graph: keep them as long as the builder
             keep(std::move(graph));
@@ -289,7 +313,7 @@ public:
         throw Error(std::string("cuDNN: no engine configuration of the ") + name + " finalizes" + errors);
     }
 
-private:
+  private:
     void keep(Desc&& d) { kept_.push_back(std::make_unique<Desc>(std::move(d))); }
     cudnnHandle_t handle_;
     int64_t next_ = kFirstVirtual;
@@ -335,7 +359,8 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
     const Dims sdim{B, H, T, T}, sstr{H * T * T, T * T, T, 1};
     const Dims rdim{B, H, T, 1}, rstr{H * T, T, 1, 1};
     const Desc& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, {B, H, T, D}, bshd_strides(s, s.H), false);
-    const Desc& kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(bshd_strides(s, s.Hkv)), false);
+    const Desc& kt =
+        g.tensor(kK, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(bshd_strides(s, s.Hkv)), false);
     const Desc& v = g.tensor(kV, CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, bshd_strides(s, s.Hkv), false);
     const Desc& o = g.tensor(kO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, bshd_strides(s, s.H), false);
     const Desc& stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rdim, rstr, false);
@@ -364,6 +389,19 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
     g.matmul(p, v, o);
     r.plan = g.plan("attention forward graph", r.workspace);
     return r;
+}
+
+// out (b, Hkv, s, d) = a (b, H, s, s) @ x (b, H, s, d); with Hkv < H the per-query-head products are summed
+// over each KV head's group by a reduction (the dK and dV of grouped-query attention).
+void grouped_matmul(GraphBuilder& g, const AttnShape& s, const Desc& a, const Desc& x, const Desc& out) {
+    if (s.H == s.Hkv) {
+        g.matmul(a, x, out);
+        return;
+    }
+    const int64_t B = s.B, T = s.T, H = s.H, D = s.D;
+    const Desc& full = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, D}, {H * T * D, T * D, D, 1});
+    g.matmul(a, x, full);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
 // Backward (flash style, P recomputed from the stats):
@@ -412,13 +450,7 @@ BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
     // dV = P^T dO
     const Desc& pt = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, T}, tstr);
     g.reshape(p, pt);
-    if (H == Hk) {
-        g.matmul(pt, d_o, dv);
-    } else {
-        const Desc& dv_full = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, D}, {H * T * D, T * D, D, 1});
-        g.matmul(pt, d_o, dv_full);
-        g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_full, dv);
-    }
+    grouped_matmul(g, s, pt, d_o, dv);
 
     // dS = P * (dO V^T - Dsum) * scale
     const Desc& dp = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
@@ -433,13 +465,7 @@ BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
     // dK = dS^T Q
     const Desc& dst = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, T}, tstr);
     g.reshape(ds, dst);
-    if (H == Hk) {
-        g.matmul(dst, q, dk);
-    } else {
-        const Desc& dk_full = g.virt(CUDNN_DATA_BFLOAT16, {B, H, T, D}, {H * T * D, T * D, D, 1});
-        g.matmul(dst, q, dk_full);
-        g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
-    }
+    grouped_matmul(g, s, dst, q, dk);
 
     // dQ = dS K through the fp32 accumulator (ws.dq_acc, (b, h, s, d) contiguous)
     const Desc& k = g.virt(CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, kstr);
@@ -451,8 +477,8 @@ BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
     return r;
 }
 
-void execute(cudnnHandle_t handle, const Desc& plan, const std::vector<int64_t>& uids, std::vector<void*> ptrs,
-             void* workspace, const char* what) {
+void execute(cudnnHandle_t handle, const Desc& plan, const std::vector<int64_t>& uids,
+             std::vector<void*> ptrs, void* workspace, const char* what) {
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()), uids.data())
         .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(ptrs.size()), ptrs.data())
@@ -463,7 +489,9 @@ void execute(cudnnHandle_t handle, const Desc& plan, const std::vector<int64_t>&
 
 }  // namespace
 
-const CudnnLibrary& cudnn_library() { return api().lib; }
+const CudnnLibrary& cudnn_library() {
+    return api().lib;
+}
 
 struct CudnnAttention::Impl {
     struct Plans {
@@ -523,8 +551,12 @@ bool CudnnAttention::supports(const AttnShape& s) {
     impl_->reason = p.why;
     return p.ok;
 }
-const std::string& CudnnAttention::reason() const { return impl_->reason; }
-size_t CudnnAttention::workspace_bytes() const { return impl_->workspace_size; }
+const std::string& CudnnAttention::reason() const {
+    return impl_->reason;
+}
+size_t CudnnAttention::workspace_bytes() const {
+    return impl_->workspace_size;
+}
 
 void CudnnAttention::forward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k,
                              const __nv_bfloat16* v, __nv_bfloat16* o, float* stats, float scale,
@@ -541,8 +573,8 @@ void CudnnAttention::forward(const AttnShape& s, const __nv_bfloat16* q, const _
 
 void CudnnAttention::backward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k,
                               const __nv_bfloat16* v, const __nv_bfloat16* o, const float* stats,
-                              const __nv_bfloat16* d_o, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                              float scale, AttnWorkspace& ws, cudaStream_t stream) {
+                              const __nv_bfloat16* d_o, __nv_bfloat16* dq, __nv_bfloat16* dk,
+                              __nv_bfloat16* dv, float scale, AttnWorkspace& ws, cudaStream_t stream) {
     auto& p = impl_->ready(s);
     HYDRA_CHECK(ws.shape.B == s.B && ws.shape.T == s.T && ws.shape.H == s.H && ws.shape.D == s.D,
                 "attention workspace sized for another shape");
@@ -555,8 +587,8 @@ void CudnnAttention::backward(const AttnShape& s, const __nv_bfloat16* q, const 
     float one = 1.f;
     execute(impl_->handle, p.bwd.plan,
             {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum},
-            {(void*)q, (void*)k, (void*)v, (void*)o, (void*)d_o, (void*)stats, (void*)dq, (void*)dk, (void*)dv,
-             &scale, &one, &neg_inf, (void*)ws.dvec, (void*)ws.dq_acc},
+            {(void*)q, (void*)k, (void*)v, (void*)o, (void*)d_o, (void*)stats, (void*)dq, (void*)dk,
+             (void*)dv, &scale, &one, &neg_inf, (void*)ws.dvec, (void*)ws.dq_acc},
             impl_->workspace, "attention backward");
 }
 
@@ -571,16 +603,23 @@ struct CudnnAttention::Impl {
 };
 CudnnAttention::CudnnAttention() : impl_(std::make_unique<Impl>()) {}
 CudnnAttention::~CudnnAttention() = default;
-bool CudnnAttention::supports(const AttnShape&) { return false; }
-const std::string& CudnnAttention::reason() const { return impl_->reason; }
-size_t CudnnAttention::workspace_bytes() const { return 0; }
-void CudnnAttention::forward(const AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                             __nv_bfloat16*, float*, float, cudaStream_t) {
+bool CudnnAttention::supports(const AttnShape&) {
+    return false;
+}
+const std::string& CudnnAttention::reason() const {
+    return impl_->reason;
+}
+size_t CudnnAttention::workspace_bytes() const {
+    return 0;
+}
+void CudnnAttention::forward(const AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*,
+                             const __nv_bfloat16*, __nv_bfloat16*, float*, float, cudaStream_t) {
     throw Error("cuDNN attention: " + impl_->reason);
 }
-void CudnnAttention::backward(const AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                              const __nv_bfloat16*, const float*, const __nv_bfloat16*, __nv_bfloat16*,
-                              __nv_bfloat16*, __nv_bfloat16*, float, AttnWorkspace&, cudaStream_t) {
+void CudnnAttention::backward(const AttnShape&, const __nv_bfloat16*, const __nv_bfloat16*,
+                              const __nv_bfloat16*, const __nv_bfloat16*, const float*, const __nv_bfloat16*,
+                              __nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float, AttnWorkspace&,
+                              cudaStream_t) {
     throw Error("cuDNN attention: " + impl_->reason);
 }
 

@@ -32,7 +32,7 @@ struct CudnnLibrary {
 const CudnnLibrary& cudnn_library();
 
 class CudnnAttention {
-public:
+  public:
     CudnnAttention();
     ~CudnnAttention();
     CudnnAttention(const CudnnAttention&) = delete;
@@ -55,7 +55,7 @@ public:
     // Device workspace the plans asked for (the largest so far).
     size_t workspace_bytes() const;
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
