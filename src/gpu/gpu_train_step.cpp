@@ -271,7 +271,16 @@ GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher,
 
 bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
     if (!cudnn_attn_) return false;
-    if (cudnn_attn_->supports(as)) return cudnn_used_ = true;
+    if (cudnn_attn_->supports(as)) {
+        static bool told = false;  // one line per process, so a run's log says which attention it used
+        if (!told) {
+            told = true;
+            std::fprintf(stderr,
+                         "[hydra] causal attention through cuDNN %ld's fused engines (HYDRA_ATTENTION=own: ours)\n",
+                         cuda::cudnn_library().version);
+        }
+        return cudnn_used_ = true;
+    }
     static bool said = false;  // one line per process: the fallback is correct, only slower
     if (!said) {
         said = true;
