@@ -41,8 +41,8 @@ fi
 
 # cuDNN for ops/cuda/cudnn_attention (loaded at run time): PyTorch's wheel brings libcudnn_graph.so.9
 if [[ -z "${HYDRA_CUDNN_LIB:-}" ]]; then
-  cudnn_dir=$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
-  [[ -n "$cudnn_dir" && -f "$cudnn_dir/libcudnn_graph.so.9" ]] && export LD_LIBRARY_PATH="$cudnn_dir:${LD_LIBRARY_PATH:-}"
+  cudnn_dir=$(tools/cudnn_lib_dir.sh)
+  [[ -n "$cudnn_dir" ]] && export LD_LIBRARY_PATH="$cudnn_dir:${LD_LIBRARY_PATH:-}"
 fi
 
 echo "== op parity (CPU float reference, relative RMS, tol 1e-2) =="

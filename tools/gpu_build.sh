@@ -96,8 +96,7 @@ export LD_LIBRARY_PATH="$LIBS:$(dirname "$cublas")\${LD_LIBRARY_PATH:+:\$LD_LIBR
 export HYDRA_CACHE="$PREFIX/cache" HYDRA_WORDNET_DIR="$PREFIX/data/wordnet" HYDRA_DICT="$PREFIX/data/words"
 export HYDRA_MODEL="$PREFIX/models/$GGUF_NAME"
 # cuDNN (ops/cuda/cudnn_attention, loaded at run time) from PyTorch's wheel, when there is one
-_cudnn=\$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
-[ -n "\$_cudnn" ] && [ -f "\$_cudnn/libcudnn_graph.so.9" ] && export LD_LIBRARY_PATH="\$_cudnn:\$LD_LIBRARY_PATH" || true
+_cudnn=\$("$ROOT/tools/cudnn_lib_dir.sh"); [ -n "\$_cudnn" ] && export LD_LIBRARY_PATH="\$_cudnn:\$LD_LIBRARY_PATH" || true
 EOF
   export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # pkgconf, and the linker's indirect deps
   export PKG_CONFIG_PATH="$SYS/usr/lib/$ARCH/pkgconfig:$SYS/usr/share/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$SYS"

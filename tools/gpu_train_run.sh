@@ -65,8 +65,7 @@ use_prebuilt() {
     echo "export HYDRA_CACHE=\"$PREFIX/cache\" HYDRA_WORDNET_DIR=\"$PREFIX/data/wordnet\" HYDRA_DICT=\"$PREFIX/data/words\""
     echo "export HYDRA_MODEL=\"$PREFIX/models/SmolLM2-135M-Instruct.Q4_1.gguf\""
     # cuDNN (ops/cuda/cudnn_attention, loaded at run time) from PyTorch's wheel, when there is one
-    echo "_cudnn=\$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], \"lib\"))' 2>/dev/null)"
-    echo "[ -n \"\$_cudnn\" ] && [ -f \"\$_cudnn/libcudnn_graph.so.9\" ] && export LD_LIBRARY_PATH=\"\$_cudnn:\$LD_LIBRARY_PATH\" || true"
+    echo "_cudnn=\$(\"$ROOT/tools/cudnn_lib_dir.sh\"); [ -n \"\$_cudnn\" ] && export LD_LIBRARY_PATH=\"\$_cudnn:\$LD_LIBRARY_PATH\" || true"
   } > "$PREFIX/env.sh"
   mkdir -p "$PREFIX/build"
   untar_xz "$PACKED" "$PREFIX/build"
