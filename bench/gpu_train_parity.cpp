@@ -145,7 +145,7 @@ void compare_gradients(const ParamArena& layout, const std::vector<char>& traina
         sum_log += std::log10(std::max(1e-12, r.rel));
     }
     // all trainable gradients at once
-    std::vector<float> a_all, r_all;
+    std::vector<float> a_all, r_all, f_all;  // GPU, CPU and bf16-floor gradients of the trainable tensors
     for (size_t i = 0; i < layout.entries().size(); ++i) {
         if (!trainable[i]) continue;
         const ArenaEntry& e = layout.entries()[i];
@@ -153,16 +153,9 @@ void compare_gradients(const ParamArena& layout, const std::vector<char>& traina
         for (int64_t d : e.shape) cnt *= d;
         a_all.insert(a_all.end(), g_gpu.begin() + e.offset, g_gpu.begin() + e.offset + cnt);
         r_all.insert(r_all.end(), g_cpu.begin() + e.offset, g_cpu.begin() + e.offset + cnt);
-    }
-    const double whole = bench::rel_rms(a_all.data(), r_all.data(), int64_t(a_all.size()));
-    std::vector<float> f_all;
-    for (size_t i = 0; i < layout.entries().size(); ++i) {
-        if (!trainable[i]) continue;
-        const ArenaEntry& e = layout.entries()[i];
-        int64_t cnt = 1;
-        for (int64_t d : e.shape) cnt *= d;
         f_all.insert(f_all.end(), g_floor.begin() + e.offset, g_floor.begin() + e.offset + cnt);
     }
+    const double whole = bench::rel_rms(a_all.data(), r_all.data(), int64_t(a_all.size()));
     fmt::print("bf16 floor (CPU gradients with bf16-rounded weights vs fp32): whole-vector rel RMS {:.2e}; {} of {} "
                "tensors within max({:.0e}, 2x their floor)\n",
                bench::rel_rms(f_all.data(), r_all.data(), int64_t(f_all.size())), within_floor, rows.size(), kGradTol);

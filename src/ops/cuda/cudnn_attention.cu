@@ -477,6 +477,11 @@ BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
     return r;
 }
 
+// The value of masked scores: -inf from cuDNN 9.10 on, the lowest finite float before (as NVIDIA's frontend).
+float masked_score() {
+    return api().lib.version >= 91000 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::lowest();
+}
+
 void execute(cudnnHandle_t handle, const Desc& plan, const std::vector<int64_t>& uids,
              std::vector<void*> ptrs, void* workspace, const char* what) {
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
@@ -563,9 +568,7 @@ void CudnnAttention::forward(const AttnShape& s, const __nv_bfloat16* q, const _
                              cudaStream_t stream) {
     auto& p = impl_->ready(s);
     CUDNN_CALL(api().set_stream(impl_->handle, stream), "cudnnSetStream");
-    // masked scores: -inf from cuDNN 9.10 on, the lowest finite float before (as NVIDIA's frontend)
-    float neg_inf = api().lib.version >= 91000 ? -std::numeric_limits<float>::infinity()
-                                               : std::numeric_limits<float>::lowest();
+    float neg_inf = masked_score();
     execute(impl_->handle, p.fwd.plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
             {(void*)q, (void*)k, (void*)v, (void*)o, (void*)stats, &scale, &neg_inf}, impl_->workspace,
             "attention forward");
@@ -582,8 +585,7 @@ void CudnnAttention::backward(const AttnShape& s, const __nv_bfloat16* q, const 
     // before cuDNN 9.6 the engine expects a zeroed dQ accumulator
     if (api().lib.version < 90600)
         CUDA_CHECK(cudaMemsetAsync(ws.dq_acc, 0, size_t(s.B) * s.T * s.H * s.D * sizeof(float), stream));
-    float neg_inf = api().lib.version >= 91000 ? -std::numeric_limits<float>::infinity()
-                                               : std::numeric_limits<float>::lowest();
+    float neg_inf = masked_score();
     float one = 1.f;
     execute(impl_->handle, p.bwd.plan,
             {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum},
