@@ -243,6 +243,14 @@ void rmsnorm_case(int64_t N, int64_t C, Rng& rng) {
         record(op, shape, "dx+=", minus(down(*ddx), dx0), minus(dx_ref, dx0), kTolF32);
         record(op, shape, "dw+=", minus(down(*ddw), dw0), minus(dw_ref, dw0), kTolF32);
     }
+    {  // fp32 dy, the updated dx also written as bf16
+        auto ddx = up_f32(dx0), ddw = up_f32(dw0);
+        auto dxb = new_bf16(static_cast<size_t>(N * C));
+        cu::rmsnorm_backward(ddx->p, dxb->p, ddw->p, dDy32->p, dX->p, dW->p, rstd->p, N, C);
+        record("rmsnorm bwd +bf16 dx", shape, "dx+=", minus(down(*ddx), dx0), minus(dx_ref, dx0), kTolF32);
+        record("rmsnorm bwd +bf16 dx", shape, "dx bf16", down(*dxb), dx_ref, kTolBf16);
+        record("rmsnorm bwd +bf16 dx", shape, "dw+=", minus(down(*ddw), dw0), minus(dw_ref, dw0), kTolF32);
+    }
 }
 
 // ---- RoPE -------------------------------------------------------------------------------------------------
@@ -640,8 +648,13 @@ int main(int argc, char** argv) {
         embedding_case(77, 1000, 576, rng);
         rmsnorm_case(77, 576, rng);
         rmsnorm_case(4099, 960, rng);  // several rows per reduction part
+        rmsnorm_case(20000, 576, rng);  // 5 rows per part (vector path, 5 float4 groups per lane)
+        rmsnorm_case(45, 64, rng);      // vector path, half the lanes idle
+        rmsnorm_case(130, 130, rng);    // C % 4 != 0: scalar path
+        rmsnorm_case(33, 1100, rng);    // C > 1024: scalar path
         rope_case(2, 130, 9, 64, 64, 0, rng);
         rope_case(3, 37, 5, 128, 64, 1000, rng);  // partial rotary, offset positions
+        rope_case(2, 33, 3, 64, 18, 5, rng);      // odd half (9 pairs): one pair per thread
         swiglu_case(77, 1536, rng);  // 16-byte path
         swiglu_case(33, 100, rng);   // element path (rows not a multiple of 8)
         short_conv_case(2, 130, 576, 4, false, 0, rng);
@@ -659,7 +672,10 @@ int main(int argc, char** argv) {
         fusion_case(FK::ScaleNorm, 77, 3, 6, 64, true, rng);
         fusion_case(FK::Hymba, 130, 0, 9, 64, true, rng);  // pure LA layer
         fusion_case(FK::LaOnly, 77, 9, 0, 64, false, rng);  // pure FA layer: copy
-        fusion_case(FK::Hymba, 2500, 2, 7, 128, false, rng);
+        fusion_case(FK::Hymba, 2500, 2, 7, 128, false, rng);         // 896-wide segment: element path
+        fusion_case(FK::Hymba, 300, 2, 6, 64, false, rng);           // pair path, 8 pairs per lane
+        fusion_case(FK::ScaleNorm, 5000, 1, 8, 128, false, rng);     // pair path, 2 pairs, several rows per part
+        fusion_case(FK::LaOnly, 77, 2, 5, 64, true, rng);
         elementwise_case(77, 576, rng);
     } catch (const std::exception& e) {
         std::printf("ERROR: %s\n", e.what());

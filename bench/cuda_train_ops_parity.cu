@@ -593,8 +593,11 @@ int main(int argc, char** argv) {
         // the real vocabulary: 12 chunks of 4096 (and 6 of 8192 + one row block with the defaults)
         ce_case(ctx, 301, 576, 49152, cu::LmHeadChunking{128, 4096}, rng);
         if (!quick) ce_case(ctx, 301, 576, 49152, cu::LmHeadChunking{}, rng);
+        // one chunk holding the whole vocabulary: pass 2 reuses pass 1's logits (the training step's choice)
+        ce_case(ctx, 301, 576, 49152, cu::LmHeadChunking{128, 49152}, rng);
         kl_case(ctx, 301, 576, 576, 1000, 1.0f, 100, 0, cu::LmHeadChunking{128, 384}, rng);
         kl_case(ctx, 301, 576, 640, 49152, 2.0f, 100, 60, cu::LmHeadChunking{128, 8192}, rng);
+        kl_case(ctx, 301, 576, 640, 49152, 2.0f, 100, 60, cu::LmHeadChunking{128, 49152}, rng);  // resident
         mse_case(301 * 576, rng);
         adamw_case(rng);
         arena_case();

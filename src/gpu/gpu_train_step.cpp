@@ -368,10 +368,18 @@ void GpuTrainStep::ensure_arena(size_t need) {
     arena_ = std::make_unique<cuda::DeviceArena>(need);
 }
 
+cuda::LmHeadChunking GpuTrainStep::loss_chunking() const {
+    cuda::LmHeadChunking ck = opt_.chunking;
+    const int64_t V = student_.config().vocab_size;
+    const size_t tile = size_t(ck.row_block) * size_t(V) * sizeof(float);
+    if (ck.vocab_chunk < V && tile <= opt_.resident_vocab_bytes) ck.vocab_chunk = V;
+    return ck;
+}
+
 // Training workspaces for a batch shape (before the arena takes the free memory): the GDN chunk
 // workspaces of the student's LA layers, the attention backward workspaces, the LM-head loss scratch.
 void GpuTrainStep::ensure_shape(const Shape& s, bool align) {
-    if (!loss_ws_) loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(opt_.chunking, teacher_ != nullptr, 0);
+    if (!loss_ws_) loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(loss_chunking(), teacher_ != nullptr, 0);
     if (s.B != train_shape_.B || s.T != train_shape_.T) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         gdn_layer_ws_.clear();
@@ -493,7 +501,8 @@ size_t GpuTrainStep::arena_estimate(const Shape& s, bool training) const {
         }
         const size_t row = cuda::align_up(size_t(N) * size_t(C) * 4);
         if (!keep) return n + row + layer_max;
-        n += size_t(L + 1) * row + 2 * row;  // residuals, dh, dx
+        n += size_t(L + 1) * row + 2 * row;                // residuals, dh, dx
+        n += cuda::align_up(size_t(N) * size_t(C) * 2);  // bf16(dx)
         if (opt_.recompute) return n + layer_max + row + bwd_max;
         return n + layer_sum + bwd_max;
     };
@@ -540,7 +549,8 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     a.x_in = x_in;
 
     prof_.section("rmsnorm");
-    cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), N, C, eps, st);
+    // also x_mid = x_in, into which the o-projection GEMM adds below (the norm reads x_in anyway)
+    cuda::rmsnorm_forward_copy(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), a.x_mid, N, C, eps, st);
     if (n_fa > 0) {
         prof_.section("gemm");
         proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
@@ -590,24 +600,24 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     prof_.section("fusion_residual");
     if (a.mixed != a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(m, o), eps, st);
-    CUDA_CHECK(cudaMemcpyAsync(a.x_mid, x_in, size_t(N * C) * sizeof(float), cudaMemcpyDeviceToDevice, st));
     prof_.section("gemm");
     mm_fwd_acc(b, a.mixed, HD, m.p16(o.wo), N, HD, C, a.x_mid, C);  // x_mid = x + mixed @ Wo^T
 
     prof_.section("rmsnorm");
-    cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
+    if (x_out != a.x_mid)  // also x_out = x_mid, into which the down-projection GEMM adds below
+        cuda::rmsnorm_forward_copy(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), x_out, N, C, eps, st);
+    else
+        cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
     prof_.section("gemm");
     proj_forward(m, b, st, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, a.gu, 2 * F);
     prof_.section("swiglu");
     cuda::swiglu_forward(a.act, a.gu, a.gu + F, N, F, 2 * F, st);
-    if (x_out != a.x_mid)
-        CUDA_CHECK(cudaMemcpyAsync(x_out, a.x_mid, size_t(N * C) * sizeof(float), cudaMemcpyDeviceToDevice, st));
     prof_.section("gemm");
     mm_fwd_acc(b, a.act, F, m.p16(o.w_down), N, F, C, x_out, C);  // x_out = x_mid + act @ Wdown^T
     prof_.section("other");
 }
 
-void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a) {
+void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a, bf16* dx_bf16) {
     const GpuTrainModel& m = student_;
     const ModelConfig& c = m.config();
     const HybridPlan& plan = m.plan();
@@ -623,8 +633,11 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
 
     // x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
     prof_.section("casts");
-    bf16* dxb = ar.alloc<bf16>(N * C);
-    cuda::cast_f32_to_bf16(dxb, dx, N * C, st);
+    bf16* dxb = dx_bf16;  // bf16(dx): written with dx by the norm backward that produced it, or cast here
+    if (!dxb) {
+        dxb = ar.alloc<bf16>(N * C);
+        cuda::cast_f32_to_bf16(dxb, dx, N * C, st);
+    }
     bf16* dact = ar.alloc<bf16>(N * F);
     prof_.section("gemm");
     mm_dx16(b, dxb, C, m.p16(o.w_down), N, F, C, dact, F);
@@ -637,10 +650,10 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
     prof_.section("gemm");
     proj_backward(m, b, st, dgu, 2 * F, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, dxn, first);
     prof_.section("rmsnorm");
-    cuda::rmsnorm_backward(dx, m.grad(o.ffn_norm), dxn, a.x_mid, m.p32(o.ffn_norm), a.rstd2, N, C, st);  // d x_mid
+    cuda::rmsnorm_backward(dx, dxb, m.grad(o.ffn_norm), dxn, a.x_mid, m.p32(o.ffn_norm), a.rstd2, N, C,
+                           st);  // d x_mid, and its bf16 copy for the o-projection GEMMs
 
     // x_mid = x_in + o_proj(fusion(heads))
-    cuda::cast_f32_to_bf16(dxb, dx, N * C, st);
     bf16* dheads = ar.alloc<bf16>(N * HD);
     prof_.section("gemm");
     mm_dx16(b, dxb, C, m.p16(o.wo), N, HD, C, dheads, HD);
@@ -722,7 +735,10 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
     }
     prof_.section("rmsnorm");
     if (first) CUDA_CHECK(cudaMemsetAsync(dxn, 0, size_t(N * C) * sizeof(float), st));  // no mixer heads (not reached)
-    cuda::rmsnorm_backward(dx, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);  // d x_in
+    if (dx_bf16)  // d x_in, and its bf16 copy for the next (lower) layer's first GEMMs
+        cuda::rmsnorm_backward(dx, dx_bf16, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);
+    else
+        cuda::rmsnorm_backward(dx, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);
     ar.reset(mark);
 }
 
@@ -880,8 +896,9 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
     // backward
     prof_.section("other");
     float* dx = ar.alloc<float>(N * C);
+    bf16* dxb = ar.alloc<bf16>(N * C);  // bf16(dx), kept current by every norm backward below
     CUDA_CHECK(cudaMemsetAsync(dx, 0, size_t(N * C) * sizeof(float), st));
-    cuda::rmsnorm_backward(dx, student_.grad(student_.final_norm_offset()), dh, resid_[size_t(L)],
+    cuda::rmsnorm_backward(dx, dxb, student_.grad(student_.final_norm_offset()), dh, resid_[size_t(L)],
                            student_.p32(student_.final_norm_offset()), rstd_f, N, C, st);
     for (int64_t l = L - 1; l >= 0; --l) {
         if (opt_.recompute) {
@@ -890,10 +907,10 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
             alloc_acts(student_, l, s, a);
             float* scratch = ar.alloc<float>(N * C);
             layer_forward(student_, l, s, resid_[size_t(l)], scratch, a, true, rope_cos_, rope_sin_);
-            layer_backward(l, s, dx, a);
+            layer_backward(l, s, dx, a, dxb);
             ar.reset(mk);
         } else {
-            layer_backward(l, s, dx, acts_[size_t(l)]);
+            layer_backward(l, s, dx, acts_[size_t(l)], dxb);
         }
     }
     if (float* g = student_.grad(student_.embed_offset())) cuda::embedding_backward(g, dx, ids_.data(), N, V, C, st);
@@ -972,7 +989,7 @@ GpuStepLosses GpuTrainStep::eval_ce(const TrainBatch& batch) {
     const Shape s{batch.batch, batch.seq_len};
     const int64_t N = s.N(), C = c.hidden_size, V = c.vocab_size;
     validate_batch(batch, V, true);
-    if (!loss_ws_) loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(opt_.chunking, teacher_ != nullptr, 0);
+    if (!loss_ws_) loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(loss_chunking(), teacher_ != nullptr, 0);
     ensure_arena(arena_estimate(s, false));
     upload_batch(batch, true);
     cuda::DeviceArena& ar = *arena_;

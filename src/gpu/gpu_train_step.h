@@ -132,6 +132,9 @@ private:
 struct GpuStepOptions {
     bool recompute = false;  // keep only each layer's input, re-run its forward before its backward
     cuda::LmHeadChunking chunking;
+    // One vocabulary chunk per row block when its fp32 logits tile fits in resident_vocab_bytes: the loss
+    // then runs the logits GEMM once instead of twice (losses.h). 0 = always use `chunking` as given.
+    size_t resident_vocab_bytes = size_t(512) << 20;
     // Device memory that must stay free beside the activation arena (cuBLAS, stream-ordered scratch of the
     // layer ops, evaluation workspaces). The arena is sized from the step's allocations (arena_estimate),
     // and grown (replaced between steps) when a larger step comes.
@@ -245,6 +248,8 @@ private:
     size_t align_arena_estimate(const Shape& s) const;
     // The training workspaces of a batch shape, then an arena for the step (align: align_arena_estimate).
     void ensure_shape(const Shape& s, bool align = false);
+    // opt_.chunking, or one whole-vocabulary chunk per row block (GpuStepOptions::resident_vocab_bytes).
+    cuda::LmHeadChunking loss_chunking() const;
     void upload_batch(const TrainBatch& batch, bool targets);
     // The model's forward up to the final norm: h (N, C) bf16 (and rstd) from the ids on the device; with
     // `keep` the student's per-layer residuals and activations stay in the arena for backward().
@@ -257,7 +262,8 @@ private:
     std::pair<float*, float*> rope_tables(const ModelConfig& c, int64_t T);
     void layer_forward(const GpuTrainModel& m, int64_t l, const Shape& s, const float* x_in, float* x_out,
                        LayerActs& a, bool save, const float* rope_cos, const float* rope_sin);
-    void layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a);
+    // dx_bf16: when not null it holds bf16(dx) on entry, and holds bf16 of the returned dx on exit.
+    void layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a, bf16* dx_bf16 = nullptr);
     cuda::GdnWorkspace& gdn_ws(int64_t l, int64_t n_la, int64_t Dh, const Shape& s, bool save, bool student);
     cuda::AttnWorkspace& attn_ws(int64_t n_fa, int64_t n_kv, const Shape& s);
     // Whether this attention shape runs on cuDNN (decided once per shape, so forward and backward agree

@@ -1,8 +1,9 @@
 // Vocabulary-chunked LM-head losses (CE, tau^2 KL) and MSE on the GPU (see losses.h). Per row block:
 // pass 1 = for each vocabulary chunk one logits GEMM + a per-row statistics kernel (one thread block
 // per row); a finalize kernel turns the statistics into log-sum-exps and row losses and adds their
-// fixed-order sum to the totals; pass 2 = for each chunk the logits GEMM again, an elementwise kernel
-// writing the bf16 logit gradient G, and the GEMMs dh += G @ W_c, dW_c += G^T @ h.
+// fixed-order sum to the totals; pass 2 = for each chunk the logits GEMM again (skipped when one chunk
+// covers the whole vocabulary: the tile still holds them), an elementwise kernel writing the bf16 logit
+// gradient G, and the GEMMs dh += G @ W_c, dW_c += G^T @ h.
 #include "ops/cuda/losses.h"
 
 #include <algorithm>
@@ -341,6 +342,7 @@ void cross_entropy_lm_head(BlasContext& ctx, const bf16* h, const bf16* W, const
     const cudaStream_t st = ctx.stream();
     const bool want_grad = grads.dh_f32 || grads.dh_bf16 || grads.dW;
     const int64_t rb = ws.chunking.row_block, vc = std::min(ws.chunking.vocab_chunk, V);
+    const bool resident = vc == V;  // one tile holds the block's whole logits: pass 2 reuses pass 1's
     for (int64_t r0 = 0; r0 < N; r0 += rb) {
         const int64_t nb = std::min(rb, N - r0);
         const bf16* hb = h + r0 * C;
@@ -358,7 +360,7 @@ void cross_entropy_lm_head(BlasContext& ctx, const bf16* h, const bf16* W, const
         if (!want_grad) continue;
         for (int64_t v0 = 0; v0 < V; v0 += vc) {
             const int64_t nv = std::min(vc, V - v0);
-            gemm_bf16(ctx, false, true, nb, nv, C, 1.0f, hb, C, W + v0 * C, C, 0.0f, ws.zs, nv);
+            if (!resident) gemm_bf16(ctx, false, true, nb, nv, C, 1.0f, hb, C, W + v0 * C, C, 0.0f, ws.zs, nv);
             ce_grad_kernel<<<grad_grid(nb, nv), kThreads, 0, st>>>(ws.zs, ws.g, int(nv), int(v0), int(V), tg,
                                                                    ws.s_lse, grads.grad_scale);
             launch_check();
@@ -383,6 +385,7 @@ void kl_lm_head(BlasContext& ctx, const bf16* h_s, const bf16* W_s, int64_t Cs, 
     const bool want_grad = grads.dh_f32 || grads.dh_bf16 || grads.dW;
     const float inv_tau = 1.0f / tau, g_mul = grads.grad_scale * tau;
     const int64_t rb = ws.chunking.row_block, vc = std::min(ws.chunking.vocab_chunk, V);
+    const bool resident = vc == V;  // one tile holds the block's whole logits: pass 2 reuses pass 1's
     for (int64_t r0 = 0; r0 < N; r0 += rb) {
         const int64_t nb = std::min(rb, N - r0);
         const bf16* hs = h_s + r0 * Cs;
@@ -402,8 +405,10 @@ void kl_lm_head(BlasContext& ctx, const bf16* h_s, const bf16* W_s, int64_t Cs, 
         if (!want_grad) continue;
         for (int64_t v0 = 0; v0 < V; v0 += vc) {
             const int64_t nv = std::min(vc, V - v0);
-            gemm_bf16(ctx, false, true, nb, nv, Cs, inv_tau, hs, Cs, W_s + v0 * Cs, Cs, 0.0f, ws.zs, nv);
-            gemm_bf16(ctx, false, true, nb, nv, Ct, inv_tau, ht, Ct, W_t + v0 * Ct, Ct, 0.0f, ws.zt, nv);
+            if (!resident) {
+                gemm_bf16(ctx, false, true, nb, nv, Cs, inv_tau, hs, Cs, W_s + v0 * Cs, Cs, 0.0f, ws.zs, nv);
+                gemm_bf16(ctx, false, true, nb, nv, Ct, inv_tau, ht, Ct, W_t + v0 * Ct, Ct, 0.0f, ws.zt, nv);
+            }
             kl_grad_kernel<<<grad_grid(nb, nv), kThreads, 0, st>>>(ws.zs, ws.zt, ws.g, int(nv), mk, ws.s_lse,
                                                                    ws.t_lse, g_mul);
             launch_check();

@@ -7,7 +7,8 @@
 // `row_block`, the vocabulary in chunks of `vocab_chunk`; per tile one cuBLAS GEMM builds the fp32
 // logits (rb, vc) = h_blk @ W_chunk^T (times 1/tau for KL). Pass 1 folds each tile into per-row
 // online log-sum-exp statistics (fp32 running max + rescaled sum; for KL also the teacher's and the
-// cross term sum exp(zt - mt) (zt - zs)). Pass 2 recomputes each tile, turns it into the bf16 logit
+// cross term sum exp(zt - mt) (zt - zs)). Pass 2 recomputes each tile (unless vocab_chunk >= V: then
+// the one tile per row block is still there and the logits GEMM runs once), turns it into the bf16 logit
 // gradient G (rb, vc) and runs two GEMMs: dh_blk (fp32) += G @ W_chunk, dW_chunk (fp32) += G^T @ h_blk.
 // Device memory: the workspace only, O(row_block * vocab_chunk) (two fp32 tiles + one bf16 tile).
 //

@@ -1,10 +1,28 @@
-// GDN causal depthwise short conv + SiLU on the GPU (see short_conv.h). One thread per (sequence,
-// block of kL positions, channel), channels fastest so a warp reads consecutive channels of a token row;
-// a thread loads its kL + W - 1 input rows into registers up front (W is a template parameter, 1..8), so
-// the loads overlap instead of forming a chain. The backward recomputes the
-// pre-activation and writes its dw column sums per block into a partial buffer reduced in block order
-// (deterministic, layer_util.cuh).
+// GDN causal depthwise short conv + SiLU on the GPU (see short_conv.h).
+//
+// Work split: a thread owns V consecutive channels (V = 4, 2 or 1: 8-, 4- or 2-byte bf16 accesses, the
+// widest one the channel count, row strides and pointer alignment allow; checked at run time, V = 1 is
+// the fallback for odd shapes) of one chunk of kL token rows of one sequence. A block is kLanes x kChunks
+// threads: threadIdx.x walks channel groups (a warp reads kLanes * V consecutive channels of a token row,
+// 64..256 contiguous bytes per load instruction), threadIdx.y walks kChunks consecutive chunks (a tile of
+// kChunks * kL tokens); blockIdx.x = (sequence, token tile), blockIdx.y = channel tile. All the index
+// math comes from the launch grid (one int32 division per thread, no per-element div/mod); element offsets
+// are int64.
+//
+// A thread issues all its input loads into registers up front (W is a template parameter, 1..8), so the
+// loads overlap instead of forming a chain; the bf16 words stay packed in registers and are widened to
+// fp32 where used. The W-1 x rows (backward: 2(W-1) x rows and W-1 dout rows) a chunk shares with the
+// chunk before it are loaded by both (normally L1/L2 hits: the neighbour chunk is in the same block).
+// Token, channel and tile indices are int32 (checked on the host: T <= 2^30, D <= 2^26).
+//
+// The backward recomputes the pre-activation. dw is deterministic (layer_util.cuh contract): a thread sums
+// its own kL positions in order, the block sums its kChunks threads per channel in chunk order through
+// shared memory and writes one partial row per (sequence, token tile) — a function of (B, T) only — and
+// detail::accumulate_partials adds the partial rows in order.
 #include "ops/cuda/short_conv.h"
+
+#include <climits>
+#include <cstdint>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
@@ -13,49 +31,144 @@ namespace hydra::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kL = 16;  // positions per thread (few enough to keep in registers, loads issued together)
+constexpr int kLanes = 32;  // channel groups per block (threadIdx.x)
+constexpr int kChunks = 8;  // token chunks per block (threadIdx.y); one dw partial row per block
+constexpr int kL = 16;      // token rows per thread (few enough to keep in registers, loads issued together)
+constexpr int kThreads = kLanes * kChunks;
+constexpr int kMaxW = 8;
+// Kernels are __launch_bounds__(256, 2): at most 128 registers (2 blocks per SM; the hot instantiations
+// need ~92-96), which also keeps ptxas from spilling a few bytes in some W/V instantiations.
+// The backward's first chunk is the only one whose rows touch prev (xc rows < W-1, needs kL >= 2 (W-1)).
+static_assert(kL >= 2 * (kMaxW - 1), "short_conv: chunk shorter than two windows");
+
+// ---- packed bf16 vectors: V consecutive bf16 as one raw word (element 0 in the low half) ----
+template <int V>
+struct RawT;
+template <>
+struct RawT<1> {
+    using type = unsigned short;
+};
+template <>
+struct RawT<2> {
+    using type = unsigned int;
+};
+template <>
+struct RawT<4> {
+    using type = uint2;
+};
+template <int V>
+using raw_t = typename RawT<V>::type;
+
+template <int V>
+__device__ __forceinline__ raw_t<V> raw_zero() {
+    if constexpr (V == 4)
+        return make_uint2(0u, 0u);
+    else
+        return raw_t<V>(0);
+}
+// Read-only (non-coherent cache) load of V bf16 at p (p aligned to 2 V bytes).
+template <int V>
+__device__ __forceinline__ raw_t<V> raw_ldg(const bf16* p) {
+    return __ldg(reinterpret_cast<const raw_t<V>*>(p));
+}
+template <int V>
+__device__ __forceinline__ void raw_st(bf16* p, raw_t<V> r) {
+    *reinterpret_cast<raw_t<V>*>(p) = r;
+}
+// Element v (compile-time after unrolling) as fp32: bf16 is the top half of an fp32, so this is exact.
+template <int V>
+__device__ __forceinline__ float raw_get(const raw_t<V>& r, int v) {
+    if constexpr (V == 1) {
+        return __uint_as_float(unsigned(r) << 16);
+    } else if constexpr (V == 2) {
+        return __uint_as_float(v == 0 ? r << 16 : r & 0xffff0000u);
+    } else {
+        const unsigned u = v < 2 ? r.x : r.y;
+        return __uint_as_float((v & 1) == 0 ? u << 16 : u & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ unsigned bf16_bits(float f) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+template <int V>
+__device__ __forceinline__ raw_t<V> raw_pack(const float (&f)[V]) {
+    if constexpr (V == 1) {
+        return raw_t<1>(bf16_bits(f[0]));
+    } else if constexpr (V == 2) {
+        return bf16_bits(f[0]) | (bf16_bits(f[1]) << 16);
+    } else {
+        return make_uint2(bf16_bits(f[0]) | (bf16_bits(f[1]) << 16),
+                          bf16_bits(f[2]) | (bf16_bits(f[3]) << 16));
+    }
+}
 
 // Row j of xc = [prev; x] for sequence b, channel d (j in [0, W-1+T)).
 template <int W>
-__device__ __forceinline__ float xc_at(const bf16* x, int64_t xs, const float* prev, int64_t b, int64_t T, int64_t D,
-                                       int64_t d, int64_t j) {
+__device__ __forceinline__ float xc_at(const bf16* x, int64_t xs, const float* prev, int64_t b, int64_t T,
+                                       int64_t D, int64_t d, int64_t j) {
     if (j < W - 1) return prev ? prev[(b * (W - 1) + j) * D + d] : 0.f;
     return __bfloat162float(x[(b * T + j - (W - 1)) * xs + d]);
 }
 
-template <int W>
-__global__ void k_conv_forward(bf16* __restrict__ out, const bf16* __restrict__ x, int64_t xs,
-                               const float* __restrict__ w, const float* __restrict__ prev, int64_t B, int64_t T,
-                               int64_t D, int64_t nch) {
-    const int64_t total = B * nch * D, J = W - 1 + T;
-    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t d = k % D, r = k / D, c = r % nch, b = r / nch;
-        const int64_t t0 = c * kL;
-        float wr[W];
+// Thread (b, chunk c, channels d..d+V-1) writes out rows t0 .. t0+kL-1 (t0 = c kL, < T) from xc rows
+// t0 .. t0+kL+W-2 (xc row j = x token j-(W-1), or prev row j for j < W-1: only in chunk 0).
+// Grid: (B * ntile, ceil(D / (kLanes V))), block (kLanes, kChunks).
+template <int W, int V>
+__global__ void __launch_bounds__(kThreads, 2)
+    k_conv_forward(bf16* __restrict__ out, const bf16* __restrict__ x, int64_t xs,
+                   const float* __restrict__ w, const float* __restrict__ prev, int T, int D, int ntile) {
+    constexpr int P = W - 1, NR = kL + P;
+    const int b = int(blockIdx.x) / ntile;
+    const int t0 = ((int(blockIdx.x) - b * ntile) * kChunks + int(threadIdx.y)) * kL;
+    const int d = (int(blockIdx.y) * kLanes + int(threadIdx.x)) * V;  // D % V == 0: all V channels valid
+    if (t0 >= T || d >= D) return;
+
+    const bf16* xb = x + int64_t(b) * T * xs + d;  // token t of sequence b at xb + t xs
+    raw_t<V> xr[NR];                               // xr[m] = x token t0 + m - P (xc row t0 + m); 0 outside
 #pragma unroll
-        for (int i = 0; i < W; ++i) wr[i] = w[d * W + i];
-        // xv[j] = xc[t0 + j]: every load issued before any use (the loads, not the math, bound this kernel)
-        float xv[kL + W - 1];
+    for (int m = 0; m < NR; ++m) {
+        const int t = t0 + m - P;
+        xr[m] = (t >= 0 && t < T) ? raw_ldg<V>(xb + int64_t(t) * xs) : raw_zero<V>();
+    }
+    float wr[W][V];
 #pragma unroll
-        for (int j = 0; j < kL + W - 1; ++j) xv[j] = (t0 + j < J) ? xc_at<W>(x, xs, prev, b, T, D, d, t0 + j) : 0.f;
+    for (int v = 0; v < V; ++v)
 #pragma unroll
-        for (int t = 0; t < kL; ++t) {
-            if (t0 + t >= T) break;
+        for (int i = 0; i < W; ++i) wr[i][v] = __ldg(w + (int64_t(d) + v) * W + i);
+    // xc rows t0 .. t0+P-1 in fp32: the carried window in chunk 0 (zeros when prev is null), else x rows.
+    float pw[P > 0 ? P : 1][V];
+#pragma unroll
+    for (int m = 0; m < P; ++m)
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            pw[m][v] = t0 == 0 ? (prev ? __ldg(prev + (int64_t(b) * P + m) * D + d + v) : 0.f)
+                               : raw_get<V>(xr[m], v);
+    auto xf = [&](int m, int v) { return m < P ? pw[m][v] : raw_get<V>(xr[m], v); };  // xc row t0 + m
+
+    bf16* ob = out + (int64_t(b) * T + t0) * D + d;
+#pragma unroll
+    for (int t = 0; t < kL; ++t) {
+        if (t0 + t >= T) break;
+        float y[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
             float pre = 0.f;
 #pragma unroll
-            for (int i = 0; i < W; ++i) pre += wr[i] * xv[t + i];
-            out[(b * T + t0 + t) * D + d] = __float2bfloat16_rn(pre * detail::sigmoidf_(pre));
+            for (int i = 0; i < W; ++i) pre += wr[i][v] * xf(t + i, v);
+            y[v] = pre * detail::sigmoidf_(pre);
         }
+        raw_st<V>(ob + int64_t(t) * D, raw_pack<V>(y));
     }
 }
 
 // prev_out[b, r] = xc[b, T + r], r < W-1. All loads before the stores: prev_out may alias prev.
+// (Inference only, B * D threads: left simple.)
 template <int W>
-__global__ void k_conv_next_prev(float* prev_out, const bf16* __restrict__ x, int64_t xs, const float* prev, int64_t B,
-                                 int64_t T, int64_t D) {
+__global__ void k_conv_next_prev(float* prev_out, const bf16* __restrict__ x, int64_t xs, const float* prev,
+                                 int64_t B, int64_t T, int64_t D) {
     const int64_t total = B * D;
-    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total;
+         k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t d = k % D, b = k / D;
         float v[W];
 #pragma unroll
@@ -65,138 +178,254 @@ __global__ void k_conv_next_prev(float* prev_out, const bf16* __restrict__ x, in
     }
 }
 
-// Thread (b, c, d) owns rows j in [c kL, c kL + kL) of d xc (the gradient of [prev; x]):
+// Thread (b, chunk c, channels d..d+V-1) owns xc rows j in [j0, j0 + kL) (j0 = c kL, j < J = T + W-1) of
+// d xc (the gradient of [prev; x]):
 //   dxc[j] = sum_i w[i] dpre[j - i] (+ dprev_out[j - T] for j >= T),  dpre[t] = dout[t] silu'(pre[t])
 // and the dw terms of the positions t = j < T: dw[d, i] += dpre[t] xc[t + i]. It recomputes pre for the
-// W-1 positions before its rows too; all its loads are issued up front into registers.
-template <int W>
-__global__ void k_conv_backward(bf16* __restrict__ dx, int64_t dxs, float* __restrict__ partials,
-                                float* __restrict__ dprev, const bf16* __restrict__ dout,
-                                const float* __restrict__ dprev_out, const bf16* __restrict__ x, int64_t xs,
-                                const float* __restrict__ w, const float* __restrict__ prev, int64_t B, int64_t T,
-                                int64_t D, int64_t nch) {
-    constexpr int NT = kL + W - 1;  // positions t in [j0 - (W-1), j0 + kL) whose dpre the rows need
-    const int64_t total = B * nch * D, J = W - 1 + T;
-    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t d = k % D, r = k / D, c = r % nch, b = r / nch;
-        const int64_t j0 = c * kL, tb = j0 - (W - 1);
-        float wr[W], dwp[W];
+// W-1 positions before its rows too (positions tb + m, tb = j0 - (W-1), m < kL + W-1, which need xc rows
+// tb .. tb + kL + 2(W-1) - 1). Rows j < W-1 go to dprev, the others to dx token j - (W-1).
+// partials (B * ntile, D * W): row b * ntile + tile = the dw sums of that token tile, written by the
+// block's threads after a chunk-ordered sum in shared memory. Same grid as the forward, with chunks over J.
+template <int W, int V>
+__global__ void __launch_bounds__(kThreads, 2)
+    k_conv_backward(bf16* __restrict__ dx, int64_t dxs, float* __restrict__ partials,
+                    float* __restrict__ dprev, const bf16* __restrict__ dout,
+                    const float* __restrict__ dprev_out, const bf16* __restrict__ x, int64_t xs,
+                    const float* __restrict__ w, const float* __restrict__ prev, int T, int D, int ntile) {
+    constexpr int P = W - 1, NT = kL + P, NX = NT + P, NS = 2 * P > 0 ? 2 * P : 1;
+    const int J = T + P;
+    const int b = int(blockIdx.x) / ntile, tile = int(blockIdx.x) - b * ntile;
+    const int j0 = (tile * kChunks + int(threadIdx.y)) * kL;
+    const int dbase = int(blockIdx.y) * (kLanes * V);
+    const int d = dbase + int(threadIdx.x) * V;  // D % V == 0: all V channels valid when d < D
+
+    float dwp[W][V];  // this thread's dw terms, summed over its positions in order
 #pragma unroll
-        for (int i = 0; i < W; ++i) {
-            wr[i] = w[d * W + i];
-            dwp[i] = 0.f;
-        }
-        float xv[NT + W - 1];  // xv[m] = xc[tb + m]
+    for (int i = 0; i < W; ++i)
 #pragma unroll
-        for (int m = 0; m < NT + W - 1; ++m) {
-            const int64_t j = tb + m;
-            xv[m] = (j >= 0 && j < J) ? xc_at<W>(x, xs, prev, b, T, D, d, j) : 0.f;
+        for (int v = 0; v < V; ++v) dwp[i][v] = 0.f;
+
+    if (j0 < J && d < D) {  // no early return: the whole block meets at the __syncthreads below
+        const int tb = j0 - P;
+        const bf16* xb = x + int64_t(b) * T * xs + d;
+        const bf16* gb = dout + int64_t(b) * T * D + d;
+        raw_t<V> xr[NX];  // xr[m] = x token tb + m - P (xc row tb + m); 0 outside [0, T)
+#pragma unroll
+        for (int m = 0; m < NX; ++m) {
+            const int t = tb + m - P;
+            xr[m] = (t >= 0 && t < T) ? raw_ldg<V>(xb + int64_t(t) * xs) : raw_zero<V>();
         }
-        float dyv[NT];  // dout at t = tb + m
+        raw_t<V> gr[NT];  // gr[m] = dout at position tb + m; 0 outside [0, T)
 #pragma unroll
         for (int m = 0; m < NT; ++m) {
-            const int64_t t = tb + m;
-            dyv[m] = (t >= 0 && t < T) ? __bfloat162float(dout[(b * T + t) * D + d]) : 0.f;
+            const int t = tb + m;
+            gr[m] = (t >= 0 && t < T) ? raw_ldg<V>(gb + int64_t(t) * D) : raw_zero<V>();
         }
-        float dpv[NT];  // dpre[tb + m] (0 outside [0, T))
+        float wr[W][V];
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+#pragma unroll
+            for (int i = 0; i < W; ++i) wr[i][v] = __ldg(w + (int64_t(d) + v) * W + i);
+        // xc rows tb .. tb+2P-1 in fp32. Chunk 0 (tb = -P): rows < 0 are zero padding, rows 0..P-1 the
+        // carried window (zeros when prev is null). Later chunks (j0 >= kL >= 2P): x rows, from xr.
+        float pw[NS][V];
+#pragma unroll
+        for (int m = 0; m < 2 * P; ++m) {
+            const int j = tb + m;
+#pragma unroll
+            for (int v = 0; v < V; ++v)
+                pw[m][v] = j0 == 0 ? ((j >= 0 && prev) ? __ldg(prev + (int64_t(b) * P + j) * D + d + v) : 0.f)
+                                   : raw_get<V>(xr[m], v);
+        }
+        auto xf = [&](int m, int v) { return m < 2 * P ? pw[m][v] : raw_get<V>(xr[m], v); };  // xc row tb + m
+
+        // One pass over the positions; the dx row of position m is emitted as soon as its W dpre exist,
+        // so only a window of dpre stays live.
+        float dpv[NT][V];  // dpre at position tb + m (0 outside [0, T): dout is 0 there)
 #pragma unroll
         for (int m = 0; m < NT; ++m) {
-            float pre = 0.f;
 #pragma unroll
-            for (int i = 0; i < W; ++i) pre += wr[i] * xv[m + i];
-            const float s = detail::sigmoidf_(pre);
-            dpv[m] = dyv[m] * s * (1.f + pre * (1.f - s));  // dyv = 0 outside [0, T)
-            if (m >= W - 1) {  // t = j0 + (m - (W-1)) is one of this thread's rows: its dw terms
+            for (int v = 0; v < V; ++v) {
+                float pre = 0.f;
 #pragma unroll
-                for (int i = 0; i < W; ++i) dwp[i] += dpv[m] * xv[m + i];
+                for (int i = 0; i < W; ++i) pre += wr[i][v] * xf(m + i, v);
+                const float s = detail::sigmoidf_(pre);
+                dpv[m][v] = raw_get<V>(gr[m], v) * s * (1.f + pre * (1.f - s));
+                if (m >= P) {  // position j0 + (m - P) is one of this thread's rows: its dw terms
+#pragma unroll
+                    for (int i = 0; i < W; ++i) dwp[i][v] += dpv[m][v] * xf(m + i, v);
+                }
+            }
+            if (m >= P) {
+                const int j = j0 + (m - P);  // xc row
+                if (j < J) {
+                    float acc[V];
+#pragma unroll
+                    for (int v = 0; v < V; ++v) {
+                        acc[v] = 0.f;
+#pragma unroll
+                        for (int i = 0; i < W; ++i) acc[v] += wr[i][v] * dpv[m - i][v];
+                        if (dprev_out && j >= T)
+                            acc[v] += __ldg(dprev_out + (int64_t(b) * P + (j - T)) * D + d + v);
+                    }
+                    if (j < P) {
+                        if (dprev) {
+#pragma unroll
+                            for (int v = 0; v < V; ++v) dprev[(int64_t(b) * P + j) * D + d + v] = acc[v];
+                        }
+                    } else {
+                        raw_st<V>(dx + (int64_t(b) * T + (j - P)) * dxs + d, raw_pack<V>(acc));
+                    }
+                }
             }
         }
+    }
+
+    if (partials) {  // block-uniform
+        // s_dw[y][lane * SW + v * W + i] = dwp[i][v] of thread (lane, y); SW odd: conflict-free writes.
+        constexpr int VW = V * W, SW = VW | 1;
+        __shared__ float s_dw[kChunks][kLanes * SW];
 #pragma unroll
-        for (int rr = 0; rr < kL; ++rr) {
-            const int64_t j = j0 + rr;
-            if (j >= J) break;
-            float acc = 0.f;
+        for (int v = 0; v < V; ++v)
 #pragma unroll
-            for (int i = 0; i < W; ++i) acc += wr[i] * dpv[W - 1 + rr - i];
-            if (dprev_out && j >= T) acc += dprev_out[(b * (W - 1) + (j - T)) * D + d];
-            if (j < W - 1) {
-                if (dprev) dprev[(b * (W - 1) + j) * D + d] = acc;
-            } else {
-                dx[(b * T + (j - (W - 1))) * dxs + d] = __float2bfloat16_rn(acc);
-            }
-        }
-        if (partials) {
-            float* pr = partials + (b * nch + c) * (D * W) + d * W;
-#pragma unroll
-            for (int i = 0; i < W; ++i) pr[i] = dwp[i];
+            for (int i = 0; i < W; ++i) s_dw[threadIdx.y][threadIdx.x * SW + v * W + i] = dwp[i][v];
+        __syncthreads();
+        const int nch = (J + kL - 1) / kL;
+        const int ny = min(kChunks, nch - tile * kChunks);  // chunks of this tile inside the sequence, >= 1
+        // This block's slice of the partial row: channels [dbase, dbase + kLanes V) x W taps, contiguous;
+        // column col = (lane V + v) W + i.
+        float* pr = partials + (int64_t(b) * ntile + tile) * (int64_t(D) * W) + int64_t(dbase) * W;
+        const int ncol = min(kLanes * V, D - dbase) * W;
+        for (int col = int(threadIdx.y) * kLanes + int(threadIdx.x); col < ncol; col += kThreads) {
+            const int si = (col / VW) * SW + col % VW;
+            float s = s_dw[0][si];
+            for (int y = 1; y < ny; ++y) s += s_dw[y][si];
+            pr[col] = s;
         }
     }
 }
 
-template <int W>
-void forward_w(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev, int64_t B,
-               int64_t T, int64_t D, cudaStream_t stream) {
-    const int64_t nch = (T + kL - 1) / kL;
+bool aligned(const void* p, int bytes) {
+    return reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) == 0;
+}
+
+// Chunks, token tiles, channel tiles of a (B, rows, D) launch, with the int32 / grid-size checks.
+struct ConvGrid {
+    int ntile = 0;
+    dim3 grid, block;
+};
+ConvGrid conv_grid(int64_t B, int64_t rows, int64_t D, int V, const char* what) {
+    HYDRA_CUDA_REQUIRE(rows <= (int64_t(1) << 30) && D <= (int64_t(1) << 26),
+                       std::string(what) + ": T or D too large for the int32 index math");
+    const int64_t nch = (rows + kL - 1) / kL, ntile = (nch + kChunks - 1) / kChunks;
+    const int64_t ctiles = (D + int64_t(kLanes) * V - 1) / (int64_t(kLanes) * V);
+    HYDRA_CUDA_REQUIRE(B * ntile <= INT_MAX && ctiles <= 65535,
+                       std::string(what) + ": launch grid too large");
+    ConvGrid g;
+    g.ntile = int(ntile);
+    g.grid = dim3(unsigned(B * ntile), unsigned(ctiles));
+    g.block = dim3(kLanes, kChunks);
+    return g;
+}
+
+template <int W, int V>
+void forward_w(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev,
+               int64_t B, int64_t T, int64_t D, cudaStream_t stream) {
     if (T > 0) {
-        k_conv_forward<W><<<detail::grid_for(B * nch * D, kThreads), kThreads, 0, stream>>>(out, x, xs, w, prev, B, T,
-                                                                                          D, nch);
+        const ConvGrid g = conv_grid(B, T, D, V, "short_conv_forward");
+        k_conv_forward<W, V><<<g.grid, g.block, 0, stream>>>(out, x, xs, w, prev, int(T), int(D), g.ntile);
         CUDA_CHECK(cudaGetLastError());
     }
     if (prev_out && W > 1) {
-        k_conv_next_prev<W><<<detail::grid_for(B * D, kThreads), kThreads, 0, stream>>>(prev_out, x, xs, prev, B, T, D);
+        k_conv_next_prev<W><<<detail::grid_for(B * D, 256), 256, 0, stream>>>(prev_out, x, xs, prev, B, T, D);
         CUDA_CHECK(cudaGetLastError());
     }
 }
 
-template <int W>
+template <int W, int V>
 void backward_w(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout, const float* dprev_out,
                 const bf16* x, int64_t xs, const float* w, const float* prev, int64_t B, int64_t T, int64_t D,
                 cudaStream_t stream) {
-    const int64_t nch = (W - 1 + T + kL - 1) / kL;
-    const int64_t nparts = B * nch;
+    const int64_t J = T + W - 1;
+    if (J <= 0) return;  // W = 1 and T = 0: nothing to write
+    const ConvGrid g = conv_grid(B, J, D, V, "short_conv_backward");
+    const int64_t nparts = B * g.ntile;
     detail::Scratch part(dw ? size_t(nparts * D * W) : 0, stream);
-    k_conv_backward<W><<<detail::grid_for(B * nch * D, kThreads), kThreads, 0, stream>>>(
-        dx, dxs, part.get(), dprev, dout, dprev_out, x, xs, w, prev, B, T, D, nch);
+    k_conv_backward<W, V><<<g.grid, g.block, 0, stream>>>(dx, dxs, part.get(), dprev, dout, dprev_out, x, xs,
+                                                          w, prev, int(T), int(D), g.ntile);
     CUDA_CHECK(cudaGetLastError());
     if (dw) detail::accumulate_partials(dw, part.get(), nparts, D * W, D * W, stream);
     part.release();
 }
 
-#define HYDRA_CONV_DISPATCH(W, CALL)                                           \
-    switch (W) {                                                               \
-        case 1: CALL(1); break;                                                \
-        case 2: CALL(2); break;                                                \
-        case 3: CALL(3); break;                                                \
-        case 4: CALL(4); break;                                                \
-        case 5: CALL(5); break;                                                \
-        case 6: CALL(6); break;                                                \
-        case 7: CALL(7); break;                                                \
-        case 8: CALL(8); break;                                                \
+// clang-format off
+#define HYDRA_CONV_DISPATCH(W, CALL)                                                                 \
+    switch (W) {                                                                                     \
+        case 1: CALL(1); break;                                                                      \
+        case 2: CALL(2); break;                                                                      \
+        case 3: CALL(3); break;                                                                      \
+        case 4: CALL(4); break;                                                                      \
+        case 5: CALL(5); break;                                                                      \
+        case 6: CALL(6); break;                                                                      \
+        case 7: CALL(7); break;                                                                      \
+        case 8: CALL(8); break;                                                                      \
         default: HYDRA_CUDA_REQUIRE(false, "short_conv: kernel width " + std::to_string(W) + " outside 1..8"); \
     }
+// clang-format on
 
-}  // namespace
-
-void short_conv_forward(bf16* out, float* prev_out, const bf16* x, int64_t x_stride, const float* w, const float* prev,
-                        int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
-    if (B <= 0 || D <= 0 || T < 0) return;
-    if (x_stride == 0) x_stride = D;
-    HYDRA_CUDA_REQUIRE(x_stride >= D, "short_conv_forward: row stride below the channel count");
-#define FWD(w_) forward_w<w_>(out, prev_out, x, x_stride, w, prev, B, T, D, stream)
+template <int V>
+void forward_v(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev,
+               int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
+#define FWD(w_) forward_w<w_, V>(out, prev_out, x, xs, w, prev, B, T, D, stream)
     HYDRA_CONV_DISPATCH(W, FWD)
 #undef FWD
 }
 
+template <int V>
+void backward_v(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout, const float* dprev_out,
+                const bf16* x, int64_t xs, const float* w, const float* prev, int64_t B, int64_t T, int64_t D,
+                int64_t W, cudaStream_t stream) {
+#define BWD(w_) backward_w<w_, V>(dx, dxs, dw, dprev, dout, dprev_out, x, xs, w, prev, B, T, D, stream)
+    HYDRA_CONV_DISPATCH(W, BWD)
+#undef BWD
+}
+
+}  // namespace
+
+void short_conv_forward(bf16* out, float* prev_out, const bf16* x, int64_t x_stride, const float* w,
+                        const float* prev, int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
+    if (B <= 0 || D <= 0 || T < 0) return;
+    if (x_stride == 0) x_stride = D;
+    HYDRA_CUDA_REQUIRE(x_stride >= D, "short_conv_forward: row stride below the channel count");
+    // Widest access every row start allows (x rows x_stride apart, out rows D apart).
+    auto fits = [&](int v) {
+        return D % v == 0 && x_stride % v == 0 && aligned(x, 2 * v) && aligned(out, 2 * v);
+    };
+    if (fits(4))
+        forward_v<4>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
+    else if (fits(2))
+        forward_v<2>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
+    else
+        forward_v<1>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
+}
+
 void short_conv_backward(bf16* dx, int64_t dx_stride, float* dw, float* dprev, const bf16* dout,
-                         const float* dprev_out, const bf16* x, int64_t x_stride, const float* w, const float* prev,
-                         int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
+                         const float* dprev_out, const bf16* x, int64_t x_stride, const float* w,
+                         const float* prev, int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
     if (B <= 0 || D <= 0 || T < 0) return;
     if (x_stride == 0) x_stride = D;
     if (dx_stride == 0) dx_stride = D;
-    HYDRA_CUDA_REQUIRE(x_stride >= D && dx_stride >= D, "short_conv_backward: row stride below the channel count");
-#define BWD(w_) backward_w<w_>(dx, dx_stride, dw, dprev, dout, dprev_out, x, x_stride, w, prev, B, T, D, stream)
-    HYDRA_CONV_DISPATCH(W, BWD)
-#undef BWD
+    HYDRA_CUDA_REQUIRE(x_stride >= D && dx_stride >= D,
+                       "short_conv_backward: row stride below the channel count");
+    // bf16x2 at most: the backward keeps ~2 (kL + W) packed rows per thread in registers (92 at W = 4);
+    // 8-byte words would double them and cut the occupancy. V changes only which thread owns a channel,
+    // never a summation order, so every V gives the same bits.
+    const bool v2 = D % 2 == 0 && x_stride % 2 == 0 && dx_stride % 2 == 0 && aligned(x, 4) &&
+                    aligned(dx, 4) && aligned(dout, 4);
+    if (v2)
+        backward_v<2>(dx, dx_stride, dw, dprev, dout, dprev_out, x, x_stride, w, prev, B, T, D, W, stream);
+    else
+        backward_v<1>(dx, dx_stride, dw, dprev, dout, dprev_out, x, x_stride, w, prev, B, T, D, W, stream);
 }
 
 }  // namespace hydra::cuda
