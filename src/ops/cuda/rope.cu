@@ -1,6 +1,9 @@
-// Rotary position embedding on the GPU (see rope.h), NEOX pairing (i, i + R/2). One thread per one or two
-// rotated pairs; the angles come from an fp32 cos/sin table or are computed per pair in double.
+// Rotary position embedding on the GPU (see rope.h), NEOX pairing (i, i + R/2). One thread per group of
+// 1, 2 or 4 rotated pairs, laid out by token row; the angles come from an fp32 cos/sin table or are
+// computed per pair in double.
 #include "ops/cuda/rope.h"
+
+#include <algorithm>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
@@ -28,67 +31,119 @@ __global__ void k_rope_table(float* __restrict__ cos_t, float* __restrict__ sin_
 // null, else angles from pos0 / theta, pos0 read from device memory when pos_dev is not null (decode in a
 // CUDA graph). inverse = rotate by the negative angle (the backward).
 //
-// Work item k = one group of P consecutive pairs (i .. i + P - 1, partner i + half ..): P = 2 when the
-// pairs can be read as bf16x2 / float2 (half even, even strides, aligned pointers), else 1. The index
-// type I is int32 whenever every offset fits (the divisions, not the bytes, bound this kernel in int64).
-template <typename I, int P>
-__global__ void k_rope(bf16* x, I token_stride, I num_seqs, I T, I H, I Dh, I rope_dim, const float* __restrict__ cos_t,
-                       const float* __restrict__ sin_t, int64_t pos0, const int32_t* __restrict__ pos_dev, double theta,
-                       bool inverse) {
-    const I half = rope_dim / 2, groups = half / P, total = num_seqs * T * H * groups;
-    if (pos_dev) pos0 = int64_t(*pos_dev);
-    for (I k = blockIdx.x * I(blockDim.x) + threadIdx.x; k < total; k += I(gridDim.x) * I(blockDim.x)) {
-        const I i = (k % groups) * P;
-        I r = k / groups;
-        const I h = r % H;
-        r /= H;
-        const I t = r % T, s = r / T;
-        float c[P], sn[P];
-        if (cos_t) {
-            if constexpr (P == 2) {
-                const float2 cv = *reinterpret_cast<const float2*>(cos_t + t * half + i);
-                const float2 sv = *reinterpret_cast<const float2*>(sin_t + t * half + i);
-                c[0] = cv.x, c[1] = cv.y, sn[0] = sv.x, sn[1] = sv.y;
-            } else {
-                c[0] = cos_t[t * half + i];
-                sn[0] = sin_t[t * half + i];
-            }
+// A work item is a group of P consecutive pairs (i .. i + P - 1, partners i + half ..), read as one
+// P-element bf16 vector (and P-float table vector) when the strides and pointers allow (P = 4 or 2);
+// else P = 1.
+
+// The P angles of pairs i .. i + P - 1 at position t.
+template <int P>
+__device__ __forceinline__ void rope_angles(float (&c)[P], float (&sn)[P], const float* __restrict__ cos_t,
+                                            const float* __restrict__ sin_t, int64_t t, int64_t half, int64_t i,
+                                            int64_t pos0, double theta, int64_t rope_dim, bool inverse) {
+    if (cos_t) {
+        const float* cp = cos_t + t * half + i;
+        const float* sp = sin_t + t * half + i;
+        if constexpr (P == 4) {
+            const float4 a = *reinterpret_cast<const float4*>(cp), b = *reinterpret_cast<const float4*>(sp);
+            c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w, sn[0] = b.x, sn[1] = b.y, sn[2] = b.z, sn[3] = b.w;
+        } else if constexpr (P == 2) {
+            const float2 a = *reinterpret_cast<const float2*>(cp), b = *reinterpret_cast<const float2*>(sp);
+            c[0] = a.x, c[1] = a.y, sn[0] = b.x, sn[1] = b.y;
         } else {
-#pragma unroll
-            for (int e = 0; e < P; ++e) {
-                const double inv_freq = pow(theta, -2.0 * double(i + e) / double(rope_dim));
-                double sd, cd;
-                sincos(double(pos0 + int64_t(t)) * inv_freq, &sd, &cd);
-                c[e] = float(cd);
-                sn[e] = float(sd);
-            }
+            c[0] = cp[0], sn[0] = sp[0];
         }
+    } else {
 #pragma unroll
-        for (int e = 0; e < P; ++e)
-            if (inverse) sn[e] = -sn[e];
-        bf16* v = x + (s * T + t) * token_stride + h * Dh;
-        if constexpr (P == 2) {
-            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v + i));
-            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v + i + half));
-            *reinterpret_cast<__nv_bfloat162*>(v + i) =
-                __floats2bfloat162_rn(a.x * c[0] - b.x * sn[0], a.y * c[1] - b.y * sn[1]);
-            *reinterpret_cast<__nv_bfloat162*>(v + i + half) =
-                __floats2bfloat162_rn(b.x * c[0] + a.x * sn[0], b.y * c[1] + a.y * sn[1]);
-        } else {
-            const float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
-            v[i] = __float2bfloat16_rn(a * c[0] - b * sn[0]);
-            v[i + half] = __float2bfloat16_rn(b * c[0] + a * sn[0]);
+        for (int e = 0; e < P; ++e) {
+            const double inv_freq = pow(theta, -2.0 * double(i + e) / double(rope_dim));
+            double sd, cd;
+            sincos(double(pos0 + t) * inv_freq, &sd, &cd);
+            c[e] = float(cd);
+            sn[e] = float(sd);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < P; ++e)
+        if (inverse) sn[e] = -sn[e];
+}
+
+// P bf16 at p as floats and back (p aligned to 2 P bytes).
+template <int P>
+__device__ __forceinline__ void load_bf16(float (&f)[P], const bf16* p) {
+    if constexpr (P == 1) {
+        f[0] = __bfloat162float(*p);
+    } else {
+#pragma unroll
+        for (int e = 0; e < P; e += 2) {
+            const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(p)[e / 2]);
+            f[e] = v.x, f[e + 1] = v.y;
         }
     }
 }
+template <int P>
+__device__ __forceinline__ void store_bf16(bf16* p, const float (&f)[P]) {
+    if constexpr (P == 1) {
+        *p = __float2bfloat16_rn(f[0]);
+    } else if constexpr (P == 2) {
+        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(f[0], f[1]);
+    } else {
+        const __nv_bfloat162 a = __floats2bfloat162_rn(f[0], f[1]), b = __floats2bfloat162_rn(f[2], f[3]);
+        uint2 u;
+        u.x = *reinterpret_cast<const uint32_t*>(&a);
+        u.y = *reinterpret_cast<const uint32_t*>(&b);
+        *reinterpret_cast<uint2*>(p) = u;
+    }
+}
 
-template <typename I, int P>
-void launch_as(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
-               const float* cos_t, const float* sin_t, int64_t pos0, double theta, bool inverse, cudaStream_t stream,
-               const int32_t* pos_dev) {
-    const int64_t total = num_seqs * T * H * (rope_dim / 2 / P);
-    k_rope<I, P><<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(
-        x, I(token_stride), I(num_seqs), I(T), I(H), I(Dh), I(rope_dim), cos_t, sin_t, pos0, pos_dev, theta, inverse);
+// Rotates pairs i .. i + P - 1 of the head at v.
+template <int P>
+__device__ __forceinline__ void rope_rotate(bf16* v, int64_t i, int64_t half, const float (&c)[P],
+                                            const float (&sn)[P]) {
+    float a[P], b[P], ra[P], rb[P];
+    load_bf16<P>(a, v + i);
+    load_bf16<P>(b, v + i + half);
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+        ra[e] = a[e] * c[e] - b[e] * sn[e];
+        rb[e] = b[e] * c[e] + a[e] * sn[e];
+    }
+    store_bf16<P>(v + i, ra);
+    store_bf16<P>(v + i + half, rb);
+}
+
+// Row layout (the usual case): block (U, R) with U = H * (half / P) threads per token row and R rows per
+// block; the token row index is s * T + t itself, so a thread needs one division for its (h, i) and one
+// for t (the table row), in int32.
+template <int P>
+__global__ void k_rope_rows(bf16* x, int64_t token_stride, int rows, int T, int Dh, int rope_dim,
+                            const float* __restrict__ cos_t, const float* __restrict__ sin_t, int64_t pos0,
+                            const int32_t* __restrict__ pos_dev, double theta, bool inverse) {
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    if (row >= rows) return;
+    const int half = rope_dim / 2, groups = half / P, u = threadIdx.x, h = u / groups, i = (u - h * groups) * P;
+    const int t = row % T;
+    if (pos_dev) pos0 = int64_t(*pos_dev);
+    float c[P], sn[P];
+    rope_angles<P>(c, sn, cos_t, sin_t, t, half, i, pos0, theta, rope_dim, inverse);
+    rope_rotate<P>(x + int64_t(row) * token_stride + int64_t(h) * Dh, i, half, c, sn);
+}
+
+// Flat fallback (any size, int64): work item k = (s, t, h, pair i).
+__global__ void k_rope_flat(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
+                            int64_t rope_dim, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+                            int64_t pos0, const int32_t* __restrict__ pos_dev, double theta, bool inverse) {
+    const int64_t half = rope_dim / 2, total = num_seqs * T * H * half;
+    if (pos_dev) pos0 = int64_t(*pos_dev);
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t i = k % half;
+        int64_t r = k / half;
+        const int64_t h = r % H;
+        r /= H;
+        const int64_t t = r % T, s = r / T;
+        float c[1], sn[1];
+        rope_angles<1>(c, sn, cos_t, sin_t, t, half, i, pos0, theta, rope_dim, inverse);
+        rope_rotate<1>(x + (s * T + t) * token_stride + h * Dh, i, half, c, sn);
+    }
 }
 
 void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
@@ -97,20 +152,34 @@ void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t 
     if (token_stride == 0) token_stride = H * Dh;
     HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh,
                 "rope: rope_dim must be even and <= head_dim, token stride >= H * Dh");
-    const int64_t half = rope_dim / 2, total = num_seqs * T * H * half;
-    if (total <= 0) return;
-    const auto even = [](const void* p, unsigned bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; };
-    const bool pairs = half % 2 == 0 && token_stride % 2 == 0 && Dh % 2 == 0 && even(x, 4) &&
-                       (!cos_t || (even(cos_t, 8) && even(sin_t, 8)));
-    const bool narrow = num_seqs * T * token_stride < (int64_t(1) << 31) && total < (int64_t(1) << 30);
-    if (pairs && narrow) launch_as<int32_t, 2>(x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0,
-                                               theta, inverse, stream, pos_dev);
-    else if (pairs) launch_as<int64_t, 2>(x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, theta,
-                                          inverse, stream, pos_dev);
-    else if (narrow) launch_as<int32_t, 1>(x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, theta,
-                                           inverse, stream, pos_dev);
-    else launch_as<int64_t, 1>(x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, theta, inverse,
-                               stream, pos_dev);
+    const int64_t half = rope_dim / 2, rows = num_seqs * T;
+    if (rows <= 0 || half <= 0 || H <= 0) return;
+    // Widest vector the layout allows: every rotated element offset (row * stride + h * Dh + i, + half) a
+    // multiple of P, x aligned to 2 P bytes, the table to 4 P bytes.
+    const auto aligned = [](const void* p, unsigned bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+    const auto fits = [&](int64_t P) {
+        return half % P == 0 && token_stride % P == 0 && Dh % P == 0 && aligned(x, unsigned(2 * P)) &&
+               (!cos_t || (aligned(cos_t, unsigned(4 * P)) && aligned(sin_t, unsigned(4 * P))));
+    };
+    const int64_t P = fits(4) ? 4 : fits(2) ? 2 : 1;
+    const int64_t U = H * (half / P);
+    if (U <= 1024 && rows < (int64_t(1) << 31) && T < (int64_t(1) << 31)) {
+        const int64_t R = std::max<int64_t>(1, 256 / U);
+        const dim3 block{unsigned(U), unsigned(R), 1u};
+        const unsigned grid = unsigned((rows + R - 1) / R);
+        if (P == 4)
+            k_rope_rows<4><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh), int(rope_dim), cos_t,
+                                                       sin_t, pos0, pos_dev, theta, inverse);
+        else if (P == 2)
+            k_rope_rows<2><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh), int(rope_dim), cos_t,
+                                                       sin_t, pos0, pos_dev, theta, inverse);
+        else
+            k_rope_rows<1><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh), int(rope_dim), cos_t,
+                                                       sin_t, pos0, pos_dev, theta, inverse);
+    } else {
+        k_rope_flat<<<detail::grid_for(rows * H * half, kThreads), kThreads, 0, stream>>>(
+            x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, pos_dev, theta, inverse);
+    }
     CUDA_CHECK(cudaGetLastError());
 }
 
