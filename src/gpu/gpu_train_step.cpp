@@ -103,7 +103,8 @@ void proj_forward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const
 
 // dX (N, in) fp32 (first: =, else +=) of the group's dY (N, rows) columns, and the weight / bias grads.
 void proj_backward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const bf16* dY, int64_t ldy, const bf16* X,
-                   int64_t N, int64_t in, const std::vector<Part>& parts, float* dX, bool& first) {
+                   int64_t N, int64_t in, const std::vector<Part>& parts, float* dX, bool& first, StepProfiler& prof) {
+    prof.section("gemm_dx");
     const bool adj = adjacent(parts, in);
     if (adj) {
         mm_dx(b, dY, ldy, m.p16(parts[0].w), N, in, total_rows(parts), dX, in, first ? 0.f : 1.f);
@@ -116,6 +117,7 @@ void proj_backward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, cons
             col += p.rows;
         }
     }
+    prof.section("gemm_dw");
     bool all_trainable = adj;
     for (const Part& p : parts) all_trainable = all_trainable && m.grad(p.w) != nullptr;
     int64_t col = 0;
@@ -552,7 +554,7 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     // also x_mid = x_in, into which the o-projection GEMM adds below (the norm reads x_in anyway)
     cuda::rmsnorm_forward_copy(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), a.x_mid, N, C, eps, st);
     if (n_fa > 0) {
-        prof_.section("gemm");
+        prof_.section("gemm_fwd");
         proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
         proj_forward(m, b, st, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, a.k, Dkv);
         proj_forward(m, b, st, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, a.v, Dkv);
@@ -573,7 +575,7 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     }
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
-        prof_.section("gemm");
+        prof_.section("gemm_fwd");
         proj_forward(m, b, st, a.xn1, N, C, {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}},
                      a.lqkv, 3 * Dla);
         proj_forward(m, b, st, a.xn1, N, C, {{o.la_wg, -1, Dla}}, a.lz, Dla);
@@ -600,7 +602,7 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     prof_.section("fusion_residual");
     if (a.mixed != a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(m, o), eps, st);
-    prof_.section("gemm");
+    prof_.section("gemm_fwd");
     mm_fwd_acc(b, a.mixed, HD, m.p16(o.wo), N, HD, C, a.x_mid, C);  // x_mid = x + mixed @ Wo^T
 
     prof_.section("rmsnorm");
@@ -608,11 +610,11 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
         cuda::rmsnorm_forward_copy(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), x_out, N, C, eps, st);
     else
         cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
-    prof_.section("gemm");
+    prof_.section("gemm_fwd");
     proj_forward(m, b, st, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, a.gu, 2 * F);
     prof_.section("swiglu");
     cuda::swiglu_forward(a.act, a.gu, a.gu + F, N, F, 2 * F, st);
-    prof_.section("gemm");
+    prof_.section("gemm_fwd");
     mm_fwd_acc(b, a.act, F, m.p16(o.w_down), N, F, C, x_out, C);  // x_out = x_mid + act @ Wdown^T
     prof_.section("other");
 }
@@ -639,24 +641,26 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
         cuda::cast_f32_to_bf16(dxb, dx, N * C, st);
     }
     bf16* dact = ar.alloc<bf16>(N * F);
-    prof_.section("gemm");
+    prof_.section("gemm_dx");
     mm_dx16(b, dxb, C, m.p16(o.w_down), N, F, C, dact, F);
+    prof_.section("gemm_dw");
     if (float* g = m.grad(o.w_down)) mm_dw(b, dxb, C, a.act, F, N, F, C, g);
     prof_.section("swiglu");
     bf16* dgu = ar.alloc<bf16>(N * 2 * F);
     cuda::swiglu_backward(dgu, dgu + F, dact, a.gu, a.gu + F, N, F, 2 * F, 2 * F, st);
     float* dxn = ar.alloc<float>(N * C);
     bool first = true;
-    prof_.section("gemm");
-    proj_backward(m, b, st, dgu, 2 * F, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, dxn, first);
+    prof_.section("gemm_dx");
+    proj_backward(m, b, st, dgu, 2 * F, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, dxn, first, prof_);
     prof_.section("rmsnorm");
     cuda::rmsnorm_backward(dx, dxb, m.grad(o.ffn_norm), dxn, a.x_mid, m.p32(o.ffn_norm), a.rstd2, N, C,
                            st);  // d x_mid, and its bf16 copy for the o-projection GEMMs
 
     // x_mid = x_in + o_proj(fusion(heads))
     bf16* dheads = ar.alloc<bf16>(N * HD);
-    prof_.section("gemm");
+    prof_.section("gemm_dx");
     mm_dx16(b, dxb, C, m.p16(o.wo), N, HD, C, dheads, HD);
+    prof_.section("gemm_dw");
     if (float* g = m.grad(o.wo)) mm_dw(b, dxb, C, a.mixed, HD, N, HD, C, g);
     prof_.section("fusion_residual");
     if (a.mixed != a.heads) {
@@ -687,10 +691,10 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
             cuda::rope_backward(dq, B, T, n_fa, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
             cuda::rope_backward(dk, B, T, n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
         }
-        prof_.section("gemm");
-        proj_backward(m, b, st, dq, Dfa, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, dxn, first);
-        proj_backward(m, b, st, dk, Dkv, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, dxn, first);
-        proj_backward(m, b, st, dv, Dkv, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, dxn, first);
+        prof_.section("gemm_dx");
+        proj_backward(m, b, st, dq, Dfa, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, dxn, first, prof_);
+        proj_backward(m, b, st, dk, Dkv, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, dxn, first, prof_);
+        proj_backward(m, b, st, dv, Dkv, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, dxn, first, prof_);
     }
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
@@ -727,11 +731,11 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
                                   m.p32(o.conv_k), nullptr, B, T, Dla, W, st);
         cuda::short_conv_backward(dlqkv + 2 * Dla, 3 * Dla, m.grad(o.conv_v), nullptr, dlv, nullptr, a.lqkv + 2 * Dla,
                                   3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
-        prof_.section("gemm");
+        prof_.section("gemm_dx");
         proj_backward(m, b, st, dlqkv, 3 * Dla, a.xn1, N, C,
-                      {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, dxn, first);
-        proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first);
-        proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn, first);
+                      {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, dxn, first, prof_);
+        proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first, prof_);
+        proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn, first, prof_);
     }
     prof_.section("rmsnorm");
     if (first) CUDA_CHECK(cudaMemsetAsync(dxn, 0, size_t(N * C) * sizeof(float), st));  // no mixer heads (not reached)

@@ -1,23 +1,25 @@
 // GDN causal depthwise short conv + SiLU on the GPU (see short_conv.h).
 //
-// Work split: a thread owns V consecutive channels (V = 4, 2 or 1: 8-, 4- or 2-byte bf16 accesses, the
-// widest one the channel count, row strides and pointer alignment allow; checked at run time, V = 1 is
-// the fallback for odd shapes) of one chunk of kL token rows of one sequence. A block is kLanes x kChunks
-// threads: threadIdx.x walks channel groups (a warp reads kLanes * V consecutive channels of a token row,
-// 64..256 contiguous bytes per load instruction), threadIdx.y walks kChunks consecutive chunks (a tile of
-// kChunks * kL tokens); blockIdx.x = (sequence, token tile), blockIdx.y = channel tile. All the index
-// math comes from the launch grid (one int32 division per thread, no per-element div/mod); element offsets
-// are int64.
+// Work split: a thread owns V consecutive channels (V = 2 or 1: 4- or 2-byte bf16 accesses, the widest one
+// the channel count, row strides and pointer alignment allow; checked at run time, V = 1 is the fallback
+// for odd shapes) of one chunk of L token rows of one sequence (L = kLF = 8 forward, kLB = 16 backward).
+// A block is kLanes x kChunks threads: threadIdx.x walks channel groups (a warp reads kLanes * V
+// consecutive channels of a token row, 64 or 128 contiguous bytes per load instruction), threadIdx.y walks
+// kChunks consecutive chunks (a tile of kChunks * L tokens); blockIdx.x = (sequence, token tile),
+// blockIdx.y = channel tile. All the index math comes from the launch grid (one int32 division per thread,
+// no per-element div/mod); element offsets are int64.
 //
 // A thread issues all its input loads into registers up front (W is a template parameter, 1..8), so the
 // loads overlap instead of forming a chain; the bf16 words stay packed in registers and are widened to
 // fp32 where used. The W-1 x rows (backward: 2(W-1) x rows and W-1 dout rows) a chunk shares with the
 // chunk before it are loaded by both (normally L1/L2 hits: the neighbour chunk is in the same block).
 // Token, channel and tile indices are int32 (checked on the host: T <= 2^30, D <= 2^26).
+// The sigmoid uses the SFU approximations (fast_sigmoid, ~1e-6 relative error) where registers allow; the
+// exact expf + IEEE division made the kernels ALU-bound rather than memory-bound.
 //
 // The backward recomputes the pre-activation. dw is deterministic (layer_util.cuh contract): a thread sums
-// its own kL positions in order, the block sums its kChunks threads per channel in chunk order through
-// shared memory and writes one partial row per (sequence, token tile) — a function of (B, T) only — and
+// its own kLB positions in order, the block sums its kChunks threads per channel in chunk order through
+// shared memory and writes one partial row per (sequence, token tile) — a function of (B, T, W) only — and
 // detail::accumulate_partials adds the partial rows in order.
 #include "ops/cuda/short_conv.h"
 
@@ -33,13 +35,38 @@ namespace {
 
 constexpr int kLanes = 32;  // channel groups per block (threadIdx.x)
 constexpr int kChunks = 8;  // token chunks per block (threadIdx.y); one dw partial row per block
-constexpr int kL = 16;      // token rows per thread (few enough to keep in registers, loads issued together)
 constexpr int kThreads = kLanes * kChunks;
 constexpr int kMaxW = 8;
-// Kernels are __launch_bounds__(256, 2): at most 128 registers (2 blocks per SM; the hot instantiations
-// need ~92-96), which also keeps ptxas from spilling a few bytes in some W/V instantiations.
-// The backward's first chunk is the only one whose rows touch prev (xc rows < W-1, needs kL >= 2 (W-1)).
-static_assert(kL >= 2 * (kMaxW - 1), "short_conv: chunk shorter than two windows");
+// Token rows per thread. Forward: 8. Its W-1 overlap rows cost only extra (L1-hit) loads, no math, and
+// short chunks keep it at <= 64 registers (4 blocks = 32 warps per SM, twice the warps of 16-row chunks to
+// hide the DRAM latency; 8 x 2048 tokens x 512 channels = 2048 blocks, ~4 waves on 132 SMs, so the tail
+// wave is small). Backward: 16. Each chunk recomputes the pre-activation of the W-1 positions before it,
+// so longer chunks waste less math; 16 rows (~2 (kLB + W) packed words) still fit in registers.
+constexpr int kLF = 8;
+constexpr int kLB = 16;
+constexpr int kFwdMinBlocks = 4;  // forward: __launch_bounds__(256, 4), <= 64 registers
+// Backward: __launch_bounds__(256, 2), <= 128 registers (2 blocks = 16 warps per SM). With fast_sigmoid the
+// body is branch-free and ptxas interleaves more positions: W <= 4 then needs up to 127 registers (same
+// occupancy as the 88-92 of the exact sigmoid). For W >= 5 that would spill, so those widths keep the
+// exact sigmoid (its division's slow-path branch bounds the interleaving: 86-124 registers, no spills).
+// The backward's first chunk is the only one whose rows touch prev (xc rows < W-1, needs kLB >= 2 (W-1)).
+static_assert(kLB >= 2 * (kMaxW - 1), "short_conv: chunk shorter than two windows");
+
+// sigmoid(x) = 1 / (1 + 2^(-x log2 e)) with the SFU's ex2.approx / rcp.approx (flush-to-zero; ~2^-22
+// relative error each, far below the bf16 outputs' 2^-9). The exact expf + IEEE division cost ~20
+// instructions per element, which made both kernels as much ALU- as memory-bound. Limits stay right:
+// x -> -inf gives 1 + inf -> rcp 0, x -> +inf gives 2^-huge -> 0 -> 1. NaN propagates. Host-side
+// compilation (no __CUDA_ARCH__, e.g. a CPU simulation of the kernels) uses the exact formula.
+__device__ __forceinline__ float fast_sigmoid(float x) {
+#ifdef __CUDA_ARCH__
+    float e, r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
+    return r;
+#else
+    return detail::sigmoidf_(x);
+#endif
+}
 
 // ---- packed bf16 vectors: V consecutive bf16 as one raw word (element 0 in the low half) ----
 template <int V>
@@ -52,19 +79,12 @@ template <>
 struct RawT<2> {
     using type = unsigned int;
 };
-template <>
-struct RawT<4> {
-    using type = uint2;
-};
 template <int V>
 using raw_t = typename RawT<V>::type;
 
 template <int V>
 __device__ __forceinline__ raw_t<V> raw_zero() {
-    if constexpr (V == 4)
-        return make_uint2(0u, 0u);
-    else
-        return raw_t<V>(0);
+    return raw_t<V>(0);
 }
 // Read-only (non-coherent cache) load of V bf16 at p (p aligned to 2 V bytes).
 template <int V>
@@ -80,11 +100,8 @@ template <int V>
 __device__ __forceinline__ float raw_get(const raw_t<V>& r, int v) {
     if constexpr (V == 1) {
         return __uint_as_float(unsigned(r) << 16);
-    } else if constexpr (V == 2) {
-        return __uint_as_float(v == 0 ? r << 16 : r & 0xffff0000u);
     } else {
-        const unsigned u = v < 2 ? r.x : r.y;
-        return __uint_as_float((v & 1) == 0 ? u << 16 : u & 0xffff0000u);
+        return __uint_as_float(v == 0 ? r << 16 : r & 0xffff0000u);
     }
 }
 __device__ __forceinline__ unsigned bf16_bits(float f) {
@@ -94,11 +111,8 @@ template <int V>
 __device__ __forceinline__ raw_t<V> raw_pack(const float (&f)[V]) {
     if constexpr (V == 1) {
         return raw_t<1>(bf16_bits(f[0]));
-    } else if constexpr (V == 2) {
-        return bf16_bits(f[0]) | (bf16_bits(f[1]) << 16);
     } else {
-        return make_uint2(bf16_bits(f[0]) | (bf16_bits(f[1]) << 16),
-                          bf16_bits(f[2]) | (bf16_bits(f[3]) << 16));
+        return bf16_bits(f[0]) | (bf16_bits(f[1]) << 16);
     }
 }
 
@@ -110,31 +124,34 @@ __device__ __forceinline__ float xc_at(const bf16* x, int64_t xs, const float* p
     return __bfloat162float(x[(b * T + j - (W - 1)) * xs + d]);
 }
 
-// Thread (b, chunk c, channels d..d+V-1) writes out rows t0 .. t0+kL-1 (t0 = c kL, < T) from xc rows
-// t0 .. t0+kL+W-2 (xc row j = x token j-(W-1), or prev row j for j < W-1: only in chunk 0).
+// Thread (b, chunk c, channels d..d+V-1) writes out rows t0 .. t0+kLF-1 (t0 = c kLF, < T) from xc rows
+// t0 .. t0+kLF+W-2 (xc row j = x token j-(W-1), or prev row j for j < W-1: only in chunk 0).
 // Grid: (B * ntile, ceil(D / (kLanes V))), block (kLanes, kChunks).
 template <int W, int V>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
     k_conv_forward(bf16* __restrict__ out, const bf16* __restrict__ x, int64_t xs,
                    const float* __restrict__ w, const float* __restrict__ prev, int T, int D, int ntile) {
-    constexpr int P = W - 1, NR = kL + P;
+    constexpr int P = W - 1, NR = kLF + P;
     const int b = int(blockIdx.x) / ntile;
-    const int t0 = ((int(blockIdx.x) - b * ntile) * kChunks + int(threadIdx.y)) * kL;
+    const int t0 = ((int(blockIdx.x) - b * ntile) * kChunks + int(threadIdx.y)) * kLF;
     const int d = (int(blockIdx.y) * kLanes + int(threadIdx.x)) * V;  // D % V == 0: all V channels valid
     if (t0 >= T || d >= D) return;
 
+    // All loads first (x rows, then w and the window), so they are in flight together. Row offsets are
+    // stepped by the stride (one 64-bit add per row, no multiply).
     const bf16* xb = x + int64_t(b) * T * xs + d;  // token t of sequence b at xb + t xs
     raw_t<V> xr[NR];                               // xr[m] = x token t0 + m - P (xc row t0 + m); 0 outside
+    int64_t xo = int64_t(t0 - P) * xs;
 #pragma unroll
-    for (int m = 0; m < NR; ++m) {
+    for (int m = 0; m < NR; ++m, xo += xs) {
         const int t = t0 + m - P;
-        xr[m] = (t >= 0 && t < T) ? raw_ldg<V>(xb + int64_t(t) * xs) : raw_zero<V>();
+        xr[m] = (t >= 0 && t < T) ? raw_ldg<V>(xb + xo) : raw_zero<V>();
     }
     float wr[W][V];
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
-        for (int i = 0; i < W; ++i) wr[i][v] = __ldg(w + (int64_t(d) + v) * W + i);
+        for (int i = 0; i < W; ++i) wr[i][v] = __ldg(w + (d + v) * W + i);
     // xc rows t0 .. t0+P-1 in fp32: the carried window in chunk 0 (zeros when prev is null), else x rows.
     float pw[P > 0 ? P : 1][V];
 #pragma unroll
@@ -147,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     bf16* ob = out + (int64_t(b) * T + t0) * D + d;
 #pragma unroll
-    for (int t = 0; t < kL; ++t) {
+    for (int t = 0; t < kLF; ++t, ob += D) {
         if (t0 + t >= T) break;
         float y[V];
 #pragma unroll
@@ -155,9 +172,9 @@ __global__ void __launch_bounds__(kThreads, 2)
             float pre = 0.f;
 #pragma unroll
             for (int i = 0; i < W; ++i) pre += wr[i][v] * xf(t + i, v);
-            y[v] = pre * detail::sigmoidf_(pre);
+            y[v] = pre * fast_sigmoid(pre);  // 38-64 registers for every W: no spills
         }
-        raw_st<V>(ob + int64_t(t) * D, raw_pack<V>(y));
+        raw_st<V>(ob, raw_pack<V>(y));
     }
 }
 
@@ -178,12 +195,12 @@ __global__ void k_conv_next_prev(float* prev_out, const bf16* __restrict__ x, in
     }
 }
 
-// Thread (b, chunk c, channels d..d+V-1) owns xc rows j in [j0, j0 + kL) (j0 = c kL, j < J = T + W-1) of
+// Thread (b, chunk c, channels d..d+V-1) owns xc rows j in [j0, j0 + kLB) (j0 = c kLB, j < J = T + W-1) of
 // d xc (the gradient of [prev; x]):
 //   dxc[j] = sum_i w[i] dpre[j - i] (+ dprev_out[j - T] for j >= T),  dpre[t] = dout[t] silu'(pre[t])
 // and the dw terms of the positions t = j < T: dw[d, i] += dpre[t] xc[t + i]. It recomputes pre for the
-// W-1 positions before its rows too (positions tb + m, tb = j0 - (W-1), m < kL + W-1, which need xc rows
-// tb .. tb + kL + 2(W-1) - 1). Rows j < W-1 go to dprev, the others to dx token j - (W-1).
+// W-1 positions before its rows too (positions tb + m, tb = j0 - (W-1), m < kLB + W-1, which need xc rows
+// tb .. tb + kLB + 2(W-1) - 1). Rows j < W-1 go to dprev, the others to dx token j - (W-1).
 // partials (B * ntile, D * W): row b * ntile + tile = the dw sums of that token tile, written by the
 // block's threads after a chunk-ordered sum in shared memory. Same grid as the forward, with chunks over J.
 template <int W, int V>
@@ -192,10 +209,10 @@ __global__ void __launch_bounds__(kThreads, 2)
                     float* __restrict__ dprev, const bf16* __restrict__ dout,
                     const float* __restrict__ dprev_out, const bf16* __restrict__ x, int64_t xs,
                     const float* __restrict__ w, const float* __restrict__ prev, int T, int D, int ntile) {
-    constexpr int P = W - 1, NT = kL + P, NX = NT + P, NS = 2 * P > 0 ? 2 * P : 1;
+    constexpr int P = W - 1, NT = kLB + P, NX = NT + P, NS = 2 * P > 0 ? 2 * P : 1;
     const int J = T + P;
     const int b = int(blockIdx.x) / ntile, tile = int(blockIdx.x) - b * ntile;
-    const int j0 = (tile * kChunks + int(threadIdx.y)) * kL;
+    const int j0 = (tile * kChunks + int(threadIdx.y)) * kLB;
     const int dbase = int(blockIdx.y) * (kLanes * V);
     const int d = dbase + int(threadIdx.x) * V;  // D % V == 0: all V channels valid when d < D
 
@@ -209,6 +226,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int tb = j0 - P;
         const bf16* xb = x + int64_t(b) * T * xs + d;
         const bf16* gb = dout + int64_t(b) * T * D + d;
+        // All loads first (x rows, dout rows, then w and the window), so they are in flight together. Row
+        // offsets are stepped by the stride (one 64-bit add per row, no multiply).
         raw_t<V> xr[NX];  // xr[m] = x token tb + m - P (xc row tb + m); 0 outside [0, T)
 #pragma unroll
         for (int m = 0; m < NX; ++m) {
@@ -225,9 +244,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int v = 0; v < V; ++v)
 #pragma unroll
-            for (int i = 0; i < W; ++i) wr[i][v] = __ldg(w + (int64_t(d) + v) * W + i);
+            for (int i = 0; i < W; ++i) wr[i][v] = __ldg(w + (d + v) * W + i);
         // xc rows tb .. tb+2P-1 in fp32. Chunk 0 (tb = -P): rows < 0 are zero padding, rows 0..P-1 the
-        // carried window (zeros when prev is null). Later chunks (j0 >= kL >= 2P): x rows, from xr.
+        // carried window (zeros when prev is null). Later chunks (j0 >= kLB >= 2P): x rows, from xr.
         float pw[NS][V];
 #pragma unroll
         for (int m = 0; m < 2 * P; ++m) {
@@ -249,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 float pre = 0.f;
 #pragma unroll
                 for (int i = 0; i < W; ++i) pre += wr[i][v] * xf(m + i, v);
-                const float s = detail::sigmoidf_(pre);
+                const float s = W <= 4 ? fast_sigmoid(pre) : detail::sigmoidf_(pre);  // see kFwdMinBlocks
                 dpv[m][v] = raw_get<V>(gr[m], v) * s * (1.f + pre * (1.f - s));
                 if (m >= P) {  // position j0 + (m - P) is one of this thread's rows: its dw terms
 #pragma unroll
@@ -290,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
             for (int i = 0; i < W; ++i) s_dw[threadIdx.y][threadIdx.x * SW + v * W + i] = dwp[i][v];
         __syncthreads();
-        const int nch = (J + kL - 1) / kL;
+        const int nch = (J + kLB - 1) / kLB;
         const int ny = min(kChunks, nch - tile * kChunks);  // chunks of this tile inside the sequence, >= 1
         // This block's slice of the partial row: channels [dbase, dbase + kLanes V) x W taps, contiguous;
         // column col = (lane V + v) W + i.
@@ -309,15 +328,15 @@ bool aligned(const void* p, int bytes) {
     return reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) == 0;
 }
 
-// Chunks, token tiles, channel tiles of a (B, rows, D) launch, with the int32 / grid-size checks.
+// Chunks of L rows, token tiles, channel tiles of a (B, rows, D) launch, with the int32 / grid-size checks.
 struct ConvGrid {
     int ntile = 0;
     dim3 grid, block;
 };
-ConvGrid conv_grid(int64_t B, int64_t rows, int64_t D, int V, const char* what) {
+ConvGrid conv_grid(int64_t B, int64_t rows, int64_t D, int V, int L, const char* what) {
     HYDRA_CUDA_REQUIRE(rows <= (int64_t(1) << 30) && D <= (int64_t(1) << 26),
                        std::string(what) + ": T or D too large for the int32 index math");
-    const int64_t nch = (rows + kL - 1) / kL, ntile = (nch + kChunks - 1) / kChunks;
+    const int64_t nch = (rows + L - 1) / L, ntile = (nch + kChunks - 1) / kChunks;
     const int64_t ctiles = (D + int64_t(kLanes) * V - 1) / (int64_t(kLanes) * V);
     HYDRA_CUDA_REQUIRE(B * ntile <= INT_MAX && ctiles <= 65535,
                        std::string(what) + ": launch grid too large");
@@ -332,7 +351,7 @@ template <int W, int V>
 void forward_w(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev,
                int64_t B, int64_t T, int64_t D, cudaStream_t stream) {
     if (T > 0) {
-        const ConvGrid g = conv_grid(B, T, D, V, "short_conv_forward");
+        const ConvGrid g = conv_grid(B, T, D, V, kLF, "short_conv_forward");
         k_conv_forward<W, V><<<g.grid, g.block, 0, stream>>>(out, x, xs, w, prev, int(T), int(D), g.ntile);
         CUDA_CHECK(cudaGetLastError());
     }
@@ -348,7 +367,7 @@ void backward_w(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout
                 cudaStream_t stream) {
     const int64_t J = T + W - 1;
     if (J <= 0) return;  // W = 1 and T = 0: nothing to write
-    const ConvGrid g = conv_grid(B, J, D, V, "short_conv_backward");
+    const ConvGrid g = conv_grid(B, J, D, V, kLB, "short_conv_backward");
     const int64_t nparts = B * g.ntile;
     detail::Scratch part(dw ? size_t(nparts * D * W) : 0, stream);
     k_conv_backward<W, V><<<g.grid, g.block, 0, stream>>>(dx, dxs, part.get(), dprev, dout, dprev_out, x, xs,
@@ -397,13 +416,13 @@ void short_conv_forward(bf16* out, float* prev_out, const bf16* x, int64_t x_str
     if (B <= 0 || D <= 0 || T < 0) return;
     if (x_stride == 0) x_stride = D;
     HYDRA_CUDA_REQUIRE(x_stride >= D, "short_conv_forward: row stride below the channel count");
-    // Widest access every row start allows (x rows x_stride apart, out rows D apart).
+    // Widest access every row start allows (x rows x_stride apart, out rows D apart), bf16x2 at most:
+    // 8-byte words would double the packed rows in registers (spills at W >= 5 under the 64-register
+    // bound) for no gain in coalescing (a warp's bf16x2 row access is already one 128-byte line).
     auto fits = [&](int v) {
         return D % v == 0 && x_stride % v == 0 && aligned(x, 2 * v) && aligned(out, 2 * v);
     };
-    if (fits(4))
-        forward_v<4>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
-    else if (fits(2))
+    if (fits(2))
         forward_v<2>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
     else
         forward_v<1>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
@@ -417,7 +436,7 @@ void short_conv_backward(bf16* dx, int64_t dx_stride, float* dw, float* dprev, c
     if (dx_stride == 0) dx_stride = D;
     HYDRA_CUDA_REQUIRE(x_stride >= D && dx_stride >= D,
                        "short_conv_backward: row stride below the channel count");
-    // bf16x2 at most: the backward keeps ~2 (kL + W) packed rows per thread in registers (92 at W = 4);
+    // bf16x2 at most: the backward keeps ~2 (kLB + W) packed rows per thread in registers;
     // 8-byte words would double them and cut the occupancy. V changes only which thread owns a channel,
     // never a summation order, so every V gives the same bits.
     const bool v2 = D % 2 == 0 && x_stride % 2 == 0 && dx_stride % 2 == 0 && aligned(x, 4) &&
