@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/bf16_pack.cuh"
 #include "ops/cuda/layer_util.cuh"
 
 namespace hydra::cuda {
@@ -29,52 +30,15 @@ using detail::warp_sum;
 constexpr int kWarps = 8;
 constexpr int kMaxK = 4;  // register-resident rows: D <= 32 * V * kMaxK
 
-// ---- packed bf16 vectors: V consecutive bf16 as one raw word (element 0 in the low half) ----
-template <int V>
-struct RawT;
-template <>
-struct RawT<1> {
-    using type = unsigned short;
-};
-template <>
-struct RawT<2> {
-    using type = unsigned int;
-};
-template <int V>
-using raw_t = typename RawT<V>::type;
-
-// Plain load (the pointer may alias an output: every element is read before it is written, by the same
-// lane) and read-only-cache load (pure inputs) of V bf16 at p, p aligned to 2 V bytes.
-template <int V>
-__device__ __forceinline__ raw_t<V> raw_ld(const bf16* p) {
-    return *reinterpret_cast<const raw_t<V>*>(p);
-}
-template <int V>
-__device__ __forceinline__ raw_t<V> raw_ldg(const bf16* p) {
-    return __ldg(reinterpret_cast<const raw_t<V>*>(p));
-}
-template <int V>
-__device__ __forceinline__ void raw_st(bf16* p, raw_t<V> r) {
-    *reinterpret_cast<raw_t<V>*>(p) = r;
-}
-// Element v (compile-time after unrolling) as fp32: bf16 is the top half of an fp32, so this is exact.
-template <int V>
-__device__ __forceinline__ float raw_get(raw_t<V> r, int v) {
-    if constexpr (V == 1)
-        return __uint_as_float(unsigned(r) << 16);
-    else
-        return __uint_as_float(v == 0 ? r << 16 : r & 0xffff0000u);
-}
-__device__ __forceinline__ unsigned bf16_bits(float f) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-template <int V>
-__device__ __forceinline__ raw_t<V> raw_pack(const float (&f)[V]) {
-    if constexpr (V == 1)
-        return raw_t<1>(bf16_bits(f[0]));
-    else
-        return bf16_bits(f[0]) | (bf16_bits(f[1]) << 16);
-}
+// packed bf16 vectors (bf16_pack.cuh)
+using detail::bf16_bits;
+using detail::raw_get;
+using detail::raw_ld;
+using detail::raw_ldg;
+using detail::raw_pack;
+using detail::raw_st;
+using detail::raw_t;
+using detail::raw_zero;
 
 // Forward. Grid (ceil(N / (kWarps R)), HV); warp rows: tokens n0 .. n0+R-1 of head h = blockIdx.y.
 template <int V, int K, int R>
