@@ -48,7 +48,9 @@ __device__ __forceinline__ float raw_get(const raw_t<V>& r, int v) {
         return __uint_as_float(v == 0 ? r << 16 : r & 0xffff0000u);
     }
 }
-__device__ __forceinline__ unsigned bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ unsigned bf16_bits(float f) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
 // V floats rounded to bf16 (round to nearest even) and packed.
 template <int V>
 __device__ __forceinline__ raw_t<V> raw_pack(const float (&f)[V]) {

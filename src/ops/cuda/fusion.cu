@@ -65,12 +65,13 @@ __global__ void k_fusion_forward(bf16* y, Segments sg, int64_t N, float eps) {
     }
     ss = warp_sum(ss);
     const float r = 1.0f / sqrtf(ss / float(len) + eps);
-    for (int64_t i = lane; i < len; i += 32) x[i] = __float2bfloat16_rn(sg.f * __bfloat162float(x[i]) * r * scale[i]);
+    for (int64_t i = lane; i < len; i += 32)
+        x[i] = __float2bfloat16_rn(sg.f * __bfloat162float(x[i]) * r * scale[i]);
 }
 
 // dx = f (r dy w - x r^3 mean(dy w x)), in place on dx (holding dy); partial dw += f dy x r.
-__global__ void k_fusion_backward(bf16* dxall, float* __restrict__ partials, const bf16* __restrict__ heads, Segments sg,
-                                  int64_t N, float eps, int64_t rpp, int64_t nparts) {
+__global__ void k_fusion_backward(bf16* dxall, float* __restrict__ partials, const bf16* __restrict__ heads,
+                                  Segments sg, int64_t N, float eps, int64_t rpp, int64_t nparts) {
     const int lane = threadIdx.x & 31;
     const int64_t S = sg.count(), wi = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
     if (wi >= nparts * S) return;
@@ -125,7 +126,8 @@ __global__ void __launch_bounds__(kWarps * 32) k_fusion_forward_vec(bf16* y, Seg
 #pragma unroll
     for (int j = 0; j < NP; ++j) {
         const int i = 2 * (lane + 32 * j);
-        v[j] = i < len ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x + i)) : make_float2(0.f, 0.f);
+        v[j] = i < len ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x + i))
+                       : make_float2(0.f, 0.f);
         ss += v[j].x * v[j].x + v[j].y * v[j].y;
     }
     ss = warp_sum(ss);
@@ -135,14 +137,15 @@ __global__ void __launch_bounds__(kWarps * 32) k_fusion_forward_vec(bf16* y, Seg
         const int i = 2 * (lane + 32 * j);
         if (i >= len) break;
         const float2 w = *reinterpret_cast<const float2*>(scale + i);
-        *reinterpret_cast<__nv_bfloat162*>(x + i) = __floats2bfloat162_rn(fr * v[j].x * w.x, fr * v[j].y * w.y);
+        *reinterpret_cast<__nv_bfloat162*>(x + i) =
+            __floats2bfloat162_rn(fr * v[j].x * w.x, fr * v[j].y * w.y);
     }
 }
 
 template <int NP>
 __global__ void __launch_bounds__(kWarps * 32)
-    k_fusion_backward_vec(bf16* dxall, float* __restrict__ partials, const bf16* __restrict__ heads, Segments sg, int N,
-                          float eps, int rpp, int nparts) {
+    k_fusion_backward_vec(bf16* dxall, float* __restrict__ partials, const bf16* __restrict__ heads,
+                          Segments sg, int N, float eps, int rpp, int nparts) {
     const int lane = threadIdx.x & 31;
     const int S = int(sg.count()), wi = blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (wi >= nparts * S) return;
@@ -168,8 +171,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int j = 0; j < NP; ++j) {
             const int i = 2 * (lane + 32 * j);
             const bool in = i < len;
-            xv[j] = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x + i)) : make_float2(0.f, 0.f);
-            gv[j] = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dx + i)) : make_float2(0.f, 0.f);
+            xv[j] = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x + i))
+                       : make_float2(0.f, 0.f);
+            gv[j] = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dx + i))
+                       : make_float2(0.f, 0.f);
             ss += xv[j].x * xv[j].x + xv[j].y * xv[j].y;
             dot += gv[j].x * wv[j].x * xv[j].x + gv[j].y * wv[j].y * xv[j].y;
         }
@@ -183,9 +188,8 @@ __global__ void __launch_bounds__(kWarps * 32)
             if (i >= len) break;
             acc[j].x += sg.f * gv[j].x * xv[j].x * r;
             acc[j].y += sg.f * gv[j].y * xv[j].y * r;
-            *reinterpret_cast<__nv_bfloat162*>(dx + i) =
-                __floats2bfloat162_rn(sg.f * (r * gv[j].x * wv[j].x - xv[j].x * c),
-                                      sg.f * (r * gv[j].y * wv[j].y - xv[j].y * c));
+            *reinterpret_cast<__nv_bfloat162*>(dx + i) = __floats2bfloat162_rn(
+                sg.f * (r * gv[j].x * wv[j].x - xv[j].x * c), sg.f * (r * gv[j].y * wv[j].y - xv[j].y * c));
         }
     }
     if (!partials) return;
@@ -201,7 +205,8 @@ Segments make_segments(FusionKind kind, int64_t n_fa, int64_t n_la, int64_t Dh, 
     Segments sg{static_cast<int>(kind), n_fa, n_la, Dh, p.head_scale, p.fa_scale, p.la_scale, 1.f};
     if (sg.kind == kHymba) {
         sg.f = n_fa > 0 ? 0.5f : 1.f;
-        HYDRA_CUDA_REQUIRE(p.la_scale && (n_fa == 0 || p.fa_scale), "fusion: hymba needs fa_scale / la_scale");
+        HYDRA_CUDA_REQUIRE(p.la_scale && (n_fa == 0 || p.fa_scale),
+                           "fusion: hymba needs fa_scale / la_scale");
     } else {
         HYDRA_CUDA_REQUIRE(p.head_scale, "fusion: scale-norm / la-only need head_scale");
     }
@@ -234,20 +239,29 @@ int vec_pairs(const Segments& sg, int64_t N, std::initializer_list<const void*> 
 
 #define HYDRA_FUSION_VEC(NP_, CALL) \
     switch (NP_) {                  \
-        case 1: CALL(1); break;     \
-        case 2: CALL(2); break;     \
-        case 4: CALL(4); break;     \
-        default: CALL(8); break;    \
+        case 1:                     \
+            CALL(1);                \
+            break;                  \
+        case 2:                     \
+            CALL(2);                \
+            break;                  \
+        case 4:                     \
+            CALL(4);                \
+            break;                  \
+        default:                    \
+            CALL(8);                \
+            break;                  \
     }
 
 }  // namespace
 
-void fusion_forward(bf16* out, const bf16* heads, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, FusionKind kind,
-                    const FusionScales& scales, float eps, cudaStream_t stream) {
+void fusion_forward(bf16* out, const bf16* heads, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh,
+                    FusionKind kind, const FusionScales& scales, float eps, cudaStream_t stream) {
     const int64_t total = N * (n_fa + n_la) * Dh;
     if (total <= 0) return;
     if (out != heads)
-        CUDA_CHECK(cudaMemcpyAsync(out, heads, size_t(total) * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(
+            cudaMemcpyAsync(out, heads, size_t(total) * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
     if (!active(kind, n_la)) return;
     const Segments sg = make_segments(kind, n_fa, n_la, Dh, scales);
     if (const int np = vec_pairs(sg, N, {out})) {
@@ -256,19 +270,20 @@ void fusion_forward(bf16* out, const bf16* heads, int64_t N, int64_t n_fa, int64
         HYDRA_FUSION_VEC(np, FWD)
 #undef FWD
     } else {
-        k_fusion_forward<<<detail::grid_for(N * sg.count(), kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(out, sg, N,
-                                                                                                             eps);
+        k_fusion_forward<<<detail::grid_for(N * sg.count(), kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(
+            out, sg, N, eps);
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
-void fusion_backward(bf16* dheads, const FusionScaleGrads& grads, const bf16* dout, const bf16* heads, int64_t N,
-                     int64_t n_fa, int64_t n_la, int64_t Dh, FusionKind kind, const FusionScales& scales, float eps,
-                     cudaStream_t stream) {
+void fusion_backward(bf16* dheads, const FusionScaleGrads& grads, const bf16* dout, const bf16* heads,
+                     int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, FusionKind kind,
+                     const FusionScales& scales, float eps, cudaStream_t stream) {
     const int64_t total = N * (n_fa + n_la) * Dh;
     if (total <= 0) return;
     if (dheads != dout)
-        CUDA_CHECK(cudaMemcpyAsync(dheads, dout, size_t(total) * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(
+            cudaMemcpyAsync(dheads, dout, size_t(total) * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
     if (!active(kind, n_la)) return;
     const Segments sg = make_segments(kind, n_fa, n_la, Dh, scales);
     const bool hymba = sg.kind == kHymba;
@@ -277,20 +292,21 @@ void fusion_backward(bf16* dheads, const FusionScaleGrads& grads, const bf16* do
     detail::Scratch part(any_grad ? size_t(np * C) : 0, stream);
     if (const int npairs = vec_pairs(sg, N, {dheads, heads})) {
         const unsigned grid = unsigned((np * sg.count() + kWarps - 1) / kWarps);
-#define BWD(k)                                                                                                   \
-    k_fusion_backward_vec<k><<<grid, kWarps * 32, 0, stream>>>(dheads, part.get(), heads, sg, int(N), eps, int(rpp), \
-                                                               int(np))
+#define BWD(k)               \
+    k_fusion_backward_vec<k> \
+        <<<grid, kWarps * 32, 0, stream>>>(dheads, part.get(), heads, sg, int(N), eps, int(rpp), int(np))
         HYDRA_FUSION_VEC(npairs, BWD)
 #undef BWD
     } else {
-        k_fusion_backward<<<detail::grid_for(np * sg.count(), kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(
-            dheads, part.get(), heads, sg, N, eps, rpp, np);
+        k_fusion_backward<<<detail::grid_for(np * sg.count(), kWarps, 0x7fffffffLL), kWarps * 32, 0,
+                            stream>>>(dheads, part.get(), heads, sg, N, eps, rpp, np);
     }
     CUDA_CHECK(cudaGetLastError());
     if (!hymba) {
         if (grads.head_scale) detail::accumulate_partials(grads.head_scale, part.get(), np, C, C, stream);
     } else {
-        if (grads.fa_scale && n_fa > 0) detail::accumulate_partials(grads.fa_scale, part.get(), np, n_fa * Dh, C, stream);
+        if (grads.fa_scale && n_fa > 0)
+            detail::accumulate_partials(grads.fa_scale, part.get(), np, n_fa * Dh, C, stream);
         if (grads.la_scale)
             detail::accumulate_partials(grads.la_scale, part.get() + n_fa * Dh, np, n_la * Dh, C, stream);
     }

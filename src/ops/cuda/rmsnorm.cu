@@ -23,14 +23,18 @@ constexpr int kWarps = 8;
 constexpr int kMaxVec = 8;  // float4 groups per lane: C <= 32 * 4 * kMaxVec = 1024
 
 // 4 consecutive elements as float4, from fp32 (16-byte load) or bf16 (8-byte load).
-__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 load4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
 __device__ __forceinline__ float4 load4(const bf16* p) {
     const uint2 u = *reinterpret_cast<const uint2*>(p);
     const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
     const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
     return make_float4(a.x, a.y, b.x, b.y);
 }
-__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ void store4(float* p, float4 v) {
+    *reinterpret_cast<float4*>(p) = v;
+}
 __device__ __forceinline__ void store4(bf16* p, float4 v) {
     const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
     uint2 u;
@@ -42,8 +46,9 @@ __device__ __forceinline__ void store4(bf16* p, float4 v) {
 // ---- scalar path (any C, any alignment) --------------------------------------------------------------
 
 template <typename TOut>
-__global__ void k_rmsnorm_forward(TOut* y, float* __restrict__ rstd, const float* x, const float* __restrict__ w,
-                                  float* __restrict__ x_copy, int64_t N, int64_t C, float eps) {
+__global__ void k_rmsnorm_forward(TOut* y, float* __restrict__ rstd, const float* x,
+                                  const float* __restrict__ w, float* __restrict__ x_copy, int64_t N,
+                                  int64_t C, float eps) {
     const int lane = threadIdx.x & 31;
     const int64_t n = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
     if (n >= N) return;
@@ -61,10 +66,11 @@ __global__ void k_rmsnorm_forward(TOut* y, float* __restrict__ rstd, const float
 }
 
 template <typename TDy>
-__global__ void k_rmsnorm_backward(float* __restrict__ dx, bf16* __restrict__ dxb, float* __restrict__ partials,
-                                   const TDy* __restrict__ dy,
+__global__ void k_rmsnorm_backward(float* __restrict__ dx, bf16* __restrict__ dxb,
+                                   float* __restrict__ partials, const TDy* __restrict__ dy,
                                    const float* __restrict__ x, const float* __restrict__ w,
-                                   const float* __restrict__ rstd, int64_t N, int64_t C, int64_t rpp, int64_t nparts) {
+                                   const float* __restrict__ rstd, int64_t N, int64_t C, int64_t rpp,
+                                   int64_t nparts) {
     const int lane = threadIdx.x & 31;
     const int64_t p = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
     if (p >= nparts) return;
@@ -121,7 +127,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int c = 4 * (lane + 32 * j);
         if (c >= C) break;
         const float4 wv = load4(w + c);
-        store4(yr + c, make_float4(xv[j].x * r * wv.x, xv[j].y * r * wv.y, xv[j].z * r * wv.z, xv[j].w * r * wv.w));
+        store4(yr + c,
+               make_float4(xv[j].x * r * wv.x, xv[j].y * r * wv.y, xv[j].z * r * wv.z, xv[j].w * r * wv.w));
     }
 }
 
@@ -130,9 +137,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename TDy, int NV>
 __global__ void __launch_bounds__(kWarps * 32)
     k_rmsnorm_backward_vec(float* __restrict__ dx, bf16* __restrict__ dxb, float* __restrict__ partials,
-                           const TDy* __restrict__ dy,
-                           const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ rstd,
-                           int N, int C, int rpp, int nparts) {
+                           const TDy* __restrict__ dy, const float* __restrict__ x,
+                           const float* __restrict__ w, const float* __restrict__ rstd, int N, int C, int rpp,
+                           int nparts) {
     const int lane = threadIdx.x & 31;
     const int p = blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (p >= nparts) return;
@@ -187,10 +194,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
+bool aligned16(const void* p) {
+    return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+bool aligned8(const void* p) {
+    return (reinterpret_cast<uintptr_t>(p) & 7u) == 0;
+}
 template <typename T>
-bool aligned_rows(const T* p) {  // 4 elements: 16 bytes of fp32 or 8 of bf16 (C % 4 == 0 keeps every row aligned)
+bool aligned_rows(
+    const T* p) {  // 4 elements: 16 bytes of fp32 or 8 of bf16 (C % 4 == 0 keeps every row aligned)
     return sizeof(T) == 4 ? aligned16(p) : aligned8(p);
 }
 
@@ -202,51 +214,69 @@ int vec_groups(int64_t N, int64_t C) {
 
 #define HYDRA_RMSNORM_VEC(NV_, CALL) \
     switch (NV_) {                   \
-        case 1: CALL(1); break;      \
-        case 2: CALL(2); break;      \
-        case 3: CALL(3); break;      \
-        case 4: CALL(4); break;      \
-        case 5: CALL(5); break;      \
-        case 6: CALL(6); break;      \
-        case 7: CALL(7); break;      \
-        default: CALL(8); break;     \
+        case 1:                      \
+            CALL(1);                 \
+            break;                   \
+        case 2:                      \
+            CALL(2);                 \
+            break;                   \
+        case 3:                      \
+            CALL(3);                 \
+            break;                   \
+        case 4:                      \
+            CALL(4);                 \
+            break;                   \
+        case 5:                      \
+            CALL(5);                 \
+            break;                   \
+        case 6:                      \
+            CALL(6);                 \
+            break;                   \
+        case 7:                      \
+            CALL(7);                 \
+            break;                   \
+        default:                     \
+            CALL(8);                 \
+            break;                   \
     }
 
 template <typename TOut>
-void forward(TOut* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N, int64_t C, float eps,
-             cudaStream_t stream) {
+void forward(TOut* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N, int64_t C,
+             float eps, cudaStream_t stream) {
     if (N <= 0 || C <= 0) return;
     const int nv = vec_groups(N, C);
     if (nv > 0 && aligned16(x) && aligned16(w) && aligned_rows(y) && (!x_copy || aligned16(x_copy))) {
         const unsigned grid = unsigned((N + kWarps - 1) / kWarps);
-#define FWD(k) \
-    k_rmsnorm_forward_vec<TOut, k><<<grid, kWarps * 32, 0, stream>>>(y, rstd, x, w, x_copy, int(N), int(C), eps)
+#define FWD(k)                     \
+    k_rmsnorm_forward_vec<TOut, k> \
+        <<<grid, kWarps * 32, 0, stream>>>(y, rstd, x, w, x_copy, int(N), int(C), eps)
         HYDRA_RMSNORM_VEC(nv, FWD)
 #undef FWD
     } else {
-        k_rmsnorm_forward<<<detail::grid_for(N, kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(y, rstd, x, w, x_copy,
-                                                                                                N, C, eps);
+        k_rmsnorm_forward<<<detail::grid_for(N, kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(
+            y, rstd, x, w, x_copy, N, C, eps);
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename TDy>
-void backward(float* dx, bf16* dxb, float* dw, const TDy* dy, const float* x, const float* w, const float* rstd,
-              int64_t N, int64_t C, cudaStream_t stream) {
+void backward(float* dx, bf16* dxb, float* dw, const TDy* dy, const float* x, const float* w,
+              const float* rstd, int64_t N, int64_t C, cudaStream_t stream) {
     if (N <= 0 || C <= 0) return;
     const int64_t rpp = detail::rows_per_part(N), np = detail::num_parts(N);
     detail::Scratch part(dw ? size_t(np * C) : 0, stream);
     const int nv = vec_groups(N, C);
-    if (nv > 0 && aligned16(dx) && aligned16(x) && aligned16(w) && aligned_rows(dy) && (!dxb || aligned_rows(dxb))) {
+    if (nv > 0 && aligned16(dx) && aligned16(x) && aligned16(w) && aligned_rows(dy) &&
+        (!dxb || aligned_rows(dxb))) {
         const unsigned grid = unsigned((np + kWarps - 1) / kWarps);
-#define BWD(k)                                                                                                    \
-    k_rmsnorm_backward_vec<TDy, k><<<grid, kWarps * 32, 0, stream>>>(dx, dxb, part.get(), dy, x, w, rstd, int(N), \
-                                                                     int(C), int(rpp), int(np))
+#define BWD(k)                                                                                            \
+    k_rmsnorm_backward_vec<TDy, k><<<grid, kWarps * 32, 0, stream>>>(dx, dxb, part.get(), dy, x, w, rstd, \
+                                                                     int(N), int(C), int(rpp), int(np))
         HYDRA_RMSNORM_VEC(nv, BWD)
 #undef BWD
     } else {
-        k_rmsnorm_backward<<<detail::grid_for(np, kWarps), kWarps * 32, 0, stream>>>(dx, dxb, part.get(), dy, x, w,
-                                                                                     rstd, N, C, rpp, np);
+        k_rmsnorm_backward<<<detail::grid_for(np, kWarps), kWarps * 32, 0, stream>>>(
+            dx, dxb, part.get(), dy, x, w, rstd, N, C, rpp, np);
     }
     CUDA_CHECK(cudaGetLastError());
     if (dw) detail::accumulate_partials(dw, part.get(), np, C, C, stream);
@@ -263,16 +293,16 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int6
                      cudaStream_t stream) {
     forward(y, rstd, x, w, nullptr, N, C, eps, stream);
 }
-void rmsnorm_forward_copy(bf16* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N, int64_t C,
-                          float eps, cudaStream_t stream) {
+void rmsnorm_forward_copy(bf16* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N,
+                          int64_t C, float eps, cudaStream_t stream) {
     forward(y, rstd, x, w, x_copy, N, C, eps, stream);
 }
 void rmsnorm_backward(float* dx, float* dw, const bf16* dy, const float* x, const float* w, const float* rstd,
                       int64_t N, int64_t C, cudaStream_t stream) {
     backward(dx, nullptr, dw, dy, x, w, rstd, N, C, stream);
 }
-void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
-                      int64_t N, int64_t C, cudaStream_t stream) {
+void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                      const float* rstd, int64_t N, int64_t C, cudaStream_t stream) {
     backward(dx, nullptr, dw, dy, x, w, rstd, N, C, stream);
 }
 void rmsnorm_backward(float* dx, bf16* dx_bf16, float* dw, const float* dy, const float* x, const float* w,

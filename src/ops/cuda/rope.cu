@@ -14,10 +14,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void k_rope_table(float* __restrict__ cos_t, float* __restrict__ sin_t, int64_t T, int64_t rope_dim,
-                             int64_t pos0, double theta) {
+__global__ void k_rope_table(float* __restrict__ cos_t, float* __restrict__ sin_t, int64_t T,
+                             int64_t rope_dim, int64_t pos0, double theta) {
     const int64_t half = rope_dim / 2, total = T * half;
-    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total;
+         k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t t = k / half, i = k - t * half;
         const double inv_freq = pow(theta, -2.0 * double(i) / double(rope_dim));
         double s, c;
@@ -38,14 +39,16 @@ __global__ void k_rope_table(float* __restrict__ cos_t, float* __restrict__ sin_
 // The P angles of pairs i .. i + P - 1 at position t.
 template <int P>
 __device__ __forceinline__ void rope_angles(float (&c)[P], float (&sn)[P], const float* __restrict__ cos_t,
-                                            const float* __restrict__ sin_t, int64_t t, int64_t half, int64_t i,
-                                            int64_t pos0, double theta, int64_t rope_dim, bool inverse) {
+                                            const float* __restrict__ sin_t, int64_t t, int64_t half,
+                                            int64_t i, int64_t pos0, double theta, int64_t rope_dim,
+                                            bool inverse) {
     if (cos_t) {
         const float* cp = cos_t + t * half + i;
         const float* sp = sin_t + t * half + i;
         if constexpr (P == 4) {
             const float4 a = *reinterpret_cast<const float4*>(cp), b = *reinterpret_cast<const float4*>(sp);
-            c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w, sn[0] = b.x, sn[1] = b.y, sn[2] = b.z, sn[3] = b.w;
+            c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w, sn[0] = b.x, sn[1] = b.y, sn[2] = b.z,
+            sn[3] = b.w;
         } else if constexpr (P == 2) {
             const float2 a = *reinterpret_cast<const float2*>(cp), b = *reinterpret_cast<const float2*>(sp);
             c[0] = a.x, c[1] = a.y, sn[0] = b.x, sn[1] = b.y;
@@ -120,7 +123,8 @@ __global__ void k_rope_rows(bf16* x, int64_t token_stride, int rows, int T, int 
                             const int32_t* __restrict__ pos_dev, double theta, bool inverse) {
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;
-    const int half = rope_dim / 2, groups = half / P, u = threadIdx.x, h = u / groups, i = (u - h * groups) * P;
+    const int half = rope_dim / 2, groups = half / P, u = threadIdx.x, h = u / groups,
+              i = (u - h * groups) * P;
     const int t = row % T;
     if (pos_dev) pos0 = int64_t(*pos_dev);
     float c[P], sn[P];
@@ -130,11 +134,13 @@ __global__ void k_rope_rows(bf16* x, int64_t token_stride, int rows, int T, int 
 
 // Flat fallback (any size, int64): work item k = (s, t, h, pair i).
 __global__ void k_rope_flat(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
-                            int64_t rope_dim, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
-                            int64_t pos0, const int32_t* __restrict__ pos_dev, double theta, bool inverse) {
+                            int64_t rope_dim, const float* __restrict__ cos_t,
+                            const float* __restrict__ sin_t, int64_t pos0,
+                            const int32_t* __restrict__ pos_dev, double theta, bool inverse) {
     const int64_t half = rope_dim / 2, total = num_seqs * T * H * half;
     if (pos_dev) pos0 = int64_t(*pos_dev);
-    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total;
+         k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t i = k % half;
         int64_t r = k / half;
         const int64_t h = r % H;
@@ -146,17 +152,19 @@ __global__ void k_rope_flat(bf16* x, int64_t token_stride, int64_t num_seqs, int
     }
 }
 
-void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
-            const float* cos_t, const float* sin_t, int64_t pos0, double theta, bool inverse, cudaStream_t stream,
-            const int32_t* pos_dev = nullptr) {
+void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
+            int64_t rope_dim, const float* cos_t, const float* sin_t, int64_t pos0, double theta,
+            bool inverse, cudaStream_t stream, const int32_t* pos_dev = nullptr) {
     if (token_stride == 0) token_stride = H * Dh;
     HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh,
-                "rope: rope_dim must be even and <= head_dim, token stride >= H * Dh");
+                       "rope: rope_dim must be even and <= head_dim, token stride >= H * Dh");
     const int64_t half = rope_dim / 2, rows = num_seqs * T;
     if (rows <= 0 || half <= 0 || H <= 0) return;
     // Widest vector the layout allows: every rotated element offset (row * stride + h * Dh + i, + half) a
     // multiple of P, x aligned to 2 P bytes, the table to 4 P bytes.
-    const auto aligned = [](const void* p, unsigned bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+    const auto aligned = [](const void* p, unsigned bytes) {
+        return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+    };
     const auto fits = [&](int64_t P) {
         return half % P == 0 && token_stride % P == 0 && Dh % P == 0 && aligned(x, unsigned(2 * P)) &&
                (!cos_t || (aligned(cos_t, unsigned(4 * P)) && aligned(sin_t, unsigned(4 * P))));
@@ -168,14 +176,17 @@ void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t 
         const dim3 block{unsigned(U), unsigned(R), 1u};
         const unsigned grid = unsigned((rows + R - 1) / R);
         if (P == 4)
-            k_rope_rows<4><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh), int(rope_dim), cos_t,
-                                                       sin_t, pos0, pos_dev, theta, inverse);
+            k_rope_rows<4><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
+                                                       inverse);
         else if (P == 2)
-            k_rope_rows<2><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh), int(rope_dim), cos_t,
-                                                       sin_t, pos0, pos_dev, theta, inverse);
+            k_rope_rows<2><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
+                                                       inverse);
         else
-            k_rope_rows<1><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh), int(rope_dim), cos_t,
-                                                       sin_t, pos0, pos_dev, theta, inverse);
+            k_rope_rows<1><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
+                                                       inverse);
     } else {
         k_rope_flat<<<detail::grid_for(rows * H * half, kThreads), kThreads, 0, stream>>>(
             x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, pos_dev, theta, inverse);
@@ -185,27 +196,29 @@ void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t 
 
 }  // namespace
 
-void rope_table(float* cos, float* sin, int64_t T, int64_t rope_dim, int64_t pos0, double theta, cudaStream_t stream) {
+void rope_table(float* cos, float* sin, int64_t T, int64_t rope_dim, int64_t pos0, double theta,
+                cudaStream_t stream) {
     const int64_t total = T * (rope_dim / 2);
     if (total <= 0) return;
-    k_rope_table<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(cos, sin, T, rope_dim, pos0, theta);
+    k_rope_table<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(cos, sin, T, rope_dim, pos0,
+                                                                             theta);
     CUDA_CHECK(cudaGetLastError());
 }
 
-void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, const float* cos,
-                  const float* sin, cudaStream_t stream) {
+void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
+                  const float* cos, const float* sin, cudaStream_t stream) {
     launch(x, 0, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, 0.0, false, stream);
 }
-void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, const float* cos,
-                   const float* sin, cudaStream_t stream) {
+void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
+                   const float* cos, const float* sin, cudaStream_t stream) {
     launch(dx, 0, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, 0.0, true, stream);
 }
 void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
                   double theta, cudaStream_t stream) {
     launch(x, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, theta, false, stream);
 }
-void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
-                   double theta, cudaStream_t stream) {
+void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
+                   int64_t pos0, double theta, cudaStream_t stream) {
     launch(dx, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, theta, true, stream);
 }
 void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos, double theta,
