@@ -5,7 +5,7 @@
 // of the hybrid with and without layer recomputation. Prints one JSON object per configuration.
 //
 //   gpu_train_bench [--model GGUF] [--shapes 8x2048,4x4096] [--long 32768] [--steps 5] [--warmup 2]
-//                   [--plan-out plan.json] [--json out.jsonl] [--peak-tflops 989]
+//                   [--plan-out plan.json] [--json out.jsonl] [--peak-tflops 989] [--lm-row-block N]
 // Without --model the weights are random (throughput does not depend on them) at SmolLM2-135M's shape.
 // MFU = (6 * parameters + attention + GDN FLOPs per token) * tokens/s / peak. Attention (causal, training):
 // 6 * T * Dh per token and FA query head per layer (half of PaLM's 12 L H Q T for a causal mask). GDN
@@ -44,6 +44,7 @@ struct Opts {
     std::vector<std::pair<int64_t, int64_t>> shapes = {{8, 2048}, {4, 4096}};
     int64_t long_T = 32768;
     int steps = 5, warmup = 2;
+    int64_t lm_row_block = 0;  // > 0: the LM-head loss's row block (the whole vocabulary stays one chunk)
     double peak_tflops = 989.0;
     std::string model, plan_out, json_out;
 };
@@ -87,6 +88,12 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
         }
         gpu::GpuStepOptions so;
         so.recompute = recompute;
+        if (o.lm_row_block > 0) {
+            so.chunking.row_block = o.lm_row_block;
+            so.resident_vocab_bytes = std::max(so.resident_vocab_bytes,
+                                               size_t(o.lm_row_block) * size_t(V) * sizeof(float));
+            row["lm_row_block"] = o.lm_row_block;
+        }
         gpu::GpuTrainStep step(sm, tm ? &*tm : nullptr, so, stream);
         const std::vector<ParamSpan> spans = build_param_spans(student.params().entries());
         std::vector<cuda::AdamWSpan> aspans;
@@ -178,6 +185,11 @@ int main(int argc, char** argv) {
             else if (a == "--warmup") o.warmup = std::stoi(next());
             else if (a == "--long") o.long_T = std::stoll(next());
             else if (a == "--peak-tflops") o.peak_tflops = std::stod(next());
+            else if (a == "--lm-row-block") {
+                o.lm_row_block = std::stoll(next());
+                HYDRA_CHECK(o.lm_row_block > 0 && o.lm_row_block <= 65535, "--lm-row-block: need 1..65535 (got {})",
+                            o.lm_row_block);
+            }
             else if (a == "--plan-out") o.plan_out = next();
             else if (a == "--json") o.json_out = next();
             else if (a == "--shapes") {
@@ -191,7 +203,7 @@ int main(int argc, char** argv) {
                 }
             } else {
                 fail("usage: gpu_train_bench [--model GGUF] [--shapes 8x2048,4x4096] [--long 32768] [--steps 5] "
-                     "[--warmup 2] [--plan-out FILE] [--json FILE] [--peak-tflops 989]");
+                     "[--warmup 2] [--plan-out FILE] [--json FILE] [--peak-tflops 989] [--lm-row-block 2048]");
             }
         }
         if (!o.json_out.empty()) g_json.open(o.json_out);
