@@ -237,21 +237,15 @@ int vec_pairs(const Segments& sg, int64_t N, std::initializer_list<const void*> 
     return 0;
 }
 
-#define HYDRA_FUSION_VEC(NP_, CALL) \
-    switch (NP_) {                  \
-        case 1:                     \
-            CALL(1);                \
-            break;                  \
-        case 2:                     \
-            CALL(2);                \
-            break;                  \
-        case 4:                     \
-            CALL(4);                \
-            break;                  \
-        default:                    \
-            CALL(8);                \
-            break;                  \
+// clang-format off
+#define HYDRA_FUSION_VEC(N_, CALL) \
+    switch (N_) {           \
+        case 1: CALL(1); break; \
+        case 2: CALL(2); break; \
+        case 4: CALL(4); break; \
+        default: CALL(8); break; \
     }
+// clang-format on
 
 }  // namespace
 

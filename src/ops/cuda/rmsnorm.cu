@@ -212,33 +212,19 @@ int vec_groups(int64_t N, int64_t C) {
     return int((C + 127) / 128);
 }
 
-#define HYDRA_RMSNORM_VEC(NV_, CALL) \
-    switch (NV_) {                   \
-        case 1:                      \
-            CALL(1);                 \
-            break;                   \
-        case 2:                      \
-            CALL(2);                 \
-            break;                   \
-        case 3:                      \
-            CALL(3);                 \
-            break;                   \
-        case 4:                      \
-            CALL(4);                 \
-            break;                   \
-        case 5:                      \
-            CALL(5);                 \
-            break;                   \
-        case 6:                      \
-            CALL(6);                 \
-            break;                   \
-        case 7:                      \
-            CALL(7);                 \
-            break;                   \
-        default:                     \
-            CALL(8);                 \
-            break;                   \
+// clang-format off
+#define HYDRA_RMSNORM_VEC(N_, CALL) \
+    switch (N_) {           \
+        case 1: CALL(1); break; \
+        case 2: CALL(2); break; \
+        case 3: CALL(3); break; \
+        case 4: CALL(4); break; \
+        case 5: CALL(5); break; \
+        case 6: CALL(6); break; \
+        case 7: CALL(7); break; \
+        default: CALL(8); break; \
     }
+// clang-format on
 
 template <typename TOut>
 void forward(TOut* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N, int64_t C,
