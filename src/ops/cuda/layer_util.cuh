@@ -23,6 +23,23 @@
         if (!(cond)) throw ::hydra::Error(std::string(msg));           \
     } while (0)
 
+// Template dispatch on a small runtime count: CALL(1) .. CALL(8) for n in 1..8; any other n throws
+// hydra::Error("<what> <n> outside 1..8").
+// clang-format off
+#define HYDRA_DISPATCH_1_TO_8(n, CALL, what)                                                  \
+    switch (n) {                                                                              \
+        case 1: CALL(1); break;                                                               \
+        case 2: CALL(2); break;                                                               \
+        case 3: CALL(3); break;                                                               \
+        case 4: CALL(4); break;                                                               \
+        case 5: CALL(5); break;                                                               \
+        case 6: CALL(6); break;                                                               \
+        case 7: CALL(7); break;                                                               \
+        case 8: CALL(8); break;                                                               \
+        default: HYDRA_CUDA_REQUIRE(false, std::string(what) + " " + std::to_string(n) + " outside 1..8"); \
+    }
+// clang-format on
+
 namespace hydra::cuda::detail {
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -212,20 +212,6 @@ int vec_groups(int64_t N, int64_t C) {
     return int((C + 127) / 128);
 }
 
-// clang-format off
-#define HYDRA_RMSNORM_VEC(N_, CALL) \
-    switch (N_) {           \
-        case 1: CALL(1); break; \
-        case 2: CALL(2); break; \
-        case 3: CALL(3); break; \
-        case 4: CALL(4); break; \
-        case 5: CALL(5); break; \
-        case 6: CALL(6); break; \
-        case 7: CALL(7); break; \
-        default: CALL(8); break; \
-    }
-// clang-format on
-
 template <typename TOut>
 void forward(TOut* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N, int64_t C,
              float eps, cudaStream_t stream) {
@@ -236,7 +222,7 @@ void forward(TOut* y, float* rstd, const float* x, const float* w, float* x_copy
 #define FWD(k)                     \
     k_rmsnorm_forward_vec<TOut, k> \
         <<<grid, kWarps * 32, 0, stream>>>(y, rstd, x, w, x_copy, int(N), int(C), eps)
-        HYDRA_RMSNORM_VEC(nv, FWD)
+        HYDRA_DISPATCH_1_TO_8(nv, FWD, "rmsnorm: float4 groups per lane")
 #undef FWD
     } else {
         k_rmsnorm_forward<<<detail::grid_for(N, kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(
@@ -258,7 +244,7 @@ void backward(float* dx, bf16* dxb, float* dw, const TDy* dy, const float* x, co
 #define BWD(k)                                                                                            \
     k_rmsnorm_backward_vec<TDy, k><<<grid, kWarps * 32, 0, stream>>>(dx, dxb, part.get(), dy, x, w, rstd, \
                                                                      int(N), int(C), int(rpp), int(np))
-        HYDRA_RMSNORM_VEC(nv, BWD)
+        HYDRA_DISPATCH_1_TO_8(nv, BWD, "rmsnorm: float4 groups per lane")
 #undef BWD
     } else {
         k_rmsnorm_backward<<<detail::grid_for(np, kWarps), kWarps * 32, 0, stream>>>(

@@ -26,8 +26,8 @@
 #include <climits>
 #include <cstdint>
 
-#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/bf16_pack.cuh"
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
 namespace hydra::cuda {
@@ -340,26 +340,11 @@ void backward_w(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout
     part.release();
 }
 
-// clang-format off
-#define HYDRA_CONV_DISPATCH(W, CALL)                                                                 \
-    switch (W) {                                                                                     \
-        case 1: CALL(1); break;                                                                      \
-        case 2: CALL(2); break;                                                                      \
-        case 3: CALL(3); break;                                                                      \
-        case 4: CALL(4); break;                                                                      \
-        case 5: CALL(5); break;                                                                      \
-        case 6: CALL(6); break;                                                                      \
-        case 7: CALL(7); break;                                                                      \
-        case 8: CALL(8); break;                                                                      \
-        default: HYDRA_CUDA_REQUIRE(false, "short_conv: kernel width " + std::to_string(W) + " outside 1..8"); \
-    }
-// clang-format on
-
 template <int V>
 void forward_v(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev,
                int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
 #define FWD(w_) forward_w<w_, V>(out, prev_out, x, xs, w, prev, B, T, D, stream)
-    HYDRA_CONV_DISPATCH(W, FWD)
+    HYDRA_DISPATCH_1_TO_8(W, FWD, "short_conv: kernel width")
 #undef FWD
 }
 
@@ -368,7 +353,7 @@ void backward_v(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout
                 const bf16* x, int64_t xs, const float* w, const float* prev, int64_t B, int64_t T, int64_t D,
                 int64_t W, cudaStream_t stream) {
 #define BWD(w_) backward_w<w_, V>(dx, dxs, dw, dprev, dout, dprev_out, x, xs, w, prev, B, T, D, stream)
-    HYDRA_CONV_DISPATCH(W, BWD)
+    HYDRA_DISPATCH_1_TO_8(W, BWD, "short_conv: kernel width")
 #undef BWD
 }
 
