@@ -226,6 +226,16 @@ void rmsnorm_case(int64_t N, int64_t C, Rng& rng) {
     cu::rmsnorm_forward(y->p, rstd->p, dX->p, dW->p, N, C, eps);
     record("rmsnorm fwd", shape, "y bf16", down(*y), y_ref, kTolBf16);
     record("rmsnorm fwd", shape, "rstd", down(*rstd), rstd_ref, kTolF32);
+    {  // the forward that also copies x (the training step's residual copy), and with the copy left out
+        auto yc = new_bf16(static_cast<size_t>(N * C));
+        auto xc = new_f32(static_cast<size_t>(N * C));
+        cu::rmsnorm_forward_copy(yc->p, nullptr, dX->p, dW->p, xc->p, N, C, eps);
+        record("rmsnorm fwd +copy", shape, "y bf16", down(*yc), y_ref, kTolBf16);
+        record("rmsnorm fwd +copy", shape, "x copy", down(*xc), x, kTolF32);
+        auto yn = new_bf16(static_cast<size_t>(N * C));
+        cu::rmsnorm_forward_copy(yn->p, nullptr, dX->p, dW->p, nullptr, N, C, eps);
+        record("rmsnorm fwd copy=null", shape, "y bf16", down(*yn), y_ref, kTolBf16);
+    }
     cu::rmsnorm_forward(y32->p, nullptr, dX->p, dW->p, N, C, eps);
     record("rmsnorm fwd f32out", shape, "y f32", down(*y32), y_ref, kTolF32);
     {  // in place fp32 (y aliases x)
@@ -242,6 +252,11 @@ void rmsnorm_case(int64_t N, int64_t C, Rng& rng) {
         const char* op = f32dy ? "rmsnorm bwd f32dy" : "rmsnorm bwd";
         record(op, shape, "dx+=", minus(down(*ddx), dx0), minus(dx_ref, dx0), kTolF32);
         record(op, shape, "dw+=", minus(down(*ddw), dw0), minus(dw_ref, dw0), kTolF32);
+    }
+    {  // the bf16-copy overload with the copy left out (null)
+        auto ddx = up_f32(dx0), ddw = up_f32(dw0);
+        cu::rmsnorm_backward(ddx->p, static_cast<bf16*>(nullptr), ddw->p, dDy32->p, dX->p, dW->p, rstd->p, N, C);
+        record("rmsnorm bwd bf16 dx=null", shape, "dx+=", minus(down(*ddx), dx0), minus(dx_ref, dx0), kTolF32);
     }
     {  // fp32 dy, the updated dx also written as bf16
         auto ddx = up_f32(dx0), ddw = up_f32(dw0);

@@ -103,7 +103,8 @@ void proj_forward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const
 
 // dX (N, in) fp32 (first: =, else +=) of the group's dY (N, rows) columns, and the weight / bias grads.
 void proj_backward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const bf16* dY, int64_t ldy, const bf16* X,
-                   int64_t N, int64_t in, const std::vector<Part>& parts, float* dX, bool& first, StepProfiler& prof) {
+                   int64_t N, int64_t in, const std::vector<Part>& parts, float* dX, bool& first,
+                   StepProfiler& prof) {
     prof.section("gemm_dx");
     const bool adj = adjacent(parts, in);
     if (adj) {
@@ -606,10 +607,9 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     mm_fwd_acc(b, a.mixed, HD, m.p16(o.wo), N, HD, C, a.x_mid, C);  // x_mid = x + mixed @ Wo^T
 
     prof_.section("rmsnorm");
-    if (x_out != a.x_mid)  // also x_out = x_mid, into which the down-projection GEMM adds below
-        cuda::rmsnorm_forward_copy(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), x_out, N, C, eps, st);
-    else
-        cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
+    // also x_out = x_mid (unless they are one buffer), into which the down-projection GEMM adds below
+    cuda::rmsnorm_forward_copy(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), x_out != a.x_mid ? x_out : nullptr, N, C,
+                               eps, st);
     prof_.section("gemm_fwd");
     proj_forward(m, b, st, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, a.gu, 2 * F);
     prof_.section("swiglu");
@@ -735,14 +735,13 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
         proj_backward(m, b, st, dlqkv, 3 * Dla, a.xn1, N, C,
                       {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, dxn, first, prof_);
         proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first, prof_);
-        proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn, first, prof_);
+        proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn, first,
+                      prof_);
     }
     prof_.section("rmsnorm");
     if (first) CUDA_CHECK(cudaMemsetAsync(dxn, 0, size_t(N * C) * sizeof(float), st));  // no mixer heads (not reached)
-    if (dx_bf16)  // d x_in, and its bf16 copy for the next (lower) layer's first GEMMs
-        cuda::rmsnorm_backward(dx, dx_bf16, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);
-    else
-        cuda::rmsnorm_backward(dx, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);
+    // d x_in, and (dx_bf16 not null) its bf16 copy for the next (lower) layer's first GEMMs
+    cuda::rmsnorm_backward(dx, dx_bf16, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);
     ar.reset(mark);
 }
 

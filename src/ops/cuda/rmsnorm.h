@@ -23,9 +23,9 @@ void rmsnorm_forward(bf16* y, float* rstd, const float* x, const float* w, int64
 // The same with an fp32 output (y may alias x).
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t N, int64_t C, float eps,
                      cudaStream_t stream = nullptr);
-// The bf16 forward that also copies x to x_copy (N, C) fp32 (OVERWRITTEN; must not overlap x or y) in the
-// same pass: the training step's residual copy (x_mid = x before the o-projection GEMM adds into it)
-// without a separate read of x.
+// The bf16 forward that also copies x to x_copy (N, C) fp32 (OVERWRITTEN; must not overlap x or y; null =
+// no copy) in the same pass: the training step's residual copy (x_mid = x before the o-projection GEMM adds
+// into it) without a separate read of x.
 void rmsnorm_forward_copy(bf16* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N, int64_t C,
                           float eps, cudaStream_t stream = nullptr);
 
@@ -37,8 +37,8 @@ void rmsnorm_backward(float* dx, float* dw, const bf16* dy, const float* x, cons
 // The same with an fp32 dy.
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
                       int64_t N, int64_t C, cudaStream_t stream = nullptr);
-// The same, also writing dx_bf16 (N, C) = bf16(dx) after the update (OVERWRITTEN): the bf16 copy the
-// backward GEMMs read, without a separate cast pass over dx.
+// The same, also writing dx_bf16 (N, C) = bf16(dx) after the update (OVERWRITTEN; null = not written): the
+// bf16 copy the backward GEMMs read, without a separate cast pass over dx.
 void rmsnorm_backward(float* dx, bf16* dx_bf16, float* dw, const float* dy, const float* x, const float* w,
                       const float* rstd, int64_t N, int64_t C, cudaStream_t stream = nullptr);
 
