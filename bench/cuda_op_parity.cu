@@ -283,6 +283,47 @@ void attn_case(int B, int T, int H, int Hkv, int D, Rng& rng) {
     record("attention cudnn bwd", shape, "dq", down(gq), dq_ref);
     record("attention cudnn bwd", shape, "dk", down(gk), dk_ref);
     record("attention cudnn bwd", shape, "dv", down(gv), dv_ref);
+
+    // the training step's fused layout: q|k|v as columns of one (B T, (H + 2 Hkv) D) row, read strided, and
+    // dq|dk|dv written into the same layout (AttnShape::ld_qkv)
+    hydra::cuda::AttnShape sf = s;
+    sf.ld_qkv = (H + 2 * Hkv) * D;
+    if (!cudnn_attn.supports(sf)) {
+        std::printf("attention cudnn fused-qkv %s: not run (%s)\n", shape.c_str(),
+                    cudnn_attn.reason().c_str());
+        return;
+    }
+    const size_t ld = size_t(sf.ld_qkv), rows = size_t(B) * T;
+    std::vector<float> qkv(rows * ld);
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < size_t(H) * D; ++c) qkv[r * ld + c] = q[r * H * D + c];
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < size_t(Hkv) * D; ++c) {
+            qkv[r * ld + size_t(H) * D + c] = k[r * Hkv * D + c];
+            qkv[r * ld + size_t(H + Hkv) * D + c] = v[r * Hkv * D + c];
+        }
+    std::unique_ptr<Dev<bf16>> dqkv(up_bf16(qkv));
+    Dev<bf16> gqkv(rows * ld);
+    o.poison();
+    lse.poison();
+    const bf16* fq = dqkv->p;
+    cudnn_attn.forward(sf, fq, fq + H * D, fq + (H + Hkv) * D, o.p, lse.p, scale, nullptr);
+    cudnn_attn.backward(sf, fq, fq + H * D, fq + (H + Hkv) * D, o.p, lse.p, ddo->p, gqkv.p, gqkv.p + H * D,
+                        gqkv.p + (H + Hkv) * D, scale, ws, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> g = down(gqkv);
+    std::vector<float> fdq(nq), fdk(nk), fdv(nk);
+    for (size_t r = 0; r < rows; ++r) {
+        for (size_t c = 0; c < size_t(H) * D; ++c) fdq[r * H * D + c] = g[r * ld + c];
+        for (size_t c = 0; c < size_t(Hkv) * D; ++c) {
+            fdk[r * Hkv * D + c] = g[r * ld + size_t(H) * D + c];
+            fdv[r * Hkv * D + c] = g[r * ld + size_t(H + Hkv) * D + c];
+        }
+    }
+    record("attention cudnn fused-qkv fwd", shape, "o", down(o), o_ref);
+    record("attention cudnn fused-qkv bwd", shape, "dq", fdq, dq_ref);
+    record("attention cudnn fused-qkv bwd", shape, "dk", fdk, dk_ref);
+    record("attention cudnn fused-qkv bwd", shape, "dv", fdv, dv_ref);
 }
 
 }  // namespace

@@ -670,6 +670,8 @@ int main(int argc, char** argv) {
         rope_case(2, 130, 9, 64, 64, 0, rng);
         rope_case(3, 37, 5, 128, 64, 1000, rng);  // partial rotary, offset positions
         rope_case(2, 33, 3, 64, 18, 5, rng);      // odd half (9 pairs): one pair per thread
+        rope_case(2, 41, 4, 64, 24, 3, rng);      // 12 pairs: 4 per thread (8 per thread when half % 8 == 0)
+        rope_case(1, 29, 3, 64, 20, 7, rng);      // 10 pairs: 2 per thread
         rope_case(1, 5, 40, 64, 62, 0, rng);      // 40 x 31 pairs per row > 1024 threads: the flat kernel
         swiglu_case(77, 1536, rng);  // 16-byte path
         swiglu_case(33, 100, rng);   // element path (rows not a multiple of 8)

@@ -3,7 +3,7 @@
 // vocabulary-chunked LM-head losses CE and tau^2 KL with a kl_max_position row mask, and MSE
 // (train/losses.h), and the fused AdamW with grad norm / clipping / non-finite count
 // (train/adamw.h), plus the device arena and caching allocator. Fresh random inputs every run (seed
-// printed; --seed N repeats one), odd shapes (N = 301 rows, C = 576, V = 49152 and V = 1000), outputs
+// printed; --seed N repeats one), odd shapes (N = 301 rows, C = 576, V = 49152, 1000 and 1001), outputs
 // poisoned with NaN before each call. Metric: relative RMS ||gpu - ref|| / ||ref|| (for accumulated
 // outputs: of the increment); tolerances: bf16 paths 1e-2, loss values 1e-3, AdamW fp32 1e-5.
 // Prints a table; exit status 1 on any failure.
@@ -162,6 +162,13 @@ void gemm_case(cu::BlasContext& ctx, int64_t M, int64_t N, int64_t K, Rng& rng) 
         auto dCb = poisoned<bf16>(size_t(M * N));
         cu::gemm_bf16(ctx, ta, tb, M, N, K, 1.0f, dA.data(), lda, dB.data(), ldb, 0.0f, dCb.data(), N);
         record("gemm bf16 out", shape, "C", down(dCb), ref0);
+        // D = 0.5 A B + C into another buffer (the residual add of the training step): C must not change
+        auto dC2 = up_f32(C0);
+        auto dD = poisoned<float>(size_t(M * N));
+        cu::gemm_bf16(ctx, ta, tb, M, N, K, 0.5f, dA.data(), lda, dB.data(), ldb, 1.0f, dC2.data(), dD.data(),
+                      N);
+        record_delta("gemm f32 C->D", shape, "D", down(dD), ref, C0);
+        record("gemm f32 C->D", shape, "C unchanged", down(dC2), C0);
     }
     // strided batched, B shared (stride 0) and a padded C stride
     const int64_t batch = 3, sc = M * N + 7;
@@ -593,11 +600,16 @@ int main(int argc, char** argv) {
         // the real vocabulary: 12 chunks of 4096 (and 6 of 8192 + one row block with the defaults)
         ce_case(ctx, 301, 576, 49152, cu::LmHeadChunking{128, 4096}, rng);
         if (!quick) ce_case(ctx, 301, 576, 49152, cu::LmHeadChunking{}, rng);
-        // one chunk holding the whole vocabulary: pass 2 reuses pass 1's logits (the training step's choice)
+        // one chunk holding the whole vocabulary: pass 2 reuses pass 1's logits (the training step's choice);
+        // the fused CE row kernel, 16-byte path (V % 4 == 0, also V = 1000 above) and scalar path (V = 1001)
         ce_case(ctx, 301, 576, 49152, cu::LmHeadChunking{128, 49152}, rng);
+        ce_case(ctx, 301, 576, 1001, cu::LmHeadChunking{128, 4096}, rng);
         kl_case(ctx, 301, 576, 576, 1000, 1.0f, 100, 0, cu::LmHeadChunking{128, 384}, rng);
         kl_case(ctx, 301, 576, 640, 49152, 2.0f, 100, 60, cu::LmHeadChunking{128, 8192}, rng);
         kl_case(ctx, 301, 576, 640, 49152, 2.0f, 100, 60, cu::LmHeadChunking{128, 49152}, rng);  // resident
+        // V % 4 != 0 (scalar paths): resident, and chunks of 250 (rows not 16-byte aligned, last chunk 1)
+        kl_case(ctx, 301, 576, 576, 1001, 1.0f, 100, 60, cu::LmHeadChunking{128, 1001}, rng);
+        kl_case(ctx, 301, 576, 576, 1001, 2.0f, 100, 60, cu::LmHeadChunking{128, 250}, rng);
         mse_case(301 * 576, rng);
         adamw_case(rng);
         arena_case();

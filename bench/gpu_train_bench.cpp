@@ -8,7 +8,9 @@
 //                   [--plan-out plan.json] [--json out.jsonl] [--peak-tflops 989] [--lm-row-block N]
 // Without --model the weights are random (throughput does not depend on them) at SmolLM2-135M's shape.
 // MFU = (6 * parameters + attention + GDN FLOPs per token) * tokens/s / peak. Attention (causal, training):
-// 6 * T * Dh per token and FA query head per layer (half of PaLM's 12 L H Q T for a causal mask). GDN
+// 6 * T * Dh per token and FA query head per layer (half of PaLM's 12 L H Q T for a causal mask).
+// "mfu_palm" is the usual definition (PaLM, Chowdhery et al. 2022, app. B; Megatron-LM's formula likewise):
+// the full 12 L H Q T attention term, the causal mask not discounted. GDN
 // (chunked, training): 2 * 122.9K * (Dh/64)^2 FLOPs per token and LA head (the chunk GEMMs counted in
 // docs/BENCHMARKS.md's CPU GDN section). Peak: 989 TFLOP/s, the H200's dense bf16 tensor-core figure.
 #include <cuda_runtime.h>
@@ -48,6 +50,14 @@ struct Opts {
     double peak_tflops = 989.0;
     std::string model, plan_out, json_out;
 };
+
+// Training FLOPs per token of the causal attention as counted above (PaLM's count adds as much again).
+double attention_flops(const LlamaModel& m, int64_t T) {
+    double f = 0;
+    for (const LayerPlan& lp : m.plan().layers)
+        f += 6.0 * double(T) * double(m.config().head_dim) * double(lp.num_fa());
+    return f;
+}
 
 double flops_per_token(const LlamaModel& m, int64_t T) {
     const ModelConfig& c = m.config();
@@ -90,6 +100,7 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
         so.recompute = recompute;
         if (o.lm_row_block > 0) {
             so.chunking.row_block = o.lm_row_block;
+            so.lm_row_block_auto = false;
             so.resident_vocab_bytes = std::max(so.resident_vocab_bytes,
                                                size_t(o.lm_row_block) * size_t(V) * sizeof(float));
             row["lm_row_block"] = o.lm_row_block;
@@ -125,6 +136,7 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         row["attention"] = step.used_cudnn_attention() ? "cudnn" : "own";
+        row["step_graph"] = step.used_step_graph();
         if (const char* p = std::getenv("HYDRA_STEP_PROFILE"); p && std::string(p) == "1") {
             // one more step with CUDA events at the section boundaries (slower by the events' CPU cost):
             // GPU milliseconds per category of forward_backward, and the optimizer's share
@@ -156,6 +168,10 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
         row["flops_per_token"] = fpt;
         row["tflops"] = std::round(fpt * tps / 1e12 * 10) / 10;
         row["mfu"] = std::round(fpt * tps / (o.peak_tflops * 1e12) * 1000) / 1000;
+        // the teacher's forward in the distillation step: a third of its training attention term
+        const double fpt_palm =
+            fpt + attention_flops(student, T) + (teacher ? attention_flops(*teacher, T) / 3 : 0);
+        row["mfu_palm"] = std::round(fpt_palm * tps / (o.peak_tflops * 1e12) * 1000) / 1000;
         row["peak_mem_gib"] = std::round(double(fixed + step.arena_peak_bytes()) * gib * 100) / 100;
         row["activations_gib"] = std::round(double(step.arena_peak_bytes()) * gib * 100) / 100;
         row["fixed_gib"] = std::round(double(fixed) * gib * 100) / 100;

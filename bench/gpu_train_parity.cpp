@@ -274,6 +274,25 @@ Outcome run_case(const Case& c, cudaStream_t stream) {
         note(out, r, kGradTol);
     }
 
+    // The same step twice more (GpuStepOptions::cuda_graph: the first repeat is captured as a CUDA graph,
+    // the second replays it): the replayed loss and gradients must equal the eager step's, up to the order
+    // of cuDNN's atomic dQ accumulation (a stale pointer in the graph would be off by O(1)).
+    {
+        std::vector<float> g_rep(static_cast<size_t>(n));
+        gpu::GpuStepLosses gr;
+        for (int k = 0; k < 2; ++k) {
+            sm.zero_grads(stream);
+            gr = step.forward_backward(batch, c.obj);
+        }
+        sm.download_grads(g_rep.data(), stream);
+        const double r_loss = rel(c.obj.ce_weight * gr.ce() + c.obj.kl_weight * gr.kl(), gpu_loss);
+        const double r_grad = bench::rel_rms(g_rep.data(), g_gpu.data(), n);
+        fmt::print("step repeated ({}): loss rel {:.2e}, all gradients rel RMS {:.2e} vs the first step\n",
+                   step.used_step_graph() ? "CUDA graph replayed" : "eager", r_loss, r_grad);
+        note(out, r_loss, 1e-6);
+        note(out, r_grad, 1e-5);
+    }
+
     compare_gradients(layout, trainable, g_gpu, g_cpu, g_floor, out);
     print_case_end(c.name, out, t0, t1, t2, step.arena_peak_bytes());
     return out;

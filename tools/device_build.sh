@@ -104,7 +104,7 @@ TRAIN_KERNELS=("$O/src_ops_cuda_device_arena.cu.o" "$O/src_ops_cuda_gemm.cu.o" "
                "$O/src_ops_cuda_adamw.cu.o")
 nvcc -o "$OUTDIR/cuda_train_ops_parity" "$O/bench_cuda_train_ops_parity.cu.o" "${TRAIN_KERNELS[@]}" \
   "$O/src_core_error.cpp.o" "$O/src_ops_cpu_linear.cpp.o" "$O/src_train_losses.cpp.o" "$O/src_train_adamw.cpp.o" \
-  "$O/bench_cuda_gemm_shim.cc.o" -lcublas -lgomp
+  "$O/bench_cuda_gemm_shim.cc.o" -lcublas -lcublasLt -lgomp
 # what the outputs were built from, so a later run can tell whether they are current
 (cd "$ROOT" && cat "${CPP_SRCS[@]}" "${CU_SRCS[@]}" src/ops/cuda/*.h src/ops/cuda/*.cuh src/ops/cpu/*.h \
   src/core/error.h src/core/gemm.h src/train/*.h | sha256sum | cut -d' ' -f1) > "$OUTDIR/.stamp"

@@ -44,10 +44,11 @@ void mm_fwd(BlasContext& b, const bf16* X, int64_t ldx, const bf16* W, int64_t N
             int64_t ldy) {
     cuda::gemm_bf16(b, false, true, N, out, in, 1.f, X, ldx, W, in, 0.f, Y, ldy);
 }
-// Y (N, out) fp32 += X @ W^T (the residual stream).
-void mm_fwd_acc(BlasContext& b, const bf16* X, int64_t ldx, const bf16* W, int64_t N, int64_t in, int64_t out,
-                float* Y, int64_t ldy) {
-    cuda::gemm_bf16(b, false, true, N, out, in, 1.f, X, ldx, W, in, 1.f, Y, ldy);
+// Y (N, out) fp32 = R + X @ W^T (the residual stream; R may be Y): the GEMM reads the residual R and
+// writes the sum to Y, so the residual is never copied.
+void mm_fwd_add(BlasContext& b, const bf16* X, int64_t ldx, const bf16* W, int64_t N, int64_t in, int64_t out,
+                const float* R, float* Y, int64_t ldy) {
+    cuda::gemm_bf16(b, false, true, N, out, in, 1.f, X, ldx, W, in, 1.f, R, Y, ldy);
 }
 // dX (N, in) = beta dX + dY (N, out) @ W, fp32.
 void mm_dx(BlasContext& b, const bf16* dY, int64_t ldy, const bf16* W, int64_t N, int64_t in, int64_t out, float* dX,
@@ -293,8 +294,26 @@ bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
     return false;
 }
 
+bool GpuTrainStep::fused_qkv(const GpuTrainModel& m, int64_t l, const Shape& s) {
+    const TrainLayerOffsets& o = m.layer(l);
+    if (o.n_fa == 0) return false;
+    static const bool off = [] {
+        const char* e = std::getenv("HYDRA_FUSED_QKV");
+        return e && std::string(e) == "0";
+    }();
+    if (off) return false;
+    cuda::AttnShape as;
+    as.B = int(s.B), as.T = int(s.T), as.H = int(o.n_fa), as.Hkv = int(o.n_kv),
+    as.D = int(m.config().head_dim);
+    as.ld_qkv = int((o.n_fa + 2 * o.n_kv) * m.config().head_dim);
+    // asked directly (not through use_cudnn_attention): a strided shape cuDNN declines falls back to the
+    // packed layout, which may still run on cuDNN, so no "not used" line for it
+    return cudnn_attn_ && cudnn_attn_->supports(as);
+}
+
 GpuTrainStep::~GpuTrainStep() {
     (void)cudaStreamSynchronize(stream_);
+    if (graph_.exec) (void)cudaGraphExecDestroy(graph_.exec);
 }
 
 size_t GpuTrainStep::workspace_bytes() const {
@@ -342,6 +361,7 @@ cuda::GdnWorkspace& GpuTrainStep::gdn_ws(int64_t l, int64_t n_la, int64_t Dh, co
     if (gdn_eval_ws_.size() >= 8) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         gdn_eval_ws_.clear();
+        ++ws_generation_;
     }
     return *gdn_eval_ws_.emplace(key, std::make_unique<cuda::GdnWorkspace>(gs, false)).first->second;
 }
@@ -369,13 +389,25 @@ void GpuTrainStep::ensure_arena(size_t need) {
                 "{} MiB for workspaces); use a smaller batch or run.recompute = true",
                 need >> 20, free_b >> 20, opt_.reserve_bytes >> 20);
     arena_ = std::make_unique<cuda::DeviceArena>(need);
+    ++ws_generation_;
 }
 
 cuda::LmHeadChunking GpuTrainStep::loss_chunking() const {
     cuda::LmHeadChunking ck = opt_.chunking;
     const int64_t V = student_.config().vocab_size;
+    size_t budget = opt_.resident_vocab_bytes;
+    if (opt_.lm_row_block_auto) {
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        budget = std::min(budget, total_b / 32);
+        for (int64_t rb : {int64_t(8192), int64_t(4096)})
+            if (rb > ck.row_block && size_t(rb) * size_t(V) * sizeof(float) <= budget) {
+                ck.row_block = rb;
+                break;
+            }
+    }
     const size_t tile = size_t(ck.row_block) * size_t(V) * sizeof(float);
-    if (ck.vocab_chunk < V && tile <= opt_.resident_vocab_bytes) ck.vocab_chunk = V;
+    if (ck.vocab_chunk < V && tile <= budget) ck.vocab_chunk = V;
     return ck;
 }
 
@@ -388,6 +420,7 @@ void GpuTrainStep::ensure_shape(const Shape& s, bool align) {
         gdn_layer_ws_.clear();
         gdn_shared_ws_.clear();
         attn_ws_.clear();
+        ++ws_generation_;  // a captured step graph points at the old workspaces
         train_shape_ = s;
         const ModelConfig& c = student_.config();
         for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -415,7 +448,8 @@ namespace {
 // The activation buffers of one layer, in allocation order: `alloc(bytes)` returns arena memory (or, for
 // the size estimate, nothing).
 template <class Alloc>
-void layout_acts(const GpuTrainModel& m, int64_t l, int64_t N, GpuTrainStep::LayerActs& a, Alloc&& alloc) {
+void layout_acts(const GpuTrainModel& m, int64_t l, int64_t N, GpuTrainStep::LayerActs& a, Alloc&& alloc,
+                 bool fused_qkv = false) {
     const ModelConfig& c = m.config();
     const TrainLayerOffsets& o = m.layer(l);
     const int64_t C = c.hidden_size, F = c.intermediate_size, Dh = c.head_dim, HD = c.num_heads * Dh;
@@ -426,10 +460,17 @@ void layout_acts(const GpuTrainModel& m, int64_t l, int64_t N, GpuTrainStep::Lay
     a.xn1 = b16(N * C);
     a.rstd1 = f32(N);
     a.heads = b16(N * HD);
-    if (o.n_fa > 0) {
+    if (o.n_fa > 0 && fused_qkv) {
+        a.ld_qkv = Dfa + 2 * Dkv;
+        a.q = b16(N * a.ld_qkv);
+        a.k = a.q + Dfa;
+        a.v = a.k + Dkv;
+    } else if (o.n_fa > 0) {
         a.q = b16(N * Dfa);
         a.k = b16(N * Dkv);
         a.v = b16(N * Dkv);
+    }
+    if (o.n_fa > 0) {
         a.o = o.n_la == 0 ? a.heads : b16(N * Dfa);
         a.lse = f32(N * o.n_fa);
     }
@@ -485,7 +526,9 @@ size_t backward_scratch_bytes(const GpuTrainModel& m, int64_t l, int64_t N) {
 
 void GpuTrainStep::alloc_acts(const GpuTrainModel& m, int64_t l, const Shape& s, LayerActs& a) {
     cuda::DeviceArena& ar = *arena_;
-    layout_acts(m, l, s.N(), a, [&](size_t b) { return ar.alloc_bytes(b); });
+    const bool fused = fused_qkv(m, l, s);
+    layout_acts(
+        m, l, s.N(), a, [&](size_t b) { return ar.alloc_bytes(b); }, fused);
 }
 
 size_t GpuTrainStep::arena_estimate(const Shape& s, bool training) const {
@@ -552,20 +595,30 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     a.x_in = x_in;
 
     prof_.section("rmsnorm");
-    // also x_mid = x_in, into which the o-projection GEMM adds below (the norm reads x_in anyway)
-    cuda::rmsnorm_forward_copy(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), a.x_mid, N, C, eps, st);
+    cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), N, C, eps, st);
     if (n_fa > 0) {
         prof_.section("gemm_fwd");
-        proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
-        proj_forward(m, b, st, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, a.k, Dkv);
-        proj_forward(m, b, st, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, a.v, Dkv);
-        prof_.section("rope");
-        if (c.rope_dim > 0) {
-            cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
-            cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
+        if (a.ld_qkv) {  // one GEMM (when the weights are adjacent) into q|k|v columns; RoPE on q and k at
+                         // once
+            proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}, {o.wk, o.bk, Dkv}, {o.wv, o.bv, Dkv}},
+                         a.q, a.ld_qkv);
+            prof_.section("rope");
+            if (c.rope_dim > 0)
+                cuda::rope_forward_strided(a.q, a.ld_qkv, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos,
+                                           rope_sin, st);
+        } else {
+            proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
+            proj_forward(m, b, st, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, a.k, Dkv);
+            proj_forward(m, b, st, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, a.v, Dkv);
+            prof_.section("rope");
+            if (c.rope_dim > 0) {
+                cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
+                cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
+            }
         }
         cuda::AttnShape as;
         as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
+        as.ld_qkv = int(a.ld_qkv);
         prof_.section("attention");
         if (use_cudnn_attention(as))
             cudnn_attn_->forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
@@ -604,18 +657,16 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     if (a.mixed != a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(m, o), eps, st);
     prof_.section("gemm_fwd");
-    mm_fwd_acc(b, a.mixed, HD, m.p16(o.wo), N, HD, C, a.x_mid, C);  // x_mid = x + mixed @ Wo^T
+    mm_fwd_add(b, a.mixed, HD, m.p16(o.wo), N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T
 
     prof_.section("rmsnorm");
-    // also x_out = x_mid (unless they are one buffer), into which the down-projection GEMM adds below
-    cuda::rmsnorm_forward_copy(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), x_out != a.x_mid ? x_out : nullptr, N, C,
-                               eps, st);
+    cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
     prof_.section("gemm_fwd");
     proj_forward(m, b, st, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, a.gu, 2 * F);
     prof_.section("swiglu");
     cuda::swiglu_forward(a.act, a.gu, a.gu + F, N, F, 2 * F, st);
     prof_.section("gemm_fwd");
-    mm_fwd_acc(b, a.act, F, m.p16(o.w_down), N, F, C, x_out, C);  // x_out = x_mid + act @ Wdown^T
+    mm_fwd_add(b, a.act, F, m.p16(o.w_down), N, F, C, a.x_mid, x_out, C);  // x_out = x_mid + act @ Wdown^T
     prof_.section("other");
 }
 
@@ -675,11 +726,20 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
             d_o = ar.alloc<bf16>(N * Dfa);
             copy_rows(d_o, Dfa, dheads, HD, Dfa, N, st);
         }
-        bf16* dq = ar.alloc<bf16>(N * Dfa);
-        bf16* dk = ar.alloc<bf16>(N * Dkv);
-        bf16* dv = ar.alloc<bf16>(N * Dkv);
+        const int64_t ld = a.ld_qkv;  // dq|dk|dv in the layout of q|k|v
+        bf16 *dq, *dk, *dv;
+        if (ld) {
+            dq = ar.alloc<bf16>(N * ld);
+            dk = dq + Dfa;
+            dv = dk + Dkv;
+        } else {
+            dq = ar.alloc<bf16>(N * Dfa);
+            dk = ar.alloc<bf16>(N * Dkv);
+            dv = ar.alloc<bf16>(N * Dkv);
+        }
         cuda::AttnShape as;
         as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
+        as.ld_qkv = int(ld);
         prof_.section("attention");
         if (use_cudnn_attention(as))
             cudnn_attn_->backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s), st);
@@ -687,14 +747,21 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
             cuda::attention_backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s),
                                      st);
         prof_.section("rope");
-        if (c.rope_dim > 0) {
+        if (c.rope_dim > 0 && ld) {
+            cuda::rope_backward_strided(dq, ld, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
+        } else if (c.rope_dim > 0) {
             cuda::rope_backward(dq, B, T, n_fa, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
             cuda::rope_backward(dk, B, T, n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
         }
         prof_.section("gemm_dx");
-        proj_backward(m, b, st, dq, Dfa, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, dxn, first, prof_);
-        proj_backward(m, b, st, dk, Dkv, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, dxn, first, prof_);
-        proj_backward(m, b, st, dv, Dkv, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, dxn, first, prof_);
+        if (ld) {
+            proj_backward(m, b, st, dq, ld, a.xn1, N, C,
+                          {{o.wq, o.bq, Dfa}, {o.wk, o.bk, Dkv}, {o.wv, o.bv, Dkv}}, dxn, first, prof_);
+        } else {
+            proj_backward(m, b, st, dq, Dfa, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, dxn, first, prof_);
+            proj_backward(m, b, st, dk, Dkv, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, dxn, first, prof_);
+            proj_backward(m, b, st, dv, Dkv, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, dxn, first, prof_);
+        }
     }
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
@@ -832,6 +899,58 @@ int64_t validate_batch(const TrainBatch& batch, int64_t V, bool with_targets) {
 
 }  // namespace
 
+// Replays the training step as one CUDA graph (GpuStepOptions::cuda_graph): a step whose key equals the
+// previous eager step's is captured (the first eager run tuned the GEMMs and built every workspace, cuDNN
+// plan and scratch pool, so the capture only records kernels), and later steps with the same key launch the
+// graph. False: run `body` eagerly (graphs off, a new key, or a capture that failed, after which the step
+// stays eager for the rest of the process).
+bool GpuTrainStep::run_step_graph(const std::vector<double>& key, const std::function<void()>& body) {
+    static const int env = [] {
+        const char* e = std::getenv("HYDRA_STEP_GRAPH");
+        return e && *e ? (std::string(e) == "0" ? 0 : 1) : -1;
+    }();
+    if (!(env == 1 || (env == -1 && opt_.cuda_graph)) || graph_.broken) return false;
+    if (graph_.exec && graph_.key == key) {
+        CUDA_CHECK(cudaGraphLaunch(graph_.exec, stream_));
+        return true;
+    }
+    if (graph_.seen != key) {  // a new step: run it eagerly first
+        graph_.seen = key;
+        return false;
+    }
+    if (graph_.exec) {
+        CUDA_CHECK(cudaGraphExecDestroy(graph_.exec));
+        graph_.exec = nullptr;
+    }
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    std::string why;
+    try {
+        body();
+    } catch (const std::exception& e) {
+        why = e.what();
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (why.empty() && end != cudaSuccess) why = cudaGetErrorString(end);
+    cudaGraphExec_t exec = nullptr;
+    if (why.empty()) {
+        const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+        if (inst != cudaSuccess) why = cudaGetErrorString(inst);
+    }
+    if (graph) (void)cudaGraphDestroy(graph);
+    if (!why.empty()) {
+        (void)cudaGetLastError();
+        graph_.broken = true;
+        std::fprintf(stderr, "[hydra] training step not captured as a CUDA graph (%s); running it eagerly\n",
+                     why.c_str());
+        return false;  // nothing ran: the caller runs the body eagerly
+    }
+    graph_.exec = exec;
+    graph_.key = key;
+    CUDA_CHECK(cudaGraphLaunch(graph_.exec, stream_));
+    return true;
+}
+
 GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuObjective& obj) {
     const ModelConfig& c = student_.config();
     const Shape s{batch.batch, batch.seq_len};
@@ -845,79 +964,105 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
     cuda::DeviceArena& ar = *arena_;
     const size_t mark0 = ar.mark();
     cudaStream_t st = stream_;
+    const bool kl_mask = obj.kl_weight > 0 && obj.kl_max_position > 0 && obj.kl_max_position < s.T;
 
-    // teacher: final hidden states (N, Ct) bf16 for the KL, and the row mask of kl_max_position
-    const bf16* th = nullptr;
-    const uint8_t* mask = nullptr;
-    int64_t kept = N;
-    if (obj.kl_weight > 0) {
-        const int64_t Ct = teacher_->config().hidden_size;
-        bf16* t_hidden = ar.alloc<bf16>(N * Ct);
-        float* t_rstd = ar.alloc<float>(N);
-        forward_model(*teacher_, s, t_hidden, t_rstd, false);
-        th = t_hidden;
-        if (obj.kl_max_position > 0 && obj.kl_max_position < s.T) {
-            std::vector<uint8_t> host(static_cast<size_t>(N));
-            kept = 0;
-            for (int64_t i = 0; i < N; ++i) kept += host[size_t(i)] = (i % s.T) < obj.kl_max_position;
-            if (kl_mask_.size() < N) kl_mask_.resize(N);
-            CUDA_CHECK(cudaMemcpyAsync(kl_mask_.data(), host.data(), size_t(N), cudaMemcpyHostToDevice, st));
-            CUDA_CHECK(cudaStreamSynchronize(st));  // `host` goes out of scope
-            mask = kl_mask_.data();
+    // Everything from here to the loss totals runs on the stream without host synchronisation (but for the
+    // KL row mask's upload), so it can be captured as one CUDA graph and replayed (run_step_graph).
+    auto body = [&] {
+        // teacher: final hidden states (N, Ct) bf16 for the KL, and the row mask of kl_max_position
+        const bf16* th = nullptr;
+        const uint8_t* mask = nullptr;
+        int64_t kept = N;
+        if (obj.kl_weight > 0) {
+            const int64_t Ct = teacher_->config().hidden_size;
+            bf16* t_hidden = ar.alloc<bf16>(N * Ct);
+            float* t_rstd = ar.alloc<float>(N);
+            forward_model(*teacher_, s, t_hidden, t_rstd, false);
+            th = t_hidden;
+            if (obj.kl_max_position > 0 && obj.kl_max_position < s.T) {
+                std::vector<uint8_t> host(static_cast<size_t>(N));
+                kept = 0;
+                for (int64_t i = 0; i < N; ++i) kept += host[size_t(i)] = (i % s.T) < obj.kl_max_position;
+                if (kl_mask_.size() < N) kl_mask_.resize(N);
+                CUDA_CHECK(
+                    cudaMemcpyAsync(kl_mask_.data(), host.data(), size_t(N), cudaMemcpyHostToDevice, st));
+                CUDA_CHECK(cudaStreamSynchronize(st));  // `host` goes out of scope
+                mask = kl_mask_.data();
+            }
         }
-    }
 
-    // student forward (kept for the backward)
-    bf16* h = ar.alloc<bf16>(N * C);
-    float* rstd_f = ar.alloc<float>(N);
-    forward_model(student_, s, h, rstd_f, true);
+        // student forward (kept for the backward)
+        bf16* h = ar.alloc<bf16>(N * C);
+        float* rstd_f = ar.alloc<float>(N);
+        forward_model(student_, s, h, rstd_f, true);
 
-    // losses through the LM head: dh (N, C) fp32
-    float* dh = ar.alloc<float>(N * C);
-    prof_.section("lm_head_loss");
-    cuda::zero_totals(totals_.data(), st);
-    cuda::zero_totals(totals_.data() + 1, st);
-    const bf16* W = student_.p16(student_.lm_head_offset());
-    float* dW = student_.grad(student_.lm_head_offset());
-    if (obj.ce_weight > 0) {
-        cuda::LmHeadGrads g;
-        g.dh_f32 = dh;
-        g.dW = dW;
-        g.grad_scale = scored ? float(obj.ce_weight / double(scored)) : 0.f;
-        cuda::cross_entropy_lm_head(*blas_, h, W, targets_.data(), N, C, V, g, totals_.data(), *loss_ws_);
-    }
-    if (obj.kl_weight > 0) {
-        cuda::LmHeadGrads g;
-        g.dh_f32 = dh;
-        g.accumulate_dh = obj.ce_weight > 0;
-        g.dW = dW;
-        g.grad_scale = kept ? float(obj.kl_weight / double(kept)) : 0.f;
-        cuda::kl_lm_head(*blas_, h, W, C, th, teacher_->p16(teacher_->lm_head_offset()), teacher_->config().hidden_size,
-                         mask, N, V, obj.temperature, g, totals_.data() + 1, *loss_ws_);
-    }
-
-    // backward
-    prof_.section("other");
-    float* dx = ar.alloc<float>(N * C);
-    bf16* dxb = ar.alloc<bf16>(N * C);  // bf16(dx), kept current by every norm backward below
-    CUDA_CHECK(cudaMemsetAsync(dx, 0, size_t(N * C) * sizeof(float), st));
-    cuda::rmsnorm_backward(dx, dxb, student_.grad(student_.final_norm_offset()), dh, resid_[size_t(L)],
-                           student_.p32(student_.final_norm_offset()), rstd_f, N, C, st);
-    for (int64_t l = L - 1; l >= 0; --l) {
-        if (opt_.recompute) {
-            const size_t mk = ar.mark();
-            LayerActs a;
-            alloc_acts(student_, l, s, a);
-            float* scratch = ar.alloc<float>(N * C);
-            layer_forward(student_, l, s, resid_[size_t(l)], scratch, a, true, rope_cos_, rope_sin_);
-            layer_backward(l, s, dx, a, dxb);
-            ar.reset(mk);
-        } else {
-            layer_backward(l, s, dx, acts_[size_t(l)], dxb);
+        // losses through the LM head: dh (N, C) fp32
+        float* dh = ar.alloc<float>(N * C);
+        prof_.section("lm_head_loss");
+        cuda::zero_totals(totals_.data(), st);
+        cuda::zero_totals(totals_.data() + 1, st);
+        const bf16* W = student_.p16(student_.lm_head_offset());
+        float* dW = student_.grad(student_.lm_head_offset());
+        if (obj.ce_weight > 0) {
+            cuda::LmHeadGrads g;
+            g.dh_f32 = dh;
+            g.dW = dW;
+            g.grad_scale = scored ? float(obj.ce_weight / double(scored)) : 0.f;
+            cuda::cross_entropy_lm_head(*blas_, h, W, targets_.data(), N, C, V, g, totals_.data(), *loss_ws_);
         }
-    }
-    if (float* g = student_.grad(student_.embed_offset())) cuda::embedding_backward(g, dx, ids_.data(), N, V, C, st);
-    prof_.stop();
+        if (obj.kl_weight > 0) {
+            cuda::LmHeadGrads g;
+            g.dh_f32 = dh;
+            g.accumulate_dh = obj.ce_weight > 0;
+            g.dW = dW;
+            g.grad_scale = kept ? float(obj.kl_weight / double(kept)) : 0.f;
+            cuda::kl_lm_head(*blas_, h, W, C, th, teacher_->p16(teacher_->lm_head_offset()),
+                             teacher_->config().hidden_size, mask, N, V, obj.temperature, g,
+                             totals_.data() + 1, *loss_ws_);
+        }
+
+        // backward
+        prof_.section("other");
+        float* dx = ar.alloc<float>(N * C);
+        bf16* dxb = ar.alloc<bf16>(N * C);  // bf16(dx), kept current by every norm backward below
+        CUDA_CHECK(cudaMemsetAsync(dx, 0, size_t(N * C) * sizeof(float), st));
+        cuda::rmsnorm_backward(dx, dxb, student_.grad(student_.final_norm_offset()), dh, resid_[size_t(L)],
+                               student_.p32(student_.final_norm_offset()), rstd_f, N, C, st);
+        for (int64_t l = L - 1; l >= 0; --l) {
+            if (opt_.recompute) {
+                const size_t mk = ar.mark();
+                LayerActs a;
+                alloc_acts(student_, l, s, a);
+                float* scratch = ar.alloc<float>(N * C);
+                layer_forward(student_, l, s, resid_[size_t(l)], scratch, a, true, rope_cos_, rope_sin_);
+                layer_backward(l, s, dx, a, dxb);
+                ar.reset(mk);
+            } else {
+                layer_backward(l, s, dx, acts_[size_t(l)], dxb);
+            }
+        }
+        if (float* g = student_.grad(student_.embed_offset()))
+            cuda::embedding_backward(g, dx, ids_.data(), N, V, C, st);
+        prof_.stop();
+    };  // body
+
+    // what the captured kernels bake in: shapes, the objective, the loss scales, the arena and teacher
+    const std::vector<double> key{double(s.B),
+                                  double(s.T),
+                                  obj.ce_weight,
+                                  obj.kl_weight,
+                                  double(obj.temperature),
+                                  double(obj.kl_max_position),
+                                  double(scored),
+                                  double(reinterpret_cast<uintptr_t>(arena_.get())),
+                                  double(ar.mark()),
+                                  double(reinterpret_cast<uintptr_t>(teacher_)),
+                                  double(opt_.recompute),
+                                  double(ws_generation_),
+                                  double(reinterpret_cast<uintptr_t>(ids_.data())),
+                                  double(reinterpret_cast<uintptr_t>(targets_.data())),
+                                  double(cudnn_attn_ ? cudnn_attn_->workspace_bytes() : 0)};
+    if (kl_mask || prof_.enabled() || !run_step_graph(key, body)) body();
 
     GpuStepLosses r;
     const cuda::LossTotals ce = cuda::read_totals(totals_.data(), st);

@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -134,7 +135,11 @@ struct GpuStepOptions {
     cuda::LmHeadChunking chunking;
     // One vocabulary chunk per row block when its fp32 logits tile fits in resident_vocab_bytes: the loss
     // then runs the logits GEMM once instead of twice (losses.h). 0 = always use `chunking` as given.
-    size_t resident_vocab_bytes = size_t(512) << 20;
+    // With lm_row_block_auto the row block is the largest of 8192, 4096 and chunking.row_block rows whose
+    // tile fits that budget, itself at most 1/32 of the device's memory (H200: 8192 rows, a 1.6 GB tile at
+    // V = 49152): fewer, larger blocks accumulate the fp32 dW of the LM head fewer times.
+    size_t resident_vocab_bytes = size_t(2) << 30;
+    bool lm_row_block_auto = true;
     // Device memory that must stay free beside the activation arena (cuBLAS, stream-ordered scratch of the
     // layer ops, evaluation workspaces). The arena is sized from the step's allocations (arena_estimate),
     // and grown (replaced between steps) when a larger step comes.
@@ -144,6 +149,12 @@ struct GpuStepOptions {
     // has an engine for the shape, else ours (ops/cuda/attention.h). HYDRA_ATTENTION=own in the
     // environment turns it off.
     bool cudnn_attention = true;
+    // Replay forward_backward as one CUDA graph once a step repeats the previous step's shape, objective,
+    // loss scales and buffers (the first such step is captured): no per-kernel launch cost on the host and
+    // no gaps between the ~1,400 kernels of a SmolLM2-135M step (2.5-3.5% faster on an H200).
+    // HYDRA_STEP_GRAPH=0 / 1 in the environment overrides this. Not with HYDRA_STEP_PROFILE's events or
+    // a KL position limit (its row mask is uploaded inside the step).
+    bool cuda_graph = true;
 };
 
 // The stage objective (train/model_step.h's StageObjective on the device): ce_weight * mean CE over scored
@@ -204,6 +215,8 @@ public:
     size_t workspace_bytes() const;
     // Whether any attention of this step ran on cuDNN (ops/cuda/cudnn_attention.h).
     bool used_cudnn_attention() const { return cudnn_used_; }
+    // Whether the last steps replayed a captured CUDA graph (GpuStepOptions::cuda_graph).
+    bool used_step_graph() const { return graph_.exec != nullptr; }
     // Per-category GPU time of the following steps (gpu/step_profiler.h); profile() synchronises and
     // returns the milliseconds since its last call.
     void enable_profile() { prof_.enable(stream_); }
@@ -215,6 +228,9 @@ public:
         bf16* xn1 = nullptr;          // (N, C) normed input
         float* rstd1 = nullptr;       // (N)
         bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // FA (N, n_fa|n_kv, Dh), q/k after RoPE
+        // q, k, v as columns of one (N, Dfa + 2 Dkv) buffer (one projection GEMM, one RoPE launch; cuDNN
+        // reads them strided): that row width; 0 = three packed buffers (our own attention kernels)
+        int64_t ld_qkv = 0;
         float* lse = nullptr;                                         // (B, n_fa, T)
         bf16* lqkv = nullptr;  // (N, 3 Dla) LA q|k|v projections (conv inputs)
         bf16* lz = nullptr;    // (N, Dla) output gate
@@ -269,6 +285,11 @@ private:
     // Whether this attention shape runs on cuDNN (decided once per shape, so forward and backward agree
     // on the statistics' convention).
     bool use_cudnn_attention(const cuda::AttnShape& as);
+    // Whether layer l's FA heads use the fused q|k|v layout (cuDNN attention takes the strided shape).
+    bool fused_qkv(const GpuTrainModel& m, int64_t l, const Shape& s);
+    // Runs `body` (the step's stream work) through the step graph when it may (see the .cpp); false: the
+    // caller runs it eagerly.
+    bool run_step_graph(const std::vector<double>& key, const std::function<void()>& body);
 
     GpuTrainModel& student_;
     const GpuTrainModel* teacher_;
@@ -294,6 +315,12 @@ private:
     std::vector<float*> resid_;
     std::vector<LayerActs> acts_;
     const float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
+    int64_t ws_generation_ = 0;  // bumped when workspaces a step graph may point at are replaced
+    struct StepGraph {
+        std::vector<double> key, seen;  // the captured step's key; the last eager step's key
+        cudaGraphExec_t exec = nullptr;
+        bool broken = false;  // a capture failed: eager from then on
+    } graph_;
 };
 
 }  // namespace hydra::gpu

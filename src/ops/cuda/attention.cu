@@ -333,6 +333,8 @@ void check_shape(const AttnShape& s) {
                                                            " Hkv=" + std::to_string(s.Hkv));
     require(s.H % s.Hkv == 0, "H=" + std::to_string(s.H) + " is not a multiple of Hkv=" + std::to_string(s.Hkv));
     require(s.D == 64 || s.D == 128, "head dim " + std::to_string(s.D) + " not supported (64 or 128)");
+    require(s.ld_qkv == 0, "these kernels read packed q, k, v (ld_qkv " + std::to_string(s.ld_qkv) +
+                               " is for the cuDNN path)");
 }
 
 int g_fwd_minb = 0;  // 0: default per head dim

@@ -17,6 +17,10 @@ namespace hydra::cuda {
 
 struct AttnShape {
     int B = 0, T = 0, H = 0, Hkv = 0, D = 0;
+    // Elements between consecutive tokens of q, k, v (and dq, dk, dv): 0 = packed (H * D for q, Hkv * D
+    // for k and v); the row width of a fused QKV projection otherwise, with q, k and v pointing at their
+    // columns of it. o and d_o stay packed. Only the cuDNN path (cudnn_attention.h) takes a nonzero value.
+    int ld_qkv = 0;
 };
 
 // Backward scratch: fp32 dQ accumulator (B, T, H, D) and the row dot products D = dO . O (B, H, T).

@@ -7,10 +7,12 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -257,8 +259,9 @@ class GraphBuilder {
         ops_.push_back(std::move(op));
     }
 
-    // Operation graph -> heuristics (mode A) -> the first engine configuration that finalizes as a plan.
-    Desc plan(const char* name, int64_t& workspace) {
+    // Operation graph -> heuristics (mode A) -> the engine configurations that finalize as plans, in the
+    // heuristic's order (at most `max_plans`), with their workspace sizes.
+    std::vector<std::pair<Desc, int64_t>> plans(const char* name, size_t max_plans) {
         std::vector<cudnnBackendDescriptor_t> raw;
         for (const auto& o : ops_) raw.push_back(o.get());
         Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -287,7 +290,8 @@ class GraphBuilder {
                                   count, &got, cfg_raw.data()),
                    "engine heuristics results");
         std::string errors;
-        for (int64_t i = 0; i < got; ++i) {
+        std::vector<std::pair<Desc, int64_t>> out;
+        for (int64_t i = 0; i < got && out.size() < max_plans; ++i) {
             Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
             p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
                 .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
@@ -300,17 +304,19 @@ class GraphBuilder {
                     std::string("; config ") + std::to_string(i) + ": " + api().error_string(st) + " " + msg;
                 continue;
             }
-            int64_t n = 0;
+            int64_t n = 0, workspace = 0;
             CUDNN_CALL(api().get_attr(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                       &n, &workspace),
                        "plan workspace size");
-            // the plan refers to its engine configuration and graph: keep them as long as the builder
-            keep(std::move(graph));
-            keep(std::move(heur));
-            for (auto& c : cfgs) keep(std::move(c));
-            return p;
+            out.emplace_back(std::move(p), workspace);
         }
-        throw Error(std::string("cuDNN: no engine configuration of the ") + name + " finalizes" + errors);
+        if (out.empty())
+            throw Error(std::string("cuDNN: no engine configuration of the ") + name + " finalizes" + errors);
+        // the plans refer to their engine configurations and graph: keep them as long as the builder
+        keep(std::move(graph));
+        keep(std::move(heur));
+        for (auto& c : cfgs) keep(std::move(c));
+        return out;
     }
 
   private:
@@ -321,9 +327,19 @@ class GraphBuilder {
     std::vector<Desc> ops_;
 };
 
-// Strides of the (b, h, s, d) views of our row-major (B, T, heads, D) activations.
-Dims bshd_strides(const AttnShape& s, int heads) {
-    return {int64_t(s.T) * heads * s.D, s.D, int64_t(heads) * s.D, 1};
+// Strides of the (b, h, s, d) views of our row-major (B, T, heads, D) activations, `ld` elements from one
+// token to the next (heads * D when packed; the fused QKV row width otherwise).
+Dims bshd_strides(const AttnShape& s, int64_t ld) {
+    return {int64_t(s.T) * ld, s.D, ld, 1};
+}
+int64_t q_ld(const AttnShape& s) {
+    return s.ld_qkv ? s.ld_qkv : int64_t(s.H) * s.D;
+}
+int64_t kv_ld(const AttnShape& s) {
+    return s.ld_qkv ? s.ld_qkv : int64_t(s.Hkv) * s.D;
+}
+int64_t o_ld(const AttnShape& s) {
+    return int64_t(s.H) * s.D;
 }
 Dims transposed(Dims d) {  // swap the last two axes (K -> K^T as a view)
     std::swap(d[2], d[3]);
@@ -349,7 +365,24 @@ struct BuiltPlan {
     std::unique_ptr<GraphBuilder> graph;
     Desc plan;
     int64_t workspace = 0;
+    std::vector<std::pair<Desc, int64_t>> others;  // further finalized engines, timed by CudnnAttention::Impl
 };
+
+// Up to this many engine configurations per direction are finalized (and, when there is more than one,
+// timed on the first use of a shape; HYDRA_CUDNN_TUNE=0 keeps the heuristic's first).
+size_t max_plans() {
+    static const size_t n = [] {
+        const char* e = std::getenv("HYDRA_CUDNN_TUNE");
+        return e && std::string(e) == "0" ? size_t(1) : size_t(4);
+    }();
+    return n;
+}
+
+void take_plans(BuiltPlan& r, std::vector<std::pair<Desc, int64_t>> all) {
+    r.plan = std::move(all[0].first);
+    r.workspace = all[0].second;
+    for (size_t i = 1; i < all.size(); ++i) r.others.push_back(std::move(all[i]));
+}
 
 // Forward: S = Q K^T * scale, causal mask, softmax with stats = max + log(sum exp), O = P V.
 BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
@@ -358,11 +391,11 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
     const int64_t B = s.B, T = s.T, H = s.H, Hk = s.Hkv, D = s.D;
     const Dims sdim{B, H, T, T}, sstr{H * T * T, T * T, T, 1};
     const Dims rdim{B, H, T, 1}, rstr{H * T, T, 1, 1};
-    const Desc& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, {B, H, T, D}, bshd_strides(s, s.H), false);
+    const Desc& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, {B, H, T, D}, bshd_strides(s, q_ld(s)), false);
     const Desc& kt =
-        g.tensor(kK, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(bshd_strides(s, s.Hkv)), false);
-    const Desc& v = g.tensor(kV, CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, bshd_strides(s, s.Hkv), false);
-    const Desc& o = g.tensor(kO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, bshd_strides(s, s.H), false);
+        g.tensor(kK, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(bshd_strides(s, kv_ld(s))), false);
+    const Desc& v = g.tensor(kV, CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, bshd_strides(s, kv_ld(s)), false);
+    const Desc& o = g.tensor(kO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, bshd_strides(s, o_ld(s)), false);
     const Desc& stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rdim, rstr, false);
 
     const Desc& s0 = g.virt(CUDNN_DATA_FLOAT, sdim, sstr);
@@ -387,7 +420,7 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
     const Desc& p = g.virt(CUDNN_DATA_BFLOAT16, sdim, sstr);
     g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, p, &sum);
     g.matmul(p, v, o);
-    r.plan = g.plan("attention forward graph", r.workspace);
+    take_plans(r, g.plans("attention forward graph", max_plans()));
     return r;
 }
 
@@ -415,12 +448,14 @@ BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
     const Dims sdim{B, H, T, T}, sstr{H * T * T, T * T, T, 1};
     const Dims tstr{H * T * T, T * T, 1, T};  // strides of the transposed view of the scores
     const Dims rdim{B, H, T, 1}, rstr{H * T, T, 1, 1};
-    const Dims qstr = bshd_strides(s, s.H), kstr = bshd_strides(s, s.Hkv);
+    // q, k, v and their gradients may be columns of a fused QKV row (ld_qkv); o and d_o are packed
+    const Dims qstr = bshd_strides(s, q_ld(s)), kstr = bshd_strides(s, kv_ld(s)),
+               ostr = bshd_strides(s, o_ld(s));
     const Desc& q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, {B, H, T, D}, qstr, false);
     const Desc& kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(kstr), false);
     const Desc& vt = g.tensor(kV, CUDNN_DATA_BFLOAT16, {B, Hk, D, T}, transposed(kstr), false);
-    const Desc& o = g.tensor(kO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, qstr, false);
-    const Desc& d_o = g.tensor(kDO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, qstr, false);
+    const Desc& o = g.tensor(kO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, ostr, false);
+    const Desc& d_o = g.tensor(kDO, CUDNN_DATA_BFLOAT16, {B, H, T, D}, ostr, false);
     const Desc& stats = g.tensor(kStats, CUDNN_DATA_FLOAT, rdim, rstr, false);
     const Desc& dq = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, {B, H, T, D}, qstr, false);
     const Desc& dk = g.tensor(kDK, CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, kstr, false);
@@ -473,13 +508,14 @@ BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
     const Desc& dq_acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, {B, H, T, D}, {H * T * D, T * D, D, 1}, false);
     g.matmul(ds, k, dq_acc);
     g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, dq);
-    r.plan = g.plan("attention backward graph", r.workspace);
+    take_plans(r, g.plans("attention backward graph", max_plans()));
     return r;
 }
 
 // The value of masked scores: -inf from cuDNN 9.10 on, the lowest finite float before (as NVIDIA's frontend).
 float masked_score() {
-    return api().lib.version >= 91000 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::lowest();
+    return api().lib.version >= 91000 ? -std::numeric_limits<float>::infinity()
+                                      : std::numeric_limits<float>::lowest();
 }
 
 void execute(cudnnHandle_t handle, const Desc& plan, const std::vector<int64_t>& uids,
@@ -505,7 +541,7 @@ struct CudnnAttention::Impl {
         BuiltPlan fwd, bwd;
     };
     cudnnHandle_t handle = nullptr;
-    std::map<std::tuple<int, int, int, int, int>, Plans> plans;
+    std::map<std::tuple<int, int, int, int, int, int>, Plans> plans;
     std::string reason;
     void* workspace = nullptr;
     size_t workspace_size = 0;
@@ -516,16 +552,19 @@ struct CudnnAttention::Impl {
         if (handle) api().destroy(handle);
     }
     Plans& get(const AttnShape& s) {
-        auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.D);
+        auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.D, s.ld_qkv);
         auto it = plans.find(key);
         if (it != plans.end()) return it->second;
         Plans& p = plans[key];
         try {
             if (!api().lib.loaded) throw Error(api().lib.why);
             if (s.H % s.Hkv != 0) throw Error("H must be a multiple of Hkv");
+            if (s.ld_qkv != 0 && s.ld_qkv < int64_t(s.H + 2 * s.Hkv) * s.D)
+                throw Error("ld_qkv " + std::to_string(s.ld_qkv) + " is narrower than a fused q|k|v row");
             if (!handle) CUDNN_CALL(api().create(&handle), "cudnnCreate");
             p.fwd = build_forward(handle, s);
             p.bwd = build_backward(handle, s);
+            tune(s, p);
             reserve(size_t(std::max(p.fwd.workspace, p.bwd.workspace)));
             p.ok = true;
         } catch (const std::exception& e) {
@@ -533,6 +572,104 @@ struct CudnnAttention::Impl {
             p.why = e.what();
         }
         return p;
+    }
+    // With more than one finalized engine for a direction: times each (1 + 3 runs, CUDA events) on zeroed
+    // scratch tensors of the shape and keeps the fastest. cuDNN's heuristic order is not always the fastest
+    // order at our shapes (d 64, fused q|k|v strides).
+    void tune(const AttnShape& s, Plans& p) {
+        if (p.fwd.others.empty() && p.bwd.others.empty()) return;
+        const size_t B = size_t(s.B), T = size_t(s.T), H = size_t(s.H), Hk = size_t(s.Hkv), D = size_t(s.D);
+        const size_t qkv = s.ld_qkv ? B * T * size_t(s.ld_qkv) : B * T * (H + 2 * Hk) * D;  // elements
+        const size_t ohd = B * T * H * D, rows = B * H * T;
+        // every tensor 256-byte aligned, as the caller's are (an engine may use 16-byte vector accesses)
+        auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+        const size_t off_dq = al(qkv * 2), off_o = off_dq + al(qkv * 2), off_do = off_o + al(ohd * 2),
+                     off_st = off_do + al(ohd * 2), off_dv = off_st + al(rows * 4),
+                     off_acc = off_dv + al(rows * 4), bytes = off_acc + al(ohd * 4);
+        int64_t ws = 0;
+        for (const BuiltPlan* b : {&p.fwd, &p.bwd}) {
+            ws = std::max(ws, b->workspace);
+            for (const auto& o : b->others) ws = std::max(ws, o.second);
+        }
+        reserve(size_t(ws));
+        char* base = nullptr;
+        CUDA_CHECK(cudaMalloc(&base, bytes));
+        CUDA_CHECK(cudaMemset(base, 0, bytes));
+        auto* q = reinterpret_cast<__nv_bfloat16*>(base);
+        auto* dq = reinterpret_cast<__nv_bfloat16*>(base + off_dq);
+        auto* o = reinterpret_cast<__nv_bfloat16*>(base + off_o);
+        auto* d_o = reinterpret_cast<__nv_bfloat16*>(base + off_do);
+        auto* stats = reinterpret_cast<float*>(base + off_st);
+        auto* dvec = reinterpret_cast<float*>(base + off_dv);
+        auto* dq_acc = reinterpret_cast<float*>(base + off_acc);
+        const size_t k_off = s.ld_qkv ? H * D : B * T * H * D,
+                     v_off = k_off + (s.ld_qkv ? Hk * D : B * T * Hk * D);
+        cudaStream_t st = nullptr;
+        cudaEvent_t e0 = nullptr, e1 = nullptr;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
+        CUDNN_CALL(api().set_stream(handle, st), "cudnnSetStream");
+        float scale = 0.125f, neg_inf = masked_score(), one = 1.f;
+        auto run = [&](const Desc& plan, bool fwd) {
+            if (fwd)
+                execute(handle, plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
+                        {q, q + k_off, q + v_off, o, stats, &scale, &neg_inf}, workspace,
+                        "attention forward (tuning)");
+            else
+                execute(handle, plan,
+                        {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum,
+                         kDQAccum},
+                        {q, q + k_off, q + v_off, o, d_o, stats, dq, dq + k_off, dq + v_off, &scale, &one,
+                         &neg_inf, dvec, dq_acc},
+                        workspace, "attention backward (tuning)");
+        };
+        auto time = [&](const Desc& plan, bool fwd) -> float {
+            try {
+                run(plan, fwd);
+                CUDA_CHECK(cudaEventRecord(e0, st));
+                for (int i = 0; i < 3; ++i) run(plan, fwd);
+                CUDA_CHECK(cudaEventRecord(e1, st));
+                CUDA_CHECK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                return ms / 3;
+            } catch (const std::exception&) {
+                (void)cudaStreamSynchronize(st);
+                (void)cudaGetLastError();
+                return std::numeric_limits<float>::infinity();
+            }
+        };
+        static const bool log = [] {
+            const char* e = std::getenv("HYDRA_CUDNN_LOG");
+            return e && std::string(e) != "0";
+        }();
+        for (int dir = 0; dir < 2; ++dir) {
+            BuiltPlan& b = dir == 0 ? p.fwd : p.bwd;
+            if (b.others.empty()) continue;
+            std::string line;
+            float best = time(b.plan, dir == 0);
+            line += " " + std::to_string(best * 1000.0f);
+            size_t pick = 0;
+            for (size_t i = 0; i < b.others.size(); ++i) {
+                const float t = time(b.others[i].first, dir == 0);
+                line += " " + std::to_string(t * 1000.0f);
+                if (t < best) best = t, pick = i + 1;
+            }
+            if (pick > 0) {  // swap the winner in
+                std::swap(b.plan, b.others[pick - 1].first);
+                std::swap(b.workspace, b.others[pick - 1].second);
+            }
+            if (log)
+                std::fprintf(stderr, "[hydra cudnn] %s B%d T%d H%d/%d D%d ld %d: engine %zu of %zu, us:%s\n",
+                             dir == 0 ? "fwd" : "bwd", s.B, s.T, s.H, s.Hkv, s.D, s.ld_qkv, pick,
+                             b.others.size() + 1, line.c_str());
+        }
+        (void)cudaStreamSynchronize(st);
+        CUDA_CHECK(cudaEventDestroy(e0));
+        CUDA_CHECK(cudaEventDestroy(e1));
+        CUDA_CHECK(cudaStreamDestroy(st));
+        CUDA_CHECK(cudaFree(base));
     }
     void reserve(size_t bytes) {
         if (bytes <= workspace_size) return;

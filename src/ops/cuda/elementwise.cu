@@ -2,6 +2,8 @@
 // layer_util.cuh. Grid-stride loops, one element per thread step; all of these are memory-bound.
 #include "ops/cuda/elementwise.h"
 
+#include <algorithm>
+
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
@@ -44,19 +46,24 @@ __global__ void k_bias_partials(float* __restrict__ partials, const bf16* __rest
         partials[i] = s;
     }
 }
-// Block (32 columns x kSegs segments): thread (x, y) sums, in part order and in double, the parts of segment y
-// (a fixed contiguous range) for column x; the kSegs segment sums are then added in segment order. The order
-// is fixed, so the result is deterministic; the parts of one column are read by kSegs threads at once
-// instead of one (a single thread per column left most of the card idle and the loads in one chain).
+// Deterministic column sums of the partials in two kernels. Stage 1: block (column tile tx, group g) of
+// 32 columns x kSegs threads; thread (x, y) sums, in part order and in double, the parts of segment
+// g * kSegs + y (a fixed contiguous range of parts), and the block adds its kSegs segment sums in order into
+// stage[g][c]. Stage 2: dst[c] += the groups' sums in group order. The group count is a function of
+// (nparts, C) only, so the order of every addition is fixed and the result deterministic; the groups give
+// the first stage enough blocks to load from most multiprocessors (one block per 32 columns alone used
+// 18 of 132 at C = 576, ~10 us per call at 4096 parts).
 constexpr int kSegs = 32;
-__global__ void k_accumulate_partials(float* __restrict__ dst, const float* __restrict__ partials, int64_t nparts,
-                                      int64_t C, int64_t ld) {
+__global__ void k_partials_stage1(double* __restrict__ stage, const float* __restrict__ partials,
+                                  int64_t nparts, int64_t C, int64_t ld, int groups) {
     __shared__ double seg_sum[kSegs][33];
     const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
-    const int64_t per = (nparts + kSegs - 1) / kSegs, p0 = threadIdx.y * per, p1 = min(nparts, p0 + per);
+    const int g = blockIdx.y;
+    const int64_t nseg = int64_t(groups) * kSegs, per = (nparts + nseg - 1) / nseg;
+    const int64_t p0 = min(nparts, (int64_t(g) * kSegs + threadIdx.y) * per), p1 = min(nparts, p0 + per);
     double s = 0;
     if (c < C) {
-#pragma unroll 8
+#pragma unroll 4
         for (int64_t p = p0; p < p1; ++p) s += double(partials[p * ld + c]);
     }
     seg_sum[threadIdx.y][threadIdx.x] = s;
@@ -64,8 +71,16 @@ __global__ void k_accumulate_partials(float* __restrict__ dst, const float* __re
     if (threadIdx.y == 0 && c < C) {
         double t = 0;
         for (int y = 0; y < kSegs; ++y) t += seg_sum[y][threadIdx.x];
-        dst[c] += float(t);
+        stage[int64_t(g) * C + c] = t;
     }
+}
+__global__ void k_partials_stage2(float* __restrict__ dst, const double* __restrict__ stage, int64_t C,
+                                  int groups) {
+    const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (c >= C) return;
+    double t = 0;
+    for (int g = 0; g < groups; ++g) t += stage[int64_t(g) * C + c];
+    dst[c] += float(t);
 }
 __global__ void k_gather_heads(bf16* __restrict__ dst, const bf16* __restrict__ src, const int32_t* __restrict__ heads,
                                int64_t N, int64_t H_src, int64_t n_sel, int64_t D) {
@@ -93,9 +108,18 @@ namespace detail {
 void accumulate_partials(float* dst, const float* partials, int64_t nparts, int64_t C, int64_t ld,
                          cudaStream_t stream) {
     if (!dst || C <= 0 || nparts <= 0) return;
-    const dim3 block(32, kSegs);
-    k_accumulate_partials<<<unsigned((C + 31) / 32), block, 0, stream>>>(dst, partials, nparts, C, ld);
+    const int64_t tiles = (C + 31) / 32;
+    // about 256 first-stage blocks, at most one segment of parts per thread row (from nparts and C only)
+    const int groups = int(std::clamp<int64_t>((256 + tiles - 1) / tiles, 1,
+                                               std::max<int64_t>(1, (nparts + kSegs - 1) / kSegs)));
+    Scratch stage(size_t(2 * groups * C), stream);  // groups x C doubles
+    double* st = reinterpret_cast<double*>(stage.get());
+    k_partials_stage1<<<dim3(unsigned(tiles), unsigned(groups)), dim3(32, kSegs), 0, stream>>>(
+        st, partials, nparts, C, ld, groups);
     CUDA_CHECK(cudaGetLastError());
+    k_partials_stage2<<<unsigned((C + 255) / 256), 256, 0, stream>>>(dst, st, C, groups);
+    CUDA_CHECK(cudaGetLastError());
+    stage.release();
 }
 }  // namespace detail
 

@@ -14,14 +14,26 @@
 // bf16 C reads C as bf16. Dimensions are checked (>= 0, ld >= row length, fits cuBLAS's int);
 // M, N or K == 0 are allowed (K == 0: C = beta * C). Every call is checked (CUBLAS_CHECK) and
 // asynchronous on the context's stream.
+//
+// Engine: cuBLASLt (cublasLtMatmul), one cached plan per shape / leading dimensions / pointer alignment.
+// The first call of a shape asks cuBLASLt's heuristic for up to 8 algorithms and, unless the stream is
+// capturing a CUDA graph or HYDRA_GEMM_TUNE=0, times each (1 + 3 runs, CUDA events) and keeps the
+// fastest: at the training step's odd shapes (K = 576, N = 192 ...) the heuristic's first choice is not
+// always the fastest. The timing runs write a scratch output (or, with beta == 0, the real output, which
+// the call then overwrites), so the call's result is unchanged. HYDRA_GEMM_LOG=1 prints each choice.
+// A process may pick other algorithms in another run (timing noise), so results can differ in the last
+// bits between processes; HYDRA_GEMM_TUNE=0 makes the choice fixed. Where cuBLASLt has no algorithm
+// (or K == 0) the call goes to cublasGemmEx.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace hydra::cuda {
 
@@ -37,14 +49,22 @@ public:
     BlasContext& operator=(const BlasContext&) = delete;
 
     cublasHandle_t handle() const { return handle_; }
+    cublasLtHandle_t lt() const { return lt_; }
     cudaStream_t stream() const { return stream_; }
     void set_stream(cudaStream_t stream);
+    void* workspace() const { return workspace_; }
+    size_t workspace_bytes() const { return workspace_bytes_; }
 
-private:
+    struct Plans;  // the per-shape cuBLASLt plans (gemm.cu)
+    Plans& plans() { return *plans_; }
+
+  private:
     cublasHandle_t handle_ = nullptr;
+    cublasLtHandle_t lt_ = nullptr;
     cudaStream_t stream_ = nullptr;
     void* workspace_ = nullptr;
     size_t workspace_bytes_ = 0;
+    std::unique_ptr<Plans> plans_;
 };
 
 // Row-major C (M, N) = alpha * op(A) @ op(B) + beta * C (see the file comment).
@@ -52,6 +72,11 @@ void gemm_bf16(BlasContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t 
                const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm_bf16(BlasContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc);
+// D (M, N) = alpha * op(A) @ op(B) + beta * C with fp32 C read from one buffer and D written to another
+// (same leading dimension ldc; C == D is the call above): a residual add without copying the residual.
+void gemm_bf16(BlasContext& ctx, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, const float* C, float* D,
+               int64_t ldc);
 
 // `batch` independent GEMMs of the same shape; matrix b of A starts at A + b * stride_a (elements),
 // likewise B and C. Strides may be 0 (a shared operand).

@@ -33,7 +33,7 @@ __global__ void k_rope_table(float* __restrict__ cos_t, float* __restrict__ sin_
 // CUDA graph). inverse = rotate by the negative angle (the backward).
 //
 // A work item is a group of P consecutive pairs (i .. i + P - 1, partners i + half ..), read as one
-// P-element bf16 vector (and P-float table vector) when the strides and pointers allow (P = 4 or 2);
+// P-element bf16 vector (and P-float table vector) when the strides and pointers allow (P = 8, 4 or 2);
 // else P = 1.
 
 // The P angles of pairs i .. i + P - 1 at position t.
@@ -45,10 +45,14 @@ __device__ __forceinline__ void rope_angles(float (&c)[P], float (&sn)[P], const
     if (cos_t) {
         const float* cp = cos_t + t * half + i;
         const float* sp = sin_t + t * half + i;
-        if constexpr (P == 4) {
-            const float4 a = *reinterpret_cast<const float4*>(cp), b = *reinterpret_cast<const float4*>(sp);
-            c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w, sn[0] = b.x, sn[1] = b.y, sn[2] = b.z,
-            sn[3] = b.w;
+        if constexpr (P == 4 || P == 8) {
+#pragma unroll
+            for (int e = 0; e < P; e += 4) {
+                const float4 a = *reinterpret_cast<const float4*>(cp + e),
+                             b = *reinterpret_cast<const float4*>(sp + e);
+                c[e] = a.x, c[e + 1] = a.y, c[e + 2] = a.z, c[e + 3] = a.w;
+                sn[e] = b.x, sn[e + 1] = b.y, sn[e + 2] = b.z, sn[e + 3] = b.w;
+            }
         } else if constexpr (P == 2) {
             const float2 a = *reinterpret_cast<const float2*>(cp), b = *reinterpret_cast<const float2*>(sp);
             c[0] = a.x, c[1] = a.y, sn[0] = b.x, sn[1] = b.y;
@@ -75,6 +79,14 @@ template <int P>
 __device__ __forceinline__ void load_bf16(float (&f)[P], const bf16* p) {
     if constexpr (P == 1) {
         f[0] = __bfloat162float(*p);
+    } else if constexpr (P == 8) {  // one 16-byte load
+        const uint4 u = *reinterpret_cast<const uint4*>(p);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
+            f[2 * e] = v.x, f[2 * e + 1] = v.y;
+        }
     } else {
 #pragma unroll
         for (int e = 0; e < P; e += 2) {
@@ -89,6 +101,14 @@ __device__ __forceinline__ void store_bf16(bf16* p, const float (&f)[P]) {
         *p = __float2bfloat16_rn(f[0]);
     } else if constexpr (P == 2) {
         *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(f[0], f[1]);
+    } else if constexpr (P == 8) {  // one 16-byte store
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const __nv_bfloat162 v = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
+            w[e] = *reinterpret_cast<const uint32_t*>(&v);
+        }
+        *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
         const __nv_bfloat162 a = __floats2bfloat162_rn(f[0], f[1]), b = __floats2bfloat162_rn(f[2], f[3]);
         uint2 u;
@@ -169,13 +189,17 @@ void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t 
         return half % P == 0 && token_stride % P == 0 && Dh % P == 0 && aligned(x, unsigned(2 * P)) &&
                (!cos_t || (aligned(cos_t, unsigned(4 * P)) && aligned(sin_t, unsigned(4 * P))));
     };
-    const int64_t P = fits(4) ? 4 : fits(2) ? 2 : 1;
+    const int64_t P = fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
     const int64_t U = H * (half / P);
     if (U <= 1024 && rows < (int64_t(1) << 31) && T < (int64_t(1) << 31)) {
         const int64_t R = std::max<int64_t>(1, 256 / U);
         const dim3 block{unsigned(U), unsigned(R), 1u};
         const unsigned grid = unsigned((rows + R - 1) / R);
-        if (P == 4)
+        if (P == 8)
+            k_rope_rows<8><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
+                                                       inverse);
+        else if (P == 4)
             k_rope_rows<4><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
                                                        int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
                                                        inverse);
