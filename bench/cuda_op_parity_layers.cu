@@ -226,16 +226,6 @@ void rmsnorm_case(int64_t N, int64_t C, Rng& rng) {
     cu::rmsnorm_forward(y->p, rstd->p, dX->p, dW->p, N, C, eps);
     record("rmsnorm fwd", shape, "y bf16", down(*y), y_ref, kTolBf16);
     record("rmsnorm fwd", shape, "rstd", down(*rstd), rstd_ref, kTolF32);
-    {  // the forward that also copies x (the training step's residual copy), and with the copy left out
-        auto yc = new_bf16(static_cast<size_t>(N * C));
-        auto xc = new_f32(static_cast<size_t>(N * C));
-        cu::rmsnorm_forward_copy(yc->p, nullptr, dX->p, dW->p, xc->p, N, C, eps);
-        record("rmsnorm fwd +copy", shape, "y bf16", down(*yc), y_ref, kTolBf16);
-        record("rmsnorm fwd +copy", shape, "x copy", down(*xc), x, kTolF32);
-        auto yn = new_bf16(static_cast<size_t>(N * C));
-        cu::rmsnorm_forward_copy(yn->p, nullptr, dX->p, dW->p, nullptr, N, C, eps);
-        record("rmsnorm fwd copy=null", shape, "y bf16", down(*yn), y_ref, kTolBf16);
-    }
     cu::rmsnorm_forward(y32->p, nullptr, dX->p, dW->p, N, C, eps);
     record("rmsnorm fwd f32out", shape, "y f32", down(*y32), y_ref, kTolF32);
     {  // in place fp32 (y aliases x)

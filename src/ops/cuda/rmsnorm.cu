@@ -47,17 +47,13 @@ __device__ __forceinline__ void store4(bf16* p, float4 v) {
 
 template <typename TOut>
 __global__ void k_rmsnorm_forward(TOut* y, float* __restrict__ rstd, const float* x,
-                                  const float* __restrict__ w, float* __restrict__ x_copy, int64_t N,
-                                  int64_t C, float eps) {
+                                  const float* __restrict__ w, int64_t N, int64_t C, float eps) {
     const int lane = threadIdx.x & 31;
     const int64_t n = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
     if (n >= N) return;
     const float* xr = x + n * C;
     float ss = 0.f;
-    for (int64_t c = lane; c < C; c += 32) {
-        ss += xr[c] * xr[c];
-        if (x_copy) x_copy[n * C + c] = xr[c];
-    }
+    for (int64_t c = lane; c < C; c += 32) ss += xr[c] * xr[c];
     ss = warp_sum(ss);
     const float r = 1.0f / sqrtf(ss / float(C) + eps);
     if (rstd && lane == 0) rstd[n] = r;
@@ -104,7 +100,7 @@ __global__ void k_rmsnorm_backward(float* __restrict__ dx, bf16* __restrict__ dx
 template <typename TOut, int NV>
 __global__ void __launch_bounds__(kWarps * 32)
     k_rmsnorm_forward_vec(TOut* y, float* __restrict__ rstd, const float* x, const float* __restrict__ w,
-                          float* __restrict__ x_copy, int N, int C, float eps) {
+                          int N, int C, float eps) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (n >= N) return;
@@ -115,7 +111,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < NV; ++j) {
         const int c = 4 * (lane + 32 * j);
         xv[j] = c < C ? load4(xr + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-        if (x_copy && c < C) store4(x_copy + int64_t(n) * C + c, xv[j]);
         ss += xv[j].x * xv[j].x + xv[j].y * xv[j].y + xv[j].z * xv[j].z + xv[j].w * xv[j].w;
     }
     ss = warp_sum(ss);
@@ -239,20 +234,19 @@ int vec_groups(int64_t N, int64_t C) {
 }
 
 template <typename TOut>
-void forward(TOut* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N, int64_t C,
-             float eps, cudaStream_t stream) {
+void forward(TOut* y, float* rstd, const float* x, const float* w, int64_t N, int64_t C, float eps,
+             cudaStream_t stream) {
     if (N <= 0 || C <= 0) return;
     const int nv = vec_groups(N, C);
-    if (nv > 0 && aligned16(x) && aligned16(w) && aligned_rows(y) && (!x_copy || aligned16(x_copy))) {
+    if (nv > 0 && aligned16(x) && aligned16(w) && aligned_rows(y)) {
         const unsigned grid = unsigned((N + kWarps - 1) / kWarps);
-#define FWD(k)                     \
-    k_rmsnorm_forward_vec<TOut, k> \
-        <<<grid, kWarps * 32, 0, stream>>>(y, rstd, x, w, x_copy, int(N), int(C), eps)
+#define FWD(k) \
+    k_rmsnorm_forward_vec<TOut, k><<<grid, kWarps * 32, 0, stream>>>(y, rstd, x, w, int(N), int(C), eps)
         HYDRA_DISPATCH_1_TO_8(nv, FWD, "rmsnorm: float4 groups per lane")
 #undef FWD
     } else {
         k_rmsnorm_forward<<<detail::grid_for(N, kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(
-            y, rstd, x, w, x_copy, N, C, eps);
+            y, rstd, x, w, N, C, eps);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -296,15 +290,11 @@ void backward(float* dx, bf16* dxb, float* dw, const TDy* dy, const float* x, co
 
 void rmsnorm_forward(bf16* y, float* rstd, const float* x, const float* w, int64_t N, int64_t C, float eps,
                      cudaStream_t stream) {
-    forward(y, rstd, x, w, nullptr, N, C, eps, stream);
+    forward(y, rstd, x, w, N, C, eps, stream);
 }
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t N, int64_t C, float eps,
                      cudaStream_t stream) {
-    forward(y, rstd, x, w, nullptr, N, C, eps, stream);
-}
-void rmsnorm_forward_copy(bf16* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N,
-                          int64_t C, float eps, cudaStream_t stream) {
-    forward(y, rstd, x, w, x_copy, N, C, eps, stream);
+    forward(y, rstd, x, w, N, C, eps, stream);
 }
 void rmsnorm_backward(float* dx, float* dw, const bf16* dy, const float* x, const float* w, const float* rstd,
                       int64_t N, int64_t C, cudaStream_t stream) {

@@ -23,11 +23,6 @@ void rmsnorm_forward(bf16* y, float* rstd, const float* x, const float* w, int64
 // The same with an fp32 output (y may alias x).
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t N, int64_t C, float eps,
                      cudaStream_t stream = nullptr);
-// The bf16 forward that also copies x to x_copy (N, C) fp32 (OVERWRITTEN; must not overlap x or y; null =
-// no copy) in the same pass: the training step's residual copy (x_mid = x before the o-projection GEMM adds
-// into it) without a separate read of x.
-void rmsnorm_forward_copy(bf16* y, float* rstd, const float* x, const float* w, float* x_copy, int64_t N, int64_t C,
-                          float eps, cudaStream_t stream = nullptr);
 
 // Backward: dx (N, C) fp32 is ACCUMULATED (+=, the residual gradient); dw (C) fp32 is ACCUMULATED (+=;
 // null = frozen), summed deterministically (fixed row blocks, then the blocks in order; device scratch
