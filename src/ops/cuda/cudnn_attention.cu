@@ -518,6 +518,11 @@ float masked_score() {
                                       : std::numeric_limits<float>::lowest();
 }
 
+// The tensors each direction binds, in the order of the pointer lists given to execute().
+const std::vector<int64_t> kForwardUids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+const std::vector<int64_t> kBackwardUids = {kQ,  kK,  kV,     kO,   kDO,     kStats,      kDQ,
+                                            kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
+
 void execute(cudnnHandle_t handle, const Desc& plan, const std::vector<int64_t>& uids,
              std::vector<void*> ptrs, void* workspace, const char* what) {
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
@@ -613,13 +618,10 @@ struct CudnnAttention::Impl {
         float scale = 0.125f, neg_inf = masked_score(), one = 1.f;
         auto run = [&](const Desc& plan, bool fwd) {
             if (fwd)
-                execute(handle, plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
-                        {q, q + k_off, q + v_off, o, stats, &scale, &neg_inf}, workspace,
-                        "attention forward (tuning)");
+                execute(handle, plan, kForwardUids, {q, q + k_off, q + v_off, o, stats, &scale, &neg_inf},
+                        workspace, "attention forward (tuning)");
             else
-                execute(handle, plan,
-                        {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum,
-                         kDQAccum},
+                execute(handle, plan, kBackwardUids,
                         {q, q + k_off, q + v_off, o, d_o, stats, dq, dq + k_off, dq + v_off, &scale, &one,
                          &neg_inf, dvec, dq_acc},
                         workspace, "attention backward (tuning)");
@@ -706,7 +708,7 @@ void CudnnAttention::forward(const AttnShape& s, const __nv_bfloat16* q, const _
     auto& p = impl_->ready(s);
     CUDNN_CALL(api().set_stream(impl_->handle, stream), "cudnnSetStream");
     float neg_inf = masked_score();
-    execute(impl_->handle, p.fwd.plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
+    execute(impl_->handle, p.fwd.plan, kForwardUids,
             {(void*)q, (void*)k, (void*)v, (void*)o, (void*)stats, &scale, &neg_inf}, impl_->workspace,
             "attention forward");
 }
@@ -724,8 +726,7 @@ void CudnnAttention::backward(const AttnShape& s, const __nv_bfloat16* q, const 
         CUDA_CHECK(cudaMemsetAsync(ws.dq_acc, 0, size_t(s.B) * s.T * s.H * s.D * sizeof(float), stream));
     float neg_inf = masked_score();
     float one = 1.f;
-    execute(impl_->handle, p.bwd.plan,
-            {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum},
+    execute(impl_->handle, p.bwd.plan, kBackwardUids,
             {(void*)q, (void*)k, (void*)v, (void*)o, (void*)d_o, (void*)stats, (void*)dq, (void*)dk,
              (void*)dv, &scale, &one, &neg_inf, (void*)ws.dvec, (void*)ws.dq_acc},
             impl_->workspace, "attention backward");

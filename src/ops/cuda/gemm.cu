@@ -253,8 +253,9 @@ GemmPlan& plan_for(BlasContext& ctx, const GemmArgs& g) {
         p.c = make_layout(g.ctype, g.N, g.M, g.ldc, g.batch, g.sc);
     }
     GemmPlan& p = *slot;
+    if (p.tuned) return p;  // the common case: no stream query on the hot path
     const bool can_tune = plans.tune && !capturing(ctx.stream());
-    if (p.tuned || (p.lt_ok && !can_tune)) return p;
+    if (p.lt_ok && !can_tune) return p;
     // ask the heuristic (again, when an untuned plan made while capturing may now be timed)
     cublasLtMatmulPreference_t pref = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
