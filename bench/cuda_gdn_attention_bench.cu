@@ -27,7 +27,8 @@ using hydra::cuda::bf16;
 
 namespace {
 
-float median_ms(const std::function<void()>& f) {
+// `pre` (optional) runs before each timed call, outside the events (the L2 flush below).
+float median_ms(const std::function<void()>& f, const std::function<void()>& pre = nullptr) {
     cudaEvent_t a, b;
     CUDA_CHECK(cudaEventCreate(&a));
     CUDA_CHECK(cudaEventCreate(&b));
@@ -41,9 +42,13 @@ float median_ms(const std::function<void()>& f) {
     CUDA_CHECK(cudaEventElapsedTime(&once, a, b));
     const int warm = std::clamp(int(25.f / std::max(once, 1e-3f)), 2, 50);
     const int reps = std::clamp(int(200.f / std::max(once, 1e-3f)), 5, 100);
-    for (int i = 0; i < warm; ++i) f();
+    for (int i = 0; i < warm; ++i) {
+        if (pre) pre();
+        f();
+    }
     std::vector<float> t(static_cast<size_t>(reps));
     for (int i = 0; i < reps; ++i) {
+        if (pre) pre();
         CUDA_CHECK(cudaEventRecord(a));
         f();
         CUDA_CHECK(cudaEventRecord(b));
@@ -199,6 +204,29 @@ void bench_decode(int B, int H, int D, std::mt19937_64& gen) {
     const float ms_ip = median_ms(
         [&] { hydra::cuda::gdn_decode_step(B, H, H, D, q, k, v, g, beta, s0, s0, o, scale, true); });
     emit("gdn_decode_inplace", B, 1, H, D, ms_ip, double(B), 0, 2.0 * ns * 4);
+    {
+        // GPU time alone, measured the way bench/cuda_peers.py measures fla's step replayed from a CUDA
+        // graph: 256 MiB written before each call (triton.testing.do_bench's L2 flush, which also keeps
+        // the GPU busy while the next launch is queued), the step replayed from a graph
+        void* flush = nullptr;
+        const size_t flush_bytes = size_t(256) << 20;
+        CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+        cudaStream_t st;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        hydra::cuda::gdn_decode_step(B, H, H, D, q, k, v, g, beta, s0, s1, o, scale, true, st);
+        CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        const float ms_g = median_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, 0)); },
+                                     [&] { CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes, 0)); });
+        emit("gdn_decode_graph", B, 1, H, D, ms_g, double(B), 0, 2.0 * ns * 4);
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        CUDA_CHECK(cudaStreamDestroy(st));
+        CUDA_CHECK(cudaFree(flush));
+    }
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)g, (void*)beta, (void*)s0, (void*)s1, (void*)o})
         CUDA_CHECK(cudaFree(p));
 }
@@ -206,10 +234,18 @@ void bench_decode(int B, int H, int D, std::mt19937_64& gen) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool quick = false, attn_only = false;  // --attn-only: the attention rows alone
+    // --attn-only: the attention rows alone; --gdn-only: the GDN rows alone (decode and chunk)
+    bool quick = false, attn_only = false, gdn_only = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--quick")) quick = true;
-        if (!std::strcmp(argv[i], "--attn-only")) attn_only = true;
+        else if (!std::strcmp(argv[i], "--attn-only"))
+            attn_only = true;
+        else if (!std::strcmp(argv[i], "--gdn-only"))
+            gdn_only = true;
+        else {
+            std::fprintf(stderr, "unknown argument '%s' (use --quick, --attn-only or --gdn-only)\n", argv[i]);
+            return 2;
+        }
     }
     std::mt19937_64 gen(12345);
     try {
@@ -226,11 +262,13 @@ int main(int argc, char** argv) {
         const int shapes[3][2] = {{8, 4096}, {2, 16384}, {1, 65536}};
         for (int i = 0; i < (quick ? 1 : 3); ++i) {
             if (!attn_only) bench_gdn(shapes[i][0], shapes[i][1], 16, 128, gen);
-            bench_attn(shapes[i][0], shapes[i][1], 16, 16, 128, gen);
+            if (!gdn_only) bench_attn(shapes[i][0], shapes[i][1], 16, 16, 128, gen);
         }
         if (!attn_only) bench_gdn(8, 4096, 9, 64, gen);
-        bench_attn(8, 4096, 9, 3, 64, gen);
-        bench_attn(8, 2048, 9, 3, 64, gen);  // SmolLM2's training shape (8 x 2048)
+        if (!gdn_only) {
+            bench_attn(8, 4096, 9, 3, 64, gen);
+            bench_attn(8, 2048, 9, 3, 64, gen);
+        }  // SmolLM2's training shape (8 x 2048)
     } catch (const std::exception& e) {
         std::printf("ERROR: %s\n", e.what());
         return 2;

@@ -5,7 +5,7 @@
 // call so unwritten elements fail. Metric: relative RMS error ||gpu - ref|| / ||ref|| per output,
 // tolerance 1e-2 for the bf16 paths (DESIGN.md §3). Prints a table; exit status 1 on any failure.
 //
-// Usage: cuda_op_parity [--seed N] [--quick]
+// Usage: cuda_op_parity [--seed N] [--quick] [--only gdn|decode|attn] [--scan 0-3]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -117,9 +117,12 @@ std::vector<float> down(const Dev<float>& d) {
 
 // ---- GDN chunked forward + backward -----------------------------------------------------------------
 
-void gdn_case(int B, int T, int H, int HV, int D, Rng& rng) {
-    const std::string shape = "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + " HV" +
-                              std::to_string(HV) + " D" + std::to_string(D);
+// scan_variant >= 0 forces that state-scan variant (gdn_set_scan_variant) for this case.
+void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -1) {
+    const std::string shape = "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) +
+                              " HV" + std::to_string(HV) + " D" + std::to_string(D) +
+                              (scan_variant >= 0 ? " scan " + std::to_string(scan_variant) : "");
+    hydra::cuda::gdn_set_scan_variant(scan_variant);
     const size_t nq = size_t(B) * T * H * D, nv = size_t(B) * T * HV * D, ng = size_t(B) * T * HV,
                  ns = size_t(B) * HV * D * D;
     auto q = bf16_values(nq, rng), k = bf16_values(nq, rng), v = bf16_values(nv, rng), dout = bf16_values(nv, rng);
@@ -330,10 +333,13 @@ void attn_case(int B, int T, int H, int Hkv, int D, Rng& rng) {
 
 int main(int argc, char** argv) {
     uint64_t seed = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+    int forced_scan = 3;  // --scan N: the variant of the forced-scan GDN cases (0-3; 3 = the 8-warp scans)
     bool quick = false;
     std::string only;  // --only gdn|decode|attn: one op family
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+        if (!std::strcmp(argv[i], "--scan") && i + 1 < argc)
+            forced_scan = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--quick")) quick = true;
         else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     }
@@ -362,6 +368,12 @@ int main(int argc, char** argv) {
             gdn_case(2, 300, 16, 16, 128, rng);
             gdn_case(3, 333, 6, 12, 128, rng);
             gdn_case(8, 200, 9, 9, 64, rng);
+            // the 64-row, 8-warp scans on every head shape above that the automatic choice leaves out
+            gdn_case(2, 300, 16, 16, 128, rng, forced_scan);
+            gdn_case(2, 1000, 2, 4, 64, rng, forced_scan);
+            gdn_case(1, 37, 1, 1, 128, rng, forced_scan);
+            gdn_case(3, 333, 6, 12, 128, rng, forced_scan);
+            hydra::cuda::gdn_set_scan_variant(-1);
         }
         if (want("decode")) {
             decode_case(3, 2, 4, 64, rng);

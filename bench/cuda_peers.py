@@ -7,7 +7,7 @@ way shared/bench/peer_gdn_sdpa.py calls them (triton.testing.do_bench medians, w
 Then joins with our rows (--ours FILE, JSON lines from cuda_gdn_attention_bench) and prints one table
 with the ratio peer_ms / our_ms (above 1: ours is faster).
 
-Usage: FLA_PATH=.peer python3 bench/cuda_peers.py --ours ours.jsonl [--quick] [--attn-only] [--json out.json]
+Usage: FLA_PATH=.peer python3 bench/cuda_peers.py --ours ours.jsonl [--quick] [--attn-only | --gdn-only] [--json out.json]
 The fla source tree is never committed: it is fetched into a git-ignored folder and carried.
 """
 import argparse
@@ -24,6 +24,7 @@ p.add_argument("--ours", required=True)
 p.add_argument("--quick", action="store_true")
 p.add_argument("--json", default="")
 p.add_argument("--attn-only", action="store_true", help="attention rows only (no fla)")
+p.add_argument("--gdn-only", action="store_true", help="the GDN rows only (decode and chunk, no attention)")
 args = p.parse_args()
 
 dev = "cuda"
@@ -120,6 +121,21 @@ def peer_decode(B, H, D):
     fr = lambda: fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
                                                    use_qk_l2norm_in_kernel=True)
     emit("gdn_decode", B, 1, H, D, bench(fr))
+    # the same step replayed from a CUDA graph: GPU time without the Python launch cost, which can exceed
+    # the L2 flush that do_bench runs before each call (then the time above includes host time)
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fr()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fr()
+        emit("gdn_decode_graph", B, 1, H, D, bench(lambda: graph.replay()))
+    except Exception as e:  # report, keep the other rows
+        print("fla decode under a CUDA graph: %s" % (str(e).splitlines()[0] if str(e) else type(e).__name__))
 
 
 if not args.attn_only:
@@ -129,11 +145,13 @@ shapes = [(8, 4096), (2, 16384), (1, 65536)]
 for B, T in shapes[: 1 if args.quick else 3]:
     if not args.attn_only:
         peer_gdn(B, T, 16, 128)
-    peer_attn(B, T, 16, 16, 128)
+    if not args.gdn_only:
+        peer_attn(B, T, 16, 16, 128)
 if not args.attn_only:
     peer_gdn(8, 4096, 9, 64)
-peer_attn(8, 4096, 9, 3, 64)
-peer_attn(8, 2048, 9, 3, 64)
+if not args.gdn_only:
+    peer_attn(8, 4096, 9, 3, 64)
+    peer_attn(8, 2048, 9, 3, 64)
 
 meta = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()}
 print(json.dumps(meta), flush=True)

@@ -80,4 +80,9 @@ void gdn_decode_step(int B, int H, int HV, int D, const bf16* q, const bf16* k, 
 // its kernels to stderr (for benchmarks' stage breakdowns; off by default).
 void gdn_set_profile(bool on);
 
+// Diagnostics: force the state-scan variant of the chunked forward and backward (0: 16-row slices,
+// 1: 32-row double-buffered, 2: 32-row single-buffered at two blocks per SM, 3: 64-row slices with 8
+// warps) or -1 to choose by shape (the default; HYDRA_GDN_SCAN=0..3 forces one as well).
+void gdn_set_scan_variant(int variant);
+
 }  // namespace hydra::cuda
