@@ -770,23 +770,27 @@ struct BChunkArgs {
 template <int D>
 struct BChunkSmem {
     static constexpr int LD = D + 8;
-    static constexpr int BIG1 = 2 * D * LD;                         // M0, dM (bf16)
-    static constexpr int BIG2 = 64 * LD + 3 * 64 * 65 * 2;           // dW (bf16) + T, dT, tL (fp32), in bf16 units
+    static constexpr int LF = 68;  // row stride of the fp32 64 x 64 matrices: 16-byte rows for float4 reads
+    static constexpr int BIG1 = 2 * D * LD;  // M0, dM (bf16)
+    // dW (bf16) + T, T^T, dT^T (then dA), tL (fp32), in bf16 units
+    static constexpr int BIG2 = 64 * LD + 4 * 64 * LF * 2;
     static constexpr int BIG = BIG1 > BIG2 ? BIG1 : BIG2;
     bf16 Qs[64 * LD], Ks[64 * LD], Vs[64 * LD], dOs[64 * LD], Dls[64 * LD], dDs[64 * LD];
     bf16 big[BIG];
     bf16 GPs[64 * 72];
-    bf16 LGs[64 * 72];  // T (bf16) first, then Gb + Gb^T
-    float KKf[64 * 65];
+    bf16 LGs[64 * 72];  // T (bf16) first, then Gb
+    float KKf[64 * LF];
     float gam[64], beta[64], dgam[64], dbet[64], tmp[64], tmpX[64], tmpY[64];
     float glast;
 };
+
+static_assert(sizeof(BChunkSmem<128>) <= 227 * 1024, "gdn_bwd_chunk_kernel: shared memory over the sm_90 limit");
 
 template <int D>
 __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     auto& s = *reinterpret_cast<BChunkSmem<D>*>(smem_raw);
-    constexpr int LD = BChunkSmem<D>::LD;
+    constexpr int LD = BChunkSmem<D>::LD, LF = BChunkSmem<D>::LF;
     const int n = blockIdx.x, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int t0 = n * kC, L = min(kC, a.T - t0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -798,14 +802,26 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     bf16* M0s = s.big;
     bf16* dMs = s.big + D * LD;
 
-    load_rows<64, D, 256>(s.Qs, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
-    load_rows<64, D, 256>(s.Ks, LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
-    load_rows<64, D, 256>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
+    // three copy groups in the order of use, so the first products start while the rest is in flight:
+    // the dq operands, the dk operands, then V (phase 2)
     load_rows<64, D, 256>(s.dOs, LD, a.d_o + vrow0 * D, size_t(a.HV) * D, L, tid);
-    load_rows<64, D, 256>(s.Dls, LD, a.delta + hrow0 * D, D, L, tid);
     load_rows<D, D, 256>(M0s, LD, a.states + chunk * D * D, D, D, tid);
-    load_rows<D, D, 256>(dMs, LD, a.dstates + chunk * D * D, D, D, tid);
+    load_rows<64, D, 256>(s.Qs, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
     cp_async_commit();
+    load_rows<64, D, 256>(s.Dls, LD, a.delta + hrow0 * D, D, L, tid);
+    load_rows<D, D, 256>(dMs, LD, a.dstates + chunk * D * D, D, D, tid);
+    load_rows<64, D, 256>(s.Ks, LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
+    cp_async_commit();
+    load_rows<64, D, 256>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
+    cp_async_commit();
+    // this thread's 16 entries of T (fp32), fetched now and stored to shared memory in phase 2, so the
+    // loads overlap phase 1
+    float treg[16];
+    {
+        const float* Tg = a.Tm + chunk * (kC * kC);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) treg[k] = Tg[tid + 256 * k];
+    }
     for (int idx = tid; idx < 64 * D / 4; idx += 256) {
         const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -819,7 +835,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         s.dgam[tid] = 0.f, s.dbet[tid] = 0.f, s.tmp[tid] = 0.f, s.tmpX[tid] = 0.f, s.tmpY[tid] = 0.f;
     }
     if (tid == 0) s.glast = 0.f;
-    cp_async_wait_all();
+    cp_async_wait<2>();
     __syncthreads();
     const float gL = s.gam[L - 1];
     auto Gam = [&](int r) { return expf(s.gam[r]); };
@@ -839,6 +855,8 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         v *= scale * Gam(r);
         return __bfloat162float(s.Qs[r * LD + c]) * v;
     });
+    cp_async_wait<1>();
+    __syncthreads();
     // dk (leaving state) = diag(dec) delta dM;  d gamma_r -= k_r . that, glast += the same
     GD::run(dkA, s.Dls, LD, dMs, LD, warp, lane);
     each_rowsum<GD>(dkA, warp, lane, s.tmp, [&](int r, int c, float& v) {
@@ -859,20 +877,23 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         f = warp_sum(f);
         if (lane == 0) atomicAdd(&s.glast, f);
     }
+    cp_async_wait_all();
     __syncthreads();
 
     // ---- phase 2 ----
     bf16* dWs = s.big;
-    float* Tf = reinterpret_cast<float*>(s.big + 64 * LD);
-    float* dTf = Tf + 64 * 65;
-    float* tLf = dTf + 64 * 65;
+    float* Tf = reinterpret_cast<float*>(s.big + 64 * LD);  // T, row-major
+    float* Ttf = Tf + 64 * LF;                              // T^T
+    float* dTf = Ttf + 64 * LF;                             // dT^T, later dA (row-major)
+    float* tLf = dTf + 64 * LF;
     GD::each(accW, warp, lane, [&](int r, int c, float& v) { dWs[r * LD + c] = __float2bfloat16(-v); });
     {
-        const float* Tg = a.Tm + chunk * (kC * kC);
-        for (int idx = tid; idx < 64 * 64; idx += 256) {
-            const int r = idx >> 6, c = idx & 63;
-            const float t = Tg[idx];
-            Tf[r * 65 + c] = t;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+            const int idx = tid + 256 * k, r = idx >> 6, c = idx & 63;
+            const float t = treg[k];
+            Tf[r * LF + c] = t;
+            Ttf[c * LF + r] = t;
             s.LGs[r * 72 + c] = __float2bfloat16(t);
         }
     }
@@ -929,7 +950,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         float acc[G64::MT][G64::NT][4];
         zero(acc);
         G64::run(acc, s.Ks, LD, s.Ks, LD, warp, lane);
-        G64::each(acc, warp, lane, [&](int r, int c, float& v) { s.KKf[r * 65 + c] = v; });
+        G64::each(acc, warp, lane, [&](int r, int c, float& v) { s.KKf[r * LF + c] = v; });
     }
     __syncthreads();
 
@@ -945,7 +966,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                dTf[r * 65 + c] = s.beta[c] * (Gam(c) * acc1[0][nt][e] + acc2[0][nt][e]);
+                dTf[c * LF + r] = s.beta[c] * (Gam(c) * acc1[0][nt][e] + acc2[0][nt][e]);  // transposed
             }
     }
     using GK = BlockGemm<64, D, 64, 4, 2, false, false>;
@@ -984,14 +1005,14 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         atomicAdd(&s.dbet[tid], g * px + s.tmpY[tid]);
         atomicAdd(&s.dgam[tid], s.beta[tid] * g * px);
     }
-    // tL = dT T^T (fp32, 4x4 per thread)
+    // tL = dT T^T (fp32, 4x4 per thread; dT^T and T^T rows give 16-byte reads)
     {
         const int ri = (tid >> 4) * 4, ci = (tid & 15) * 4;
         float acc[4][4] = {};
         for (int m = 0; m < 64; ++m) {
-            float x[4], y[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) x[u] = dTf[(ri + u) * 65 + m], y[u] = Tf[(ci + u) * 65 + m];
+            const float4 x4 = *reinterpret_cast<const float4*>(&dTf[m * LF + ri]);
+            const float4 y4 = *reinterpret_cast<const float4*>(&Ttf[m * LF + ci]);
+            const float x[4] = {x4.x, x4.y, x4.z, x4.w}, y[4] = {y4.x, y4.y, y4.z, y4.w};
 #pragma unroll
             for (int u = 0; u < 4; ++u)
 #pragma unroll
@@ -999,18 +1020,17 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         }
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-#pragma unroll
-            for (int w = 0; w < 4; ++w) tLf[(ri + u) * 65 + ci + w] = acc[u][w];
+            *reinterpret_cast<float4*>(&tLf[(ri + u) * LF + ci]) = make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
     }
     __syncthreads();
-    // dA = -T^T tL (into dT's buffer)
+    // dA = -T^T tL (into dT's buffer, row-major)
     {
         const int ri = (tid >> 4) * 4, ci = (tid & 15) * 4;
         float acc[4][4] = {};
         for (int m = 0; m < 64; ++m) {
-            float x[4], y[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) x[u] = Tf[m * 65 + ri + u], y[u] = tLf[m * 65 + ci + u];
+            const float4 x4 = *reinterpret_cast<const float4*>(&Tf[m * LF + ri]);
+            const float4 y4 = *reinterpret_cast<const float4*>(&tLf[m * LF + ci]);
+            const float x[4] = {x4.x, x4.y, x4.z, x4.w}, y[4] = {y4.x, y4.y, y4.z, y4.w};
 #pragma unroll
             for (int u = 0; u < 4; ++u)
 #pragma unroll
@@ -1018,8 +1038,8 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         }
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-#pragma unroll
-            for (int w = 0; w < 4; ++w) dTf[(ri + u) * 65 + ci + w] = -acc[u][w];
+            *reinterpret_cast<float4*>(&dTf[(ri + u) * LF + ci]) =
+                make_float4(-acc[u][0], -acc[u][1], -acc[u][2], -acc[u][3]);
     }
     __syncthreads();
     // strictly lower part: gamma terms of dA o A, dbeta, Gb = diag(beta) (dA o E) (into tL's buffer)
@@ -1031,18 +1051,18 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
             float gb = 0.f;
             if (c < i) {
                 const float E = expf(s.gam[i] - s.gam[c]);
-                const float kk = s.KKf[i * 65 + c];
-                const float da = dTf[i * 65 + c];
+                const float kk = s.KKf[i * LF + c];
+                const float da = dTf[i * LF + c];
                 const float hh = da * bi * kk * E;
                 rs += hh;
-                s.KKf[i * 65 + c] = hh;  // for the column sums below (this thread read kk already)
+                s.KKf[i * LF + c] = hh;  // for the column sums below (this thread read kk already)
                 const float G = da * E;
                 db += G * kk;
                 gb = bi * G;
             } else {
-                s.KKf[i * 65 + c] = 0.f;
+                s.KKf[i * LF + c] = 0.f;
             }
-            tLf[i * 65 + c] = gb;
+            tLf[i * LF + c] = gb;
         }
         rs += __shfl_xor_sync(0xffffffffu, rs, 1);
         rs += __shfl_xor_sync(0xffffffffu, rs, 2);
@@ -1054,17 +1074,20 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         }
     }
     __syncthreads();
-    if (tid < 64) {  // column sums of dA o A
+    {  // column sums of dA o A: every thread, a quarter of a column each
+        const int c = tid & 63, part = tid >> 6;
         float cs = 0.f;
-        for (int i = 0; i < 64; ++i) cs += s.KKf[i * 65 + tid];
-        atomicAdd(&s.dgam[tid], -cs);
+        for (int i = part * 16; i < part * 16 + 16; ++i) cs += s.KKf[i * LF + c];
+        atomicAdd(&s.dgam[c], -cs);
     }
     for (int idx = tid; idx < 64 * 64; idx += 256) {
         const int r = idx >> 6, c = idx & 63;
-        s.LGs[r * 72 + c] = __float2bfloat16(tLf[r * 65 + c] + tLf[c * 65 + r]);
+        s.LGs[r * 72 + c] = __float2bfloat16(tLf[r * LF + c]);
     }
     __syncthreads();
-    GK::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);  // dk += (Gb + Gb^T) K
+    // dk += (Gb + Gb^T) K (Gb strictly lower, so bf16(Gb + Gb^T) = bf16(Gb) + bf16(Gb)^T: the same numbers)
+    GK::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);
+    GKT::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);
     {
         const int r0 = GD::row0(warp), c0 = GD::col0(warp);
 #pragma unroll
