@@ -15,7 +15,8 @@
 //          dM0 = Gamma_L dM + (scale diag(Gamma) dO)^T Q - d delta^T W; dM of every chunk saved (bf16).
 //   bchunk (parallel over chunks): dq, dk (per value head, fp32), dv, dbeta, dg from the saved state
 //          entering the chunk, the saved dM leaving it, delta, d delta and T (gdn.md §3.2 steps 5-7).
-//   finish: dq, dk summed over the value heads of each key head, then back through the L2 norm.
+//   finish: dq, dk summed over the value heads of each key head, then back through the L2 norm (with one
+//          value head per key head the per-chunk kernel does this itself and the pass is skipped).
 #include "ops/cuda/gdn_chunk.h"
 
 #include <algorithm>
@@ -765,6 +766,11 @@ struct BChunkArgs {
     float *dqv, *dkv;
     bf16* dv;
     float *dg, *dbeta;
+    // HV == H: dq, dk (B, T, H, D) bf16 written here, through the L2-norm backward when rq / rk are given
+    // (the raw q, k rows and their 1/norms), instead of dqv / dkv and the finishing pass
+    bf16 *dq_out, *dk_out;
+    const bf16 *q_raw, *k_raw;
+    const float *rq, *rk;
 };
 
 template <int D>
@@ -780,7 +786,7 @@ struct BChunkSmem {
     bf16 GPs[64 * 72];
     bf16 LGs[64 * 72];  // T (bf16) first, then Gb
     float KKf[64 * LF];
-    float gam[64], beta[64], dgam[64], dbet[64], tmp[64], tmpX[64], tmpY[64];
+    float gam[64], beta[64], dgam[64], dbet[64], tmp[64], tmpX[64], tmpY[64], dotq[64], dotk[64];
     float glast;
 };
 
@@ -833,6 +839,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         s.gam[tid] = a.gam[hrow0 + tid];
         s.beta[tid] = tid < L ? a.beta[vrow0 + size_t(tid) * a.HV] : 0.f;
         s.dgam[tid] = 0.f, s.dbet[tid] = 0.f, s.tmp[tid] = 0.f, s.tmpX[tid] = 0.f, s.tmpY[tid] = 0.f;
+        s.dotq[tid] = 0.f, s.dotk[tid] = 0.f;
     }
     if (tid == 0) s.glast = 0.f;
     cp_async_wait<2>();
@@ -1085,11 +1092,94 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         s.LGs[r * 72 + c] = __float2bfloat16(tLf[r * LF + c]);
     }
     __syncthreads();
+    // d 128, dq / dk finished here through the L2 norm: the raw q, k rows and their 1/norms are staged in
+    // the phase-2 buffers (free now) while the last products run, so the epilogue reads shared memory
+    // (at d 64 it reads them from global memory, measured as fast)
+    constexpr bool kStageRaw = D == 128;
+    bf16* Xq = s.big;
+    bf16* Xk = s.big + 64 * LD;
+    if (kStageRaw && a.dq_out && a.rq) {
+        load_rows<64, D, 256>(Xq, LD, a.q_raw + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, D, 256>(Xk, LD, a.k_raw + qrow0 * D, size_t(a.H) * D, L, tid);
+        cp_async_commit();
+        if (tid < 64) {
+            s.tmpX[tid] = tid < L ? a.rq[qrow0 + size_t(tid) * a.H] : 0.f;
+            s.tmpY[tid] = tid < L ? a.rk[qrow0 + size_t(tid) * a.H] : 0.f;
+        }
+    }
     // dk += (Gb + Gb^T) K (Gb strictly lower, so bf16(Gb + Gb^T) = bf16(Gb) + bf16(Gb)^T: the same numbers)
     GK::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);
     GKT::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);
-    {
-        const int r0 = GD::row0(warp), c0 = GD::col0(warp);
+    const int r0 = GD::row0(warp), c0 = GD::col0(warp);
+    if (a.dq_out) {
+        if (kStageRaw && a.rq) {
+            cp_async_wait_all();
+            __syncthreads();
+        }
+        // 1 / ||x|| of row r of q (isq) or k
+        auto rsv = [&](bool isq, int r) {
+            if constexpr (kStageRaw) return isq ? s.tmpX[r] : s.tmpY[r];
+            return (isq ? a.rq : a.rk)[qrow0 + size_t(r) * a.H];
+        };
+        // y = x / ||x|| in fp32 from the raw row, as gdn_bwd_finish_kernel; dx = (d - (d . y) y) / ||x||
+        auto yrow = [&](bool isq, int r, int c, float (&y)[2]) {
+            const bf16* xp = kStageRaw ? (isq ? Xq : Xk) + r * LD + c
+                                       : (isq ? a.q_raw : a.k_raw) + (qrow0 + size_t(r) * a.H) * D + c;
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xp));
+            const float k = rsv(isq, r);
+            y[0] = f.x * k, y[1] = f.y * k;
+        };
+        if (a.rq) {
+            float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};  // rows r0 + lane / 4 and + 8
+#pragma unroll
+            for (int nt = 0; nt < GD::NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
+                    if (r < L) {
+                        float y[2];
+                        yrow(true, r, c, y);
+                        pq[e >> 1] += dqA[0][nt][e] * y[0] + dqA[0][nt][e + 1] * y[1];
+                        yrow(false, r, c, y);
+                        pk[e >> 1] += dkA[0][nt][e] * y[0] + dkA[0][nt][e + 1] * y[1];
+                    }
+                }
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], 1);
+                pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], 2);
+                pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], 1);
+                pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], 2);
+            }
+            if ((lane & 3) == 0) {
+                atomicAdd(&s.dotq[r0 + (lane >> 2)], pq[0]);
+                atomicAdd(&s.dotq[r0 + 8 + (lane >> 2)], pq[1]);
+                atomicAdd(&s.dotk[r0 + (lane >> 2)], pk[0]);
+                atomicAdd(&s.dotk[r0 + 8 + (lane >> 2)], pk[1]);
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int nt = 0; nt < GD::NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
+                if (r >= L) continue;
+                const size_t row = qrow0 + size_t(r) * a.H;
+                float q2[2] = {dqA[0][nt][e], dqA[0][nt][e + 1]}, k2[2] = {dkA[0][nt][e], dkA[0][nt][e + 1]};
+                if (a.rq) {
+                    float y[2];
+                    yrow(true, r, c, y);
+                    const float rq = rsv(true, r), dq = s.dotq[r];
+                    q2[0] = rq * (q2[0] - dq * y[0]), q2[1] = rq * (q2[1] - dq * y[1]);
+                    yrow(false, r, c, y);
+                    const float rk = rsv(false, r), dk = s.dotk[r];
+                    k2[0] = rk * (k2[0] - dk * y[0]), k2[1] = rk * (k2[1] - dk * y[1]);
+                }
+                *reinterpret_cast<__nv_bfloat162*>(a.dq_out + row * D + c) = __floats2bfloat162_rn(q2[0], q2[1]);
+                *reinterpret_cast<__nv_bfloat162*>(a.dk_out + row * D + c) = __floats2bfloat162_rn(k2[0], k2[1]);
+            }
+    } else {
 #pragma unroll
         for (int nt = 0; nt < GD::NT; ++nt)
 #pragma unroll
@@ -1280,6 +1370,16 @@ void check_shape(const GdnShape& s) {
     require(s.D == 64 || s.D == 128, "head dim " + std::to_string(s.D) + " not supported (64 or 128)");
 }
 
+// One value head per key head: the per-chunk backward finishes dq, dk itself (no sum over value heads to
+// wait for), unless HYDRA_GDN_DIRECT_DQK=0 asks for the per-value-head buffers and the finishing pass.
+bool direct_dqk(const GdnShape& s) {
+    static const bool allowed = [] {
+        const char* env = std::getenv("HYDRA_GDN_DIRECT_DQK");
+        return !(env && std::strcmp(env, "0") == 0);
+    }();
+    return allowed && s.HV == s.H;
+}
+
 // The scans run one block per (sequence, value head, state slice) for the whole sequence. Variant
 // 0: 16-row slices, double-buffered, when that still fits the GPU in one wave (long sequences, few
 // heads: twice the blocks at work); 1: 32-row slices, double-buffered, when they fit one wave; 2:
@@ -1393,18 +1493,23 @@ void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* 
     }
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bscan");
-    BChunkArgs ca{s.B,       s.T,      s.H,       s.HV,      NT,     scale,   qn,   kn, v, d_o, beta, ws.gam, ws.Tm,
-                  ws.states, ws.dstates, ws.delta, ws.ddelta, ws.dqv, ws.dkv, dv, dg, dbeta};
+    const bool direct = direct_dqk(s);
+    BChunkArgs ca{s.B,       s.T,        s.H,      s.HV,      NT,     scale,  qn, kn, v, d_o, beta, ws.gam, ws.Tm,
+                  ws.states, ws.dstates, ws.delta, ws.ddelta, ws.dqv, ws.dkv, dv, dg, dbeta,
+                  direct ? dq : nullptr, direct ? dk : nullptr, q, k, l2norm ? ws.rq : nullptr,
+                  l2norm ? ws.rk : nullptr};
     gdn_bwd_chunk_kernel<D><<<dim3(NT, s.B * s.HV), 256, sizeof(BChunkSmem<D>), st>>>(ca);
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bchunk");
-    const size_t rowsq = size_t(s.B) * s.T * s.H;
-    const unsigned blocks = unsigned((rowsq + 7) / 8);
-    gdn_bwd_finish_kernel<D><<<blocks, 256, 0, st>>>(s.B, s.T, s.H, s.HV, NT, ws.dqv, q, l2norm ? ws.rq : nullptr, dq);
-    CUDA_CHECK(cudaGetLastError());
-    gdn_bwd_finish_kernel<D><<<blocks, 256, 0, st>>>(s.B, s.T, s.H, s.HV, NT, ws.dkv, k, l2norm ? ws.rk : nullptr, dk);
-    CUDA_CHECK(cudaGetLastError());
-    stages.mark("finish");
+    if (!direct) {
+        const size_t rowsq = size_t(s.B) * s.T * s.H;
+        const unsigned blocks = unsigned((rowsq + 7) / 8);
+        gdn_bwd_finish_kernel<D><<<blocks, 256, 0, st>>>(s.B, s.T, s.H, s.HV, NT, ws.dqv, q, l2norm ? ws.rq : nullptr, dq);
+        CUDA_CHECK(cudaGetLastError());
+        gdn_bwd_finish_kernel<D><<<blocks, 256, 0, st>>>(s.B, s.T, s.H, s.HV, NT, ws.dkv, k, l2norm ? ws.rk : nullptr, dk);
+        CUDA_CHECK(cudaGetLastError());
+        stages.mark("finish");
+    }
     stages.report("backward");
 }
 
@@ -1430,8 +1535,10 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
         items.push_back({(void**)&delta, hm * D * 2});
         items.push_back({(void**)&dstates, chunks * D * D * 2});
         items.push_back({(void**)&ddelta, hm * D * 4});
-        items.push_back({(void**)&dqv, hm * D * 4});
-        items.push_back({(void**)&dkv, hm * D * 4});
+        if (!direct_dqk(s)) {  // otherwise the per-chunk backward writes dq, dk itself
+            items.push_back({(void**)&dqv, hm * D * 4});
+            items.push_back({(void**)&dkv, hm * D * 4});
+        }
     }
     size_t total = 0;
     for (auto& it : items) total += (it.bytes + 255) / 256 * 256;
