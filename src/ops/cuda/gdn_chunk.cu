@@ -790,7 +790,8 @@ struct BChunkSmem {
     float glast;
 };
 
-static_assert(sizeof(BChunkSmem<128>) <= 227 * 1024, "gdn_bwd_chunk_kernel: shared memory over the sm_90 limit");
+static_assert(sizeof(BChunkSmem<128>) <= 227 * 1024,
+              "gdn_bwd_chunk_kernel: shared memory over the sm_90 limit");
 
 template <int D>
 __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
@@ -1027,7 +1028,8 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         }
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-            *reinterpret_cast<float4*>(&tLf[(ri + u) * LF + ci]) = make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
+            *reinterpret_cast<float4*>(&tLf[(ri + u) * LF + ci]) =
+                make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
     }
     __syncthreads();
     // dA = -T^T tL (into dT's buffer, row-major)
@@ -1122,7 +1124,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
             return (isq ? a.rq : a.rk)[qrow0 + size_t(r) * a.H];
         };
         // y = x / ||x|| in fp32 from the raw row, as gdn_bwd_finish_kernel; dx = (d - (d . y) y) / ||x||
-        auto yrow = [&](bool isq, int r, int c, float (&y)[2]) {
+        auto yrow = [&](bool isq, int r, int c, float(&y)[2]) {
             const bf16* xp = kStageRaw ? (isq ? Xq : Xk) + r * LD + c
                                        : (isq ? a.q_raw : a.k_raw) + (qrow0 + size_t(r) * a.H) * D + c;
             const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xp));
@@ -1176,8 +1178,10 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
                     const float rk = rsv(false, r), dk = s.dotk[r];
                     k2[0] = rk * (k2[0] - dk * y[0]), k2[1] = rk * (k2[1] - dk * y[1]);
                 }
-                *reinterpret_cast<__nv_bfloat162*>(a.dq_out + row * D + c) = __floats2bfloat162_rn(q2[0], q2[1]);
-                *reinterpret_cast<__nv_bfloat162*>(a.dk_out + row * D + c) = __floats2bfloat162_rn(k2[0], k2[1]);
+                *reinterpret_cast<__nv_bfloat162*>(a.dq_out + row * D + c) =
+                    __floats2bfloat162_rn(q2[0], q2[1]);
+                *reinterpret_cast<__nv_bfloat162*>(a.dk_out + row * D + c) =
+                    __floats2bfloat162_rn(k2[0], k2[1]);
             }
     } else {
 #pragma unroll
@@ -1494,19 +1498,23 @@ void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* 
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bscan");
     const bool direct = direct_dqk(s);
-    BChunkArgs ca{s.B,       s.T,        s.H,      s.HV,      NT,     scale,  qn, kn, v, d_o, beta, ws.gam, ws.Tm,
-                  ws.states, ws.dstates, ws.delta, ws.ddelta, ws.dqv, ws.dkv, dv, dg, dbeta,
-                  direct ? dq : nullptr, direct ? dk : nullptr, q, k, l2norm ? ws.rq : nullptr,
-                  l2norm ? ws.rk : nullptr};
+    BChunkArgs ca{s.B,    s.T,   s.H,       s.HV,       NT,       scale,     qn,     kn,     v,  d_o, beta,
+                  ws.gam, ws.Tm, ws.states, ws.dstates, ws.delta, ws.ddelta, ws.dqv, ws.dkv, dv, dg,  dbeta};
+    if (direct) {
+        ca.dq_out = dq, ca.dk_out = dk, ca.q_raw = q, ca.k_raw = k;
+        ca.rq = l2norm ? ws.rq : nullptr, ca.rk = l2norm ? ws.rk : nullptr;
+    }
     gdn_bwd_chunk_kernel<D><<<dim3(NT, s.B * s.HV), 256, sizeof(BChunkSmem<D>), st>>>(ca);
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bchunk");
     if (!direct) {
         const size_t rowsq = size_t(s.B) * s.T * s.H;
         const unsigned blocks = unsigned((rowsq + 7) / 8);
-        gdn_bwd_finish_kernel<D><<<blocks, 256, 0, st>>>(s.B, s.T, s.H, s.HV, NT, ws.dqv, q, l2norm ? ws.rq : nullptr, dq);
+        gdn_bwd_finish_kernel<D>
+            <<<blocks, 256, 0, st>>>(s.B, s.T, s.H, s.HV, NT, ws.dqv, q, l2norm ? ws.rq : nullptr, dq);
         CUDA_CHECK(cudaGetLastError());
-        gdn_bwd_finish_kernel<D><<<blocks, 256, 0, st>>>(s.B, s.T, s.H, s.HV, NT, ws.dkv, k, l2norm ? ws.rk : nullptr, dk);
+        gdn_bwd_finish_kernel<D>
+            <<<blocks, 256, 0, st>>>(s.B, s.T, s.H, s.HV, NT, ws.dkv, k, l2norm ? ws.rk : nullptr, dk);
         CUDA_CHECK(cudaGetLastError());
         stages.mark("finish");
     }
