@@ -51,6 +51,17 @@ __device__ __forceinline__ void load_rows(bf16* dst, int ldd, const bf16* src, s
     }
 }
 
+// A VT x D bf16 state slice from shared memory (row stride D + 8) to global memory (row stride D), 16 bytes
+// per access, NTH threads.
+template <int D, int VT, int NTH>
+__device__ __forceinline__ void store_slice(bf16* dst, const bf16* src, int tid) {
+    for (int idx = tid; idx < VT * D / 8; idx += NTH) {
+        const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
+        *reinterpret_cast<uint4*>(dst + size_t(r) * D + c) =
+            *reinterpret_cast<const uint4*>(&src[r * (D + 8) + c]);
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -256,9 +267,12 @@ struct ScanArgs {
     bf16* delta;   // null unless saving
 };
 
-// VT = 32 or 16 state rows per block (16 when there are too few (sequence, head) pairs to fill the
-// GPU with 32-row slices). Warps 0 and 1 own the slice in registers: for VT = 32, 16 rows each over
-// all D columns; for VT = 16, all 16 rows over half the columns each.
+// One block per (sequence, value head, VT-row state slice) with NW warps (4 or 8), walking the chunks in
+// order. VT = 16, 32 or 64 (16 when there are too few (sequence, head) pairs to fill the GPU with wider
+// slices; 64 with 8 warps halves the operand loads that every slice block of a head repeats: the chunk's
+// W, Q, K and P). Warp w computes rows 32 (w / (NW / 4)) .. +32 of [W; Q] M0^T for its share of the slice's
+// columns; the first NW / 2 warps (the W rows) also own the slice in registers: 16 rows each over all D
+// columns, or, when the slice has fewer 16-row groups than those warps (VT = 16), 16 rows over a part.
 // ST = 2: the next chunk's operands are prefetched while this one is computed (one block per SM);
 // ST = 1: single buffers, half the shared memory, two blocks per SM overlapping each other instead.
 template <int D, int VT, int ST>
@@ -274,33 +288,38 @@ struct ScanSmem {
     bf16 Dd[64 * LV];  // dec * delta
 };
 
-template <int D, int VT, int ST>
-__global__ void __launch_bounds__(128) gdn_fwd_scan_kernel(ScanArgs a) {
+template <int D, int VT, int ST, int NW>
+__global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     using S = ScanSmem<D, VT, ST>;
     auto& s = *reinterpret_cast<S*>(smem_raw);
-    constexpr int LD = S::LD, LV = S::LV, NV = VT / 8;
-    constexpr int MC = VT == 32 ? D : D / 2;  // state columns per owning warp
+    constexpr int NTH = NW * 32, LD = S::LD, LV = S::LV;
+    constexpr int NCG = NW / 4, NV = VT / NCG / 8;  // column groups of [W; Q] M0^T, n-tiles per warp
+    constexpr int NWW = NW / 2, RG = VT / 16;       // warps owning the state, its 16-row groups
+    static_assert(RG <= NWW, "gdn_fwd_scan_kernel: more 16-row groups than state-owning warps");
+    constexpr int MC = D * RG / NWW;  // state columns per owning warp
     const int v0 = blockIdx.x * VT, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
-    const int mrow0 = VT == 32 ? 16 * warp : 0, mcol0 = VT == 32 ? 0 : warp * (D / 2);
+    const int r0 = 32 * (warp / NCG), c0 = (warp % NCG) * (VT / NCG);  // this warp's tile of [W; Q] M0^T
+    const bool wwarp = warp < NWW;
+    const int mrow0 = 16 * (warp / (NWW / RG)), mcol0 = (warp % (NWW / RG)) * MC;  // its state part
 
     auto issue = [&](int n, int st) {
         const int t0 = n * kC, L = min(kC, a.T - t0);
         const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
         const size_t hrow0 = size_t(bj) * Tp + t0;
-        load_rows<64, D, 128>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
-        load_rows<64, D, 128>(s.QW[st] + 64 * LD, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, D, 128>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, VT, 128>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
-        load_rows<64, 64, 128>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
+        load_rows<64, D, NTH>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
+        load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, D, NTH>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, VT, NTH>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
+        load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
         if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
         cp_async_commit();
     };
 
     float M[1][MC / 8][4];
-    if (warp < 2) {
+    if (wwarp) {
 #pragma unroll
         for (int nt = 0; nt < MC / 8; ++nt)
 #pragma unroll
@@ -317,56 +336,50 @@ __global__ void __launch_bounds__(128) gdn_fwd_scan_kernel(ScanArgs a) {
         cp_async_wait_all();
         __syncthreads();
         if (ST == 2 && n + 1 < a.NT) issue(n + 1, st ^ 1);
-        if (a.states) {
-            bf16* dst = a.states + ((size_t(bj) * a.NT + n) * D + v0) * D;
-            for (int idx = tid; idx < VT * D / 8; idx += 128) {
-                const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-                *reinterpret_cast<uint4*>(dst + size_t(r) * D + c) = *reinterpret_cast<const uint4*>(&s.Mb[r * LD + c]);
-            }
-        }
+        if (a.states) store_slice<D, VT, NTH>(a.states + ((size_t(bj) * a.NT + n) * D + v0) * D, s.Mb, tid);
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
         float acc[2][NV][4];
         zero(acc);
-        // [W; Q] M0^T: warps 0-1 the W rows (-> delta), warps 2-3 the Q rows (-> outputs)
-        warp_gemm<2, NV, D / 16, false, true>(acc, s.QW[st] + 32 * warp * LD, LD, s.Mb, LD, lane);
-        if (warp < 2) {
+        // [W; Q] M0^T: the W rows (-> delta) and the Q rows (-> outputs)
+        warp_gemm<2, NV, D / 16, false, true>(acc, s.QW[st] + r0 * LD, LD, s.Mb + c0 * LD, LD, lane);
+        if (wwarp) {  // delta = U - W M0^T (rows t = r0 ..)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int t = 32 * warp + frag_row(mt, e, lane);
+                    const int t = r0 + frag_row(mt, e, lane);
                     const float dec = t < L ? expf(glast - gm[t]) : 0.f;
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) {
-                        const int c = frag_col(nt, e, lane);
+                        const int c = c0 + frag_col(nt, e, lane);
                         const float dl = __bfloat162float(s.Us[st][t * LV + c]) - acc[mt][nt][e];
                         s.Db[t * LV + c] = __float2bfloat16(dl);
                         s.Dd[t * LV + c] = __float2bfloat16(dec * dl);
                         if (a.delta && t < L) a.delta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = __float2bfloat16(dl);
                     }
                 }
-        } else {
+        } else {  // diag(Gamma) Q M0^T (rows t = r0 - 64 ..)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float G = expf(gm[32 * (warp - 2) + frag_row(mt, e, lane)]);
+                    const float G = expf(gm[r0 - 64 + frag_row(mt, e, lane)]);
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) acc[mt][nt][e] *= G;
                 }
         }
         __syncthreads();
-        if (warp >= 2) {
+        if (!wwarp) {
             // O = scale [diag(Gamma) Q M0^T + P delta]
-            warp_gemm<2, NV, 4, false, false>(acc, s.Ps[st] + 32 * (warp - 2) * 72, 72, s.Db, LV, lane);
+            warp_gemm<2, NV, 4, false, false>(acc, s.Ps[st] + (r0 - 64) * 72, 72, s.Db + c0, LV, lane);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int nt = 0; nt < NV; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; e += 2) {
-                        const int t = 32 * (warp - 2) + frag_row(mt, e, lane), c = frag_col(nt, e, lane);
+                        const int t = r0 - 64 + frag_row(mt, e, lane), c = c0 + frag_col(nt, e, lane);
                         if (t < L)
                             *reinterpret_cast<__nv_bfloat162*>(a.o + ((size_t(b) * a.T + t0 + t) * a.HV + j) * D +
                                                                v0 + c) =
@@ -394,158 +407,12 @@ __global__ void __launch_bounds__(128) gdn_fwd_scan_kernel(ScanArgs a) {
             issue(n + 1, 0);
         }
     }
-    if (a.ht && warp < 2) {
+    if (a.ht && wwarp) {
 #pragma unroll
         for (int nt = 0; nt < MC / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = mrow0 + frag_row(0, e, lane), c = mcol0 + frag_col(nt, e, lane);
-                a.ht[(size_t(bj) * D + v0 + r) * D + c] = M[0][nt][e];
-            }
-    }
-}
-
-// 64-row state slices with 8 warps (double-buffered, one block per SM): half the redundant operand loads
-// of the 32-row slices (every slice block of a head reads the chunk's W, Q, K and P) and twice the warps
-// to hide the dependent chain of each chunk. Warp w computes rows 32 (w / 2) .. +32 of [W; Q] M0^T for
-// slice columns 32 (w % 2) .. +32; warps 0-3 (the W rows) also own 16 state rows each in registers.
-template <int D>
-struct Scan8Smem {
-    static constexpr int VT = 64, LD = D + 8, LV = VT + 8;
-    bf16 QW[2][128 * LD];  // rows 0..63: W, rows 64..127: Q
-    bf16 Ks[2][64 * LD];
-    bf16 Us[2][64 * LV];
-    bf16 Ps[2][64 * 72];
-    float gam[2][64];
-    bf16 Mb[VT * LD];
-    bf16 Db[64 * LV];  // delta
-    bf16 Dd[64 * LV];  // dec * delta
-};
-
-template <int D>
-__global__ void __launch_bounds__(256) gdn_fwd_scan8_kernel(ScanArgs a) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    using S = Scan8Smem<D>;
-    auto& s = *reinterpret_cast<S*>(smem_raw);
-    constexpr int VT = S::VT, LD = S::LD, LV = S::LV;
-    const int v0 = blockIdx.x * VT, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const size_t Tp = size_t(a.NT) * kC;
-    const int r0 = 32 * (warp >> 1), c0 = 32 * (warp & 1);  // this warp's tile of [W; Q] M0^T
-    const bool wwarp = warp < 4;
-    const int mrow0 = 16 * warp;  // state rows of a W warp
-
-    auto issue = [&](int n, int st) {
-        const int t0 = n * kC, L = min(kC, a.T - t0);
-        const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
-        const size_t hrow0 = size_t(bj) * Tp + t0;
-        load_rows<64, D, 256>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
-        load_rows<64, D, 256>(s.QW[st] + 64 * LD, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, D, 256>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, VT, 256>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
-        load_rows<64, 64, 256>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
-        if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
-        cp_async_commit();
-    };
-
-    float M[1][D / 8][4];  // W warps: state rows mrow0 .. +16, all D columns
-    if (wwarp) {
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = mrow0 + frag_row(0, e, lane), c = frag_col(nt, e, lane);
-                const float x = a.h0 ? a.h0[(size_t(bj) * D + v0 + r) * D + c] : 0.f;
-                M[0][nt][e] = x;
-                s.Mb[r * LD + c] = __float2bfloat16(x);
-            }
-    }
-    issue(0, 0);
-    for (int n = 0; n < a.NT; ++n) {
-        const int st = n & 1, t0 = n * kC, L = min(kC, a.T - t0);
-        cp_async_wait_all();
-        __syncthreads();
-        if (n + 1 < a.NT) issue(n + 1, st ^ 1);
-        if (a.states) {
-            bf16* dst = a.states + ((size_t(bj) * a.NT + n) * D + v0) * D;
-            for (int idx = tid; idx < VT * D / 8; idx += 256) {
-                const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-                *reinterpret_cast<uint4*>(dst + size_t(r) * D + c) =
-                    *reinterpret_cast<const uint4*>(&s.Mb[r * LD + c]);
-            }
-        }
-        const float* gm = s.gam[st];
-        const float glast = gm[L - 1];
-        float acc[2][4][4];
-        zero(acc);
-        warp_gemm<2, 4, D / 16, false, true>(acc, s.QW[st] + r0 * LD, LD, s.Mb + c0 * LD, LD, lane);
-        if (wwarp) {  // delta = U - W M0^T (rows t = r0 ..)
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int t = r0 + frag_row(mt, e, lane);
-                    const float dec = t < L ? expf(glast - gm[t]) : 0.f;
-#pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) {
-                        const int c = c0 + frag_col(nt, e, lane);
-                        const float dl = __bfloat162float(s.Us[st][t * LV + c]) - acc[mt][nt][e];
-                        s.Db[t * LV + c] = __float2bfloat16(dl);
-                        s.Dd[t * LV + c] = __float2bfloat16(dec * dl);
-                        if (a.delta && t < L)
-                            a.delta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = __float2bfloat16(dl);
-                    }
-                }
-        } else {  // diag(Gamma) Q M0^T (rows t = r0 - 64 ..)
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float G = expf(gm[r0 - 64 + frag_row(mt, e, lane)]);
-#pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) acc[mt][nt][e] *= G;
-                }
-        }
-        __syncthreads();
-        if (!wwarp) {
-            // O = scale [diag(Gamma) Q M0^T + P delta]
-            warp_gemm<2, 4, 4, false, false>(acc, s.Ps[st] + (r0 - 64) * 72, 72, s.Db + c0, LV, lane);
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; e += 2) {
-                        const int t = r0 - 64 + frag_row(mt, e, lane), c = c0 + frag_col(nt, e, lane);
-                        if (t < L)
-                            *reinterpret_cast<__nv_bfloat162*>(
-                                a.o + ((size_t(b) * a.T + t0 + t) * a.HV + j) * D + v0 + c) =
-                                __floats2bfloat162_rn(a.scale * acc[mt][nt][e], a.scale * acc[mt][nt][e + 1]);
-                    }
-        } else {
-            // M1 = Gamma_L M0 + (dec delta)^T K
-            const float gl = expf(glast);
-#pragma unroll
-            for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) M[0][nt][e] *= gl;
-            warp_gemm<1, D / 8, 4, true, false>(M, s.Dd + mrow0, LV, s.Ks[st], LD, lane);
-#pragma unroll
-            for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    const int r = mrow0 + frag_row(0, e, lane), c = frag_col(nt, e, lane);
-                    *reinterpret_cast<__nv_bfloat162*>(&s.Mb[r * LD + c]) =
-                        __floats2bfloat162_rn(M[0][nt][e], M[0][nt][e + 1]);
-                }
-        }
-    }
-    if (a.ht && wwarp) {
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = mrow0 + frag_row(0, e, lane), c = frag_col(nt, e, lane);
                 a.ht[(size_t(bj) * D + v0 + r) * D + c] = M[0][nt][e];
             }
     }
@@ -564,6 +431,9 @@ struct BScanArgs {
     float* ddelta;
 };
 
+// The reverse scan, one block per (sequence, value head, VT-row slice of dM) with NW warps (4 or 8), the
+// same variants as the forward scan: warp w computes d delta rows 16 (w % 4) .. +16 for its share of the
+// slice's columns; dM is held in registers over all warps (BlockGemm tiling GM).
 template <int D, int VT, int ST>
 struct BScanSmem {
     static constexpr int LD = D + 8, LV = VT + 8;
@@ -576,31 +446,34 @@ struct BScanSmem {
     bf16 AD[128 * LV];  // rows 0..63: scale Gamma dO, rows 64..127: -d delta
 };
 
-template <int D, int VT, int ST>
-__global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(BScanArgs a) {
+template <int D, int VT, int ST, int NW>
+__global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     using S = BScanSmem<D, VT, ST>;
     auto& s = *reinterpret_cast<S*>(smem_raw);
-    constexpr int LD = S::LD, LV = S::LV, NV = VT / 8;
+    constexpr int NTH = NW * 32, LD = S::LD, LV = S::LV;
+    constexpr int NCG = NW / 4, NV = VT / NCG / 8;  // column groups of d delta, n-tiles per warp
     const int v0 = blockIdx.x * VT, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
+    const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (VT / NCG);  // this warp's tile of d delta
 
     auto issue = [&](int n, int st) {
         const int t0 = n * kC, L = min(kC, a.T - t0);
         const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
         const size_t vrow0 = (size_t(b) * a.T + t0) * a.HV + j;
         const size_t hrow0 = size_t(bj) * Tp + t0;
-        load_rows<64, D, 128>(s.QW[st], LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, D, 128>(s.QW[st] + 64 * LD, LD, a.W + hrow0 * D, D, L, tid);
-        load_rows<64, D, 128>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, VT, 128>(s.dOs[st], LV, a.d_o + vrow0 * D + v0, size_t(a.HV) * D, L, tid);
-        load_rows<64, 64, 128>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
+        load_rows<64, D, NTH>(s.QW[st], LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.W + hrow0 * D, D, L, tid);
+        load_rows<64, D, NTH>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, VT, NTH>(s.dOs[st], LV, a.d_o + vrow0 * D + v0, size_t(a.HV) * D, L, tid);
+        load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
         if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
         cp_async_commit();
     };
 
-    using GM = BlockGemm<VT, D, 128, (VT == 32 ? 2 : 1), (VT == 32 ? 2 : 4), true, false>;
+    constexpr int WR = VT / 16 < NW ? VT / 16 : NW;  // warp rows x columns of the dM tiling
+    using GM = BlockGemm<VT, D, 128, WR, NW / WR, true, false>;
     float dM[GM::MT][GM::NT][4];
     GM::each(dM, warp, lane, [&](int r, int c, float& x) {
         x = a.dht ? a.dht[(size_t(bj) * D + v0 + r) * D + c] : 0.f;
@@ -612,34 +485,29 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(BScanArgs a) {
         cp_async_wait_all();
         __syncthreads();
         if (ST == 2 && n > 0) issue(n - 1, st ^ 1);
-        if (a.dstates) {
-            bf16* dst = a.dstates + ((size_t(bj) * a.NT + n) * D + v0) * D;
-            for (int idx = tid; idx < VT * D / 8; idx += 128) {
-                const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-                *reinterpret_cast<uint4*>(dst + size_t(r) * D + c) = *reinterpret_cast<const uint4*>(&s.dMb[r * LD + c]);
-            }
-        }
+        if (a.dstates)
+            store_slice<D, VT, NTH>(a.dstates + ((size_t(bj) * a.NT + n) * D + v0) * D, s.dMb, tid);
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
-        // d delta = diag(dec) K dM^T + scale P^T dO   (rows t of this warp: 16 warp .. +16)
+        // d delta = diag(dec) K dM^T + scale P^T dO
         float a1[1][NV][4], a2[1][NV][4];
         zero(a1);
         zero(a2);
-        warp_gemm<1, NV, D / 16, false, true>(a1, s.Ks[st] + 16 * warp * LD, LD, s.dMb, LD, lane);
-        warp_gemm<1, NV, 4, true, false>(a2, s.Ps[st] + 16 * warp, 72, s.dOs[st], LV, lane);
+        warp_gemm<1, NV, D / 16, false, true>(a1, s.Ks[st] + r0 * LD, LD, s.dMb + c0 * LD, LD, lane);
+        warp_gemm<1, NV, 4, true, false>(a2, s.Ps[st] + r0, 72, s.dOs[st] + c0, LV, lane);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int t = 16 * warp + frag_row(0, e, lane);
+            const int t = r0 + frag_row(0, e, lane);
             const float dec = t < L ? expf(glast - gm[t]) : 0.f;
 #pragma unroll
             for (int nt = 0; nt < NV; ++nt) {
-                const int c = frag_col(nt, e, lane);
+                const int c = c0 + frag_col(nt, e, lane);
                 const float dd = dec * a1[0][nt][e] + a.scale * a2[0][nt][e];
                 if (t < L) a.ddelta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = dd;
                 s.AD[(64 + t) * LV + c] = __float2bfloat16(-dd);
             }
         }
-        for (int idx = tid; idx < 64 * VT; idx += 128) {
+        for (int idx = tid; idx < 64 * VT; idx += NTH) {
             const int t = idx / VT, c = idx % VT;
             s.AD[t * LV + c] = __float2bfloat16(a.scale * expf(gm[t]) * __bfloat162float(s.dOs[st][t * LV + c]));
         }
@@ -655,103 +523,6 @@ __global__ void __launch_bounds__(128) gdn_bwd_scan_kernel(BScanArgs a) {
         }
     }
     if (a.dh0) GM::each(dM, warp, lane, [&](int r, int c, float& x) { a.dh0[(size_t(bj) * D + v0 + r) * D + c] = x; });
-}
-
-// The reverse scan with 64-row slices and 8 warps (double-buffered; see gdn_fwd_scan8_kernel): warp w
-// computes d delta rows 16 (w % 4) .. +16, slice columns 32 (w / 4) .. +32, and owns dM rows 16 (w / 2),
-// columns D/2 (w % 2) .. + D/2.
-template <int D>
-struct BScan8Smem {
-    static constexpr int VT = 64, LD = D + 8, LV = VT + 8;
-    bf16 QW[2][128 * LD];  // rows 0..63: Q, rows 64..127: W
-    bf16 Ks[2][64 * LD];
-    bf16 dOs[2][64 * LV];
-    bf16 Ps[2][64 * 72];
-    float gam[2][64];
-    bf16 dMb[VT * LD];
-    bf16 AD[128 * LV];  // rows 0..63: scale Gamma dO, rows 64..127: -d delta
-};
-
-template <int D>
-__global__ void __launch_bounds__(256) gdn_bwd_scan8_kernel(BScanArgs a) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    using S = BScan8Smem<D>;
-    auto& s = *reinterpret_cast<S*>(smem_raw);
-    constexpr int VT = S::VT, LD = S::LD, LV = S::LV;
-    const int v0 = blockIdx.x * VT, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const size_t Tp = size_t(a.NT) * kC;
-    const int r0 = 16 * (warp & 3), c0 = 32 * (warp >> 2);  // this warp's tile of d delta
-
-    auto issue = [&](int n, int st) {
-        const int t0 = n * kC, L = min(kC, a.T - t0);
-        const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
-        const size_t vrow0 = (size_t(b) * a.T + t0) * a.HV + j;
-        const size_t hrow0 = size_t(bj) * Tp + t0;
-        load_rows<64, D, 256>(s.QW[st], LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, D, 256>(s.QW[st] + 64 * LD, LD, a.W + hrow0 * D, D, L, tid);
-        load_rows<64, D, 256>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, VT, 256>(s.dOs[st], LV, a.d_o + vrow0 * D + v0, size_t(a.HV) * D, L, tid);
-        load_rows<64, 64, 256>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
-        if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
-        cp_async_commit();
-    };
-
-    using GM = BlockGemm<VT, D, 128, 4, 2, true, false>;
-    float dM[GM::MT][GM::NT][4];
-    GM::each(dM, warp, lane, [&](int r, int c, float& x) {
-        x = a.dht ? a.dht[(size_t(bj) * D + v0 + r) * D + c] : 0.f;
-        s.dMb[r * LD + c] = __float2bfloat16(x);
-    });
-    issue(a.NT - 1, 0);
-    for (int i = 0; i < a.NT; ++i) {
-        const int n = a.NT - 1 - i, st = i & 1, t0 = n * kC, L = min(kC, a.T - t0);
-        cp_async_wait_all();
-        __syncthreads();
-        if (n > 0) issue(n - 1, st ^ 1);
-        if (a.dstates) {
-            bf16* dst = a.dstates + ((size_t(bj) * a.NT + n) * D + v0) * D;
-            for (int idx = tid; idx < VT * D / 8; idx += 256) {
-                const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-                *reinterpret_cast<uint4*>(dst + size_t(r) * D + c) =
-                    *reinterpret_cast<const uint4*>(&s.dMb[r * LD + c]);
-            }
-        }
-        const float* gm = s.gam[st];
-        const float glast = gm[L - 1];
-        // d delta = diag(dec) K dM^T + scale P^T dO
-        float a1[1][4][4], a2[1][4][4];
-        zero(a1);
-        zero(a2);
-        warp_gemm<1, 4, D / 16, false, true>(a1, s.Ks[st] + r0 * LD, LD, s.dMb + c0 * LD, LD, lane);
-        warp_gemm<1, 4, 4, true, false>(a2, s.Ps[st] + r0, 72, s.dOs[st] + c0, LV, lane);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int t = r0 + frag_row(0, e, lane);
-            const float dec = t < L ? expf(glast - gm[t]) : 0.f;
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                const int c = c0 + frag_col(nt, e, lane);
-                const float dd = dec * a1[0][nt][e] + a.scale * a2[0][nt][e];
-                if (t < L) a.ddelta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = dd;
-                s.AD[(64 + t) * LV + c] = __float2bfloat16(-dd);
-            }
-        }
-        for (int idx = tid; idx < 64 * VT; idx += 256) {
-            const int t = idx / VT, c = idx % VT;
-            s.AD[t * LV + c] =
-                __float2bfloat16(a.scale * expf(gm[t]) * __bfloat162float(s.dOs[st][t * LV + c]));
-        }
-        __syncthreads();
-        // dM0 = Gamma_L dM + [scale Gamma dO; -d delta]^T [Q; W]
-        const float gl = expf(glast);
-        GM::each(dM, warp, lane, [&](int, int, float& x) { x *= gl; });
-        GM::run(dM, s.AD, LV, s.QW[st], LD, warp, lane);
-        GM::each(dM, warp, lane, [&](int r, int c, float& x) { s.dMb[r * LD + c] = __float2bfloat16(x); });
-    }
-    if (a.dh0)
-        GM::each(dM, warp, lane,
-                 [&](int r, int c, float& x) { a.dh0[(size_t(bj) * D + v0 + r) * D + c] = x; });
 }
 
 // ---- backward: per-chunk gradients ---------------------------------------------------------------
@@ -1388,7 +1159,7 @@ bool direct_dqk(const GdnShape& s) {
 // 0: 16-row slices, double-buffered, when that still fits the GPU in one wave (long sequences, few
 // heads: twice the blocks at work); 1: 32-row slices, double-buffered, when they fit one wave; 2:
 // 32-row slices, single-buffered, two blocks per SM, when there are more blocks than SMs; 3: 64-row
-// slices with 8 warps, double-buffered (gdn_fwd_scan8_kernel), at d 128 when those fill the GPU.
+// slices with 8 warps, double-buffered, at d 128 when those fill the GPU.
 // gdn_set_scan_variant or HYDRA_GDN_SCAN (0-3) force one.
 int g_scan_override = -2;  // -2: not read yet, -1: automatic
 
@@ -1420,6 +1191,18 @@ int scan_variant(const GdnShape& s) {
     return 2;
 }
 
+// One scan kernel over (D / VT slices, B * HV) blocks of NW warps, its shared-memory attribute set on the
+// first launch of each instantiation (Args tells the forward from the reverse scan).
+template <int D, int VT, int ST, int NW, class Args>
+void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args& args, cudaStream_t st) {
+    static bool attr = false;
+    if (!attr) {
+        set_smem(kern, smem);
+        attr = true;
+    }
+    kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
+}
+
 template <int D>
 void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta,
                   const float* h0, bf16* o, float* ht, float scale, bool l2norm, bool save, GdnWorkspace& ws,
@@ -1440,10 +1223,6 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
     static bool attr = false;
     if (!attr) {
         set_smem(gdn_fwd_prep_kernel<D>, sizeof(PrepSmem<D>));
-        set_smem(gdn_fwd_scan_kernel<D, 32, 2>, sizeof(ScanSmem<D, 32, 2>));
-        set_smem(gdn_fwd_scan_kernel<D, 32, 1>, sizeof(ScanSmem<D, 32, 1>));
-        set_smem(gdn_fwd_scan_kernel<D, 16, 2>, sizeof(ScanSmem<D, 16, 2>));
-        set_smem(gdn_fwd_scan8_kernel<D>, sizeof(Scan8Smem<D>));
         attr = true;
     }
     FwdArgs fa{s.B, s.T, s.H, s.HV, NT, qn, kn, v, g, beta, ws.gam, ws.W, ws.U, ws.P, save ? ws.Tm : nullptr};
@@ -1453,14 +1232,17 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
     ScanArgs sa{s.B,    s.T,   s.H,   s.HV, NT, scale, qn, kn, ws.W, ws.U, ws.P, ws.gam, h0, o, ht,
                 save ? ws.states : nullptr, save ? ws.delta : nullptr};
     switch (scan_variant(s)) {
-        case 0: gdn_fwd_scan_kernel<D, 16, 2><<<dim3(D / 16, s.B * s.HV), 128, sizeof(ScanSmem<D, 16, 2>), st>>>(sa); break;
-        case 1: gdn_fwd_scan_kernel<D, 32, 2><<<dim3(D / 32, s.B * s.HV), 128, sizeof(ScanSmem<D, 32, 2>), st>>>(sa); break;
+        case 0:
+            launch_scan<D, 16, 2, 4>(gdn_fwd_scan_kernel<D, 16, 2, 4>, sizeof(ScanSmem<D, 16, 2>), s, sa, st);
+            break;
+        case 1:
+            launch_scan<D, 32, 2, 4>(gdn_fwd_scan_kernel<D, 32, 2, 4>, sizeof(ScanSmem<D, 32, 2>), s, sa, st);
+            break;
         case 2:
-            gdn_fwd_scan_kernel<D, 32, 1>
-                <<<dim3(D / 32, s.B * s.HV), 128, sizeof(ScanSmem<D, 32, 1>), st>>>(sa);
+            launch_scan<D, 32, 1, 4>(gdn_fwd_scan_kernel<D, 32, 1, 4>, sizeof(ScanSmem<D, 32, 1>), s, sa, st);
             break;
         default:
-            gdn_fwd_scan8_kernel<D><<<dim3(D / 64, s.B * s.HV), 256, sizeof(Scan8Smem<D>), st>>>(sa);
+            launch_scan<D, 64, 2, 8>(gdn_fwd_scan_kernel<D, 64, 2, 8>, sizeof(ScanSmem<D, 64, 2>), s, sa, st);
     }
     CUDA_CHECK(cudaGetLastError());
     stages.mark("scan");
@@ -1476,24 +1258,27 @@ void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* 
     const bf16* kn = l2norm ? ws.kn : k;
     static bool attr = false;
     if (!attr) {
-        set_smem(gdn_bwd_scan_kernel<D, 32, 2>, sizeof(BScanSmem<D, 32, 2>));
-        set_smem(gdn_bwd_scan_kernel<D, 32, 1>, sizeof(BScanSmem<D, 32, 1>));
-        set_smem(gdn_bwd_scan_kernel<D, 16, 2>, sizeof(BScanSmem<D, 16, 2>));
-        set_smem(gdn_bwd_scan8_kernel<D>, sizeof(BScan8Smem<D>));
         set_smem(gdn_bwd_chunk_kernel<D>, sizeof(BChunkSmem<D>));
         attr = true;
     }
     Stages stages(st);
     BScanArgs ba{s.B, s.T, s.H, s.HV, NT, scale, qn, kn, ws.W, ws.P, d_o, ws.gam, dht, dh0, ws.dstates, ws.ddelta};
     switch (scan_variant(s)) {
-        case 0: gdn_bwd_scan_kernel<D, 16, 2><<<dim3(D / 16, s.B * s.HV), 128, sizeof(BScanSmem<D, 16, 2>), st>>>(ba); break;
-        case 1: gdn_bwd_scan_kernel<D, 32, 2><<<dim3(D / 32, s.B * s.HV), 128, sizeof(BScanSmem<D, 32, 2>), st>>>(ba); break;
+        case 0:
+            launch_scan<D, 16, 2, 4>(gdn_bwd_scan_kernel<D, 16, 2, 4>, sizeof(BScanSmem<D, 16, 2>), s, ba,
+                                     st);
+            break;
+        case 1:
+            launch_scan<D, 32, 2, 4>(gdn_bwd_scan_kernel<D, 32, 2, 4>, sizeof(BScanSmem<D, 32, 2>), s, ba,
+                                     st);
+            break;
         case 2:
-            gdn_bwd_scan_kernel<D, 32, 1>
-                <<<dim3(D / 32, s.B * s.HV), 128, sizeof(BScanSmem<D, 32, 1>), st>>>(ba);
+            launch_scan<D, 32, 1, 4>(gdn_bwd_scan_kernel<D, 32, 1, 4>, sizeof(BScanSmem<D, 32, 1>), s, ba,
+                                     st);
             break;
         default:
-            gdn_bwd_scan8_kernel<D><<<dim3(D / 64, s.B * s.HV), 256, sizeof(BScan8Smem<D>), st>>>(ba);
+            launch_scan<D, 64, 2, 8>(gdn_bwd_scan_kernel<D, 64, 2, 8>, sizeof(BScanSmem<D, 64, 2>), s, ba,
+                                     st);
     }
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bscan");
