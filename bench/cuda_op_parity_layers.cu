@@ -245,8 +245,10 @@ void rmsnorm_case(int64_t N, int64_t C, Rng& rng) {
     }
     {  // the bf16-copy overload with the copy left out (null)
         auto ddx = up_f32(dx0), ddw = up_f32(dw0);
-        cu::rmsnorm_backward(ddx->p, static_cast<bf16*>(nullptr), ddw->p, dDy32->p, dX->p, dW->p, rstd->p, N, C);
-        record("rmsnorm bwd bf16 dx=null", shape, "dx+=", minus(down(*ddx), dx0), minus(dx_ref, dx0), kTolF32);
+        cu::rmsnorm_backward(ddx->p, static_cast<bf16*>(nullptr), ddw->p, dDy32->p, dX->p, dW->p, rstd->p, N,
+                             C);
+        record("rmsnorm bwd bf16 dx=null", shape, "dx+=", minus(down(*ddx), dx0), minus(dx_ref, dx0),
+               kTolF32);
     }
     {  // fp32 dy, the updated dx also written as bf16
         auto ddx = up_f32(dx0), ddw = up_f32(dw0);
@@ -680,9 +682,9 @@ int main(int argc, char** argv) {
         fusion_case(FK::ScaleNorm, 77, 3, 6, 64, true, rng);
         fusion_case(FK::Hymba, 130, 0, 9, 64, true, rng);  // pure LA layer
         fusion_case(FK::LaOnly, 77, 9, 0, 64, false, rng);  // pure FA layer: copy
-        fusion_case(FK::Hymba, 2500, 2, 7, 128, false, rng);         // 896-wide segment: element path
-        fusion_case(FK::Hymba, 300, 2, 6, 64, false, rng);           // pair path, 8 pairs per lane
-        fusion_case(FK::ScaleNorm, 5000, 1, 8, 128, false, rng);     // pair path, 2 pairs, several rows per part
+        fusion_case(FK::Hymba, 2500, 2, 7, 128, false, rng);      // 896-wide segment: element path
+        fusion_case(FK::Hymba, 300, 2, 6, 64, false, rng);        // pair path, 8 pairs per lane
+        fusion_case(FK::ScaleNorm, 5000, 1, 8, 128, false, rng);  // pair path, 2 pairs, several rows per part
         fusion_case(FK::LaOnly, 77, 2, 5, 64, true, rng);
         elementwise_case(77, 576, rng);
     } catch (const std::exception& e) {

@@ -101,8 +101,8 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
         if (o.lm_row_block > 0) {
             so.chunking.row_block = o.lm_row_block;
             so.lm_row_block_auto = false;
-            so.resident_vocab_bytes = std::max(so.resident_vocab_bytes,
-                                               size_t(o.lm_row_block) * size_t(V) * sizeof(float));
+            so.resident_vocab_bytes =
+                std::max(so.resident_vocab_bytes, size_t(o.lm_row_block) * size_t(V) * sizeof(float));
             row["lm_row_block"] = o.lm_row_block;
         }
         gpu::GpuTrainStep step(sm, tm ? &*tm : nullptr, so, stream);
@@ -203,10 +203,10 @@ int main(int argc, char** argv) {
             else if (a == "--peak-tflops") o.peak_tflops = std::stod(next());
             else if (a == "--lm-row-block") {
                 o.lm_row_block = std::stoll(next());
-                HYDRA_CHECK(o.lm_row_block > 0 && o.lm_row_block <= 65535, "--lm-row-block: need 1..65535 (got {})",
-                            o.lm_row_block);
-            }
-            else if (a == "--plan-out") o.plan_out = next();
+                HYDRA_CHECK(o.lm_row_block > 0 && o.lm_row_block <= 65535,
+                            "--lm-row-block: need 1..65535 (got {})", o.lm_row_block);
+            } else if (a == "--plan-out")
+                o.plan_out = next();
             else if (a == "--json") o.json_out = next();
             else if (a == "--shapes") {
                 o.shapes.clear();
@@ -218,8 +218,10 @@ int main(int argc, char** argv) {
                     o.shapes.emplace_back(std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1)));
                 }
             } else {
-                fail("usage: gpu_train_bench [--model GGUF] [--shapes 8x2048,4x4096] [--long 32768] [--steps 5] "
-                     "[--warmup 2] [--plan-out FILE] [--json FILE] [--peak-tflops 989] [--lm-row-block 2048]");
+                fail(
+                    "usage: gpu_train_bench [--model GGUF] [--shapes 8x2048,4x4096] [--long 32768] [--steps "
+                    "5] "
+                    "[--warmup 2] [--plan-out FILE] [--json FILE] [--peak-tflops 989] [--lm-row-block 2048]");
             }
         }
         if (!o.json_out.empty()) g_json.open(o.json_out);

@@ -103,9 +103,9 @@ void proj_forward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const
 }
 
 // dX (N, in) fp32 (first: =, else +=) of the group's dY (N, rows) columns, and the weight / bias grads.
-void proj_backward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const bf16* dY, int64_t ldy, const bf16* X,
-                   int64_t N, int64_t in, const std::vector<Part>& parts, float* dX, bool& first,
-                   StepProfiler& prof) {
+void proj_backward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const bf16* dY, int64_t ldy,
+                   const bf16* X, int64_t N, int64_t in, const std::vector<Part>& parts, float* dX,
+                   bool& first, StepProfiler& prof) {
     prof.section("gemm_dx");
     const bool adj = adjacent(parts, in);
     if (adj) {
@@ -414,7 +414,8 @@ cuda::LmHeadChunking GpuTrainStep::loss_chunking() const {
 // Training workspaces for a batch shape (before the arena takes the free memory): the GDN chunk
 // workspaces of the student's LA layers, the attention backward workspaces, the LM-head loss scratch.
 void GpuTrainStep::ensure_shape(const Shape& s, bool align) {
-    if (!loss_ws_) loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(loss_chunking(), teacher_ != nullptr, 0);
+    if (!loss_ws_)
+        loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(loss_chunking(), teacher_ != nullptr, 0);
     if (s.B != train_shape_.B || s.T != train_shape_.T) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         gdn_layer_ws_.clear();
@@ -547,7 +548,7 @@ size_t GpuTrainStep::arena_estimate(const Shape& s, bool training) const {
         }
         const size_t row = cuda::align_up(size_t(N) * size_t(C) * 4);
         if (!keep) return n + row + layer_max;
-        n += size_t(L + 1) * row + 2 * row;                // residuals, dh, dx
+        n += size_t(L + 1) * row + 2 * row;              // residuals, dh, dx
         n += cuda::align_up(size_t(N) * size_t(C) * 2);  // bf16(dx)
         if (opt_.recompute) return n + layer_max + row + bwd_max;
         return n + layer_sum + bwd_max;
@@ -800,15 +801,17 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
                                   3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
         prof_.section("gemm_dx");
         proj_backward(m, b, st, dlqkv, 3 * Dla, a.xn1, N, C,
-                      {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, dxn, first, prof_);
-        proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first, prof_);
-        proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn, first,
+                      {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, dxn, first,
                       prof_);
+        proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first, prof_);
+        proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn,
+                      first, prof_);
     }
     prof_.section("rmsnorm");
     if (first) CUDA_CHECK(cudaMemsetAsync(dxn, 0, size_t(N * C) * sizeof(float), st));  // no mixer heads (not reached)
     // d x_in, and (dx_bf16 not null) its bf16 copy for the next (lower) layer's first GEMMs
-    cuda::rmsnorm_backward(dx, dx_bf16, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C, st);
+    cuda::rmsnorm_backward(dx, dx_bf16, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C,
+                           st);
     ar.reset(mark);
 }
 
@@ -1137,7 +1140,8 @@ GpuStepLosses GpuTrainStep::eval_ce(const TrainBatch& batch) {
     const Shape s{batch.batch, batch.seq_len};
     const int64_t N = s.N(), C = c.hidden_size, V = c.vocab_size;
     validate_batch(batch, V, true);
-    if (!loss_ws_) loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(loss_chunking(), teacher_ != nullptr, 0);
+    if (!loss_ws_)
+        loss_ws_ = std::make_unique<cuda::LmHeadLossWorkspace>(loss_chunking(), teacher_ != nullptr, 0);
     ensure_arena(arena_estimate(s, false));
     upload_batch(batch, true);
     cuda::DeviceArena& ar = *arena_;

@@ -633,7 +633,8 @@ void cross_entropy_lm_head(BlasContext& ctx, const bf16* h, const bf16* W, const
         if (!want_grad) continue;
         for (int64_t v0 = 0; v0 < V; v0 += vc) {
             const int64_t nv = std::min(vc, V - v0);
-            if (!resident) gemm_bf16(ctx, false, true, nb, nv, C, 1.0f, hb, C, W + v0 * C, C, 0.0f, ws.zs, nv);
+            if (!resident)
+                gemm_bf16(ctx, false, true, nb, nv, C, 1.0f, hb, C, W + v0 * C, C, 0.0f, ws.zs, nv);
             ce_grad_kernel<<<grad_grid(nb, nv), kThreads, 0, st>>>(ws.zs, ws.g, int(nv), int(v0), int(V), tg,
                                                                    ws.s_lse, grads.grad_scale);
             launch_check();
