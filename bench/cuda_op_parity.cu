@@ -338,9 +338,15 @@ int main(int argc, char** argv) {
     std::string only;  // --only gdn|decode|attn: one op family
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
-        if (!std::strcmp(argv[i], "--scan") && i + 1 < argc)
-            forced_scan = std::atoi(argv[++i]);
-        else if (!std::strcmp(argv[i], "--quick")) quick = true;
+        if (!std::strcmp(argv[i], "--scan") && i + 1 < argc) {
+            const char* v = argv[++i];
+            if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '3') {
+                std::printf("--scan: expected a scan variant 0, 1, 2 or 3, got '%s'\n", v);
+                return 2;
+            }
+            forced_scan = v[0] - '0';
+        } else if (!std::strcmp(argv[i], "--quick"))
+            quick = true;
         else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     }
     auto want = [&](const char* family) { return only.empty() || only == family; };

@@ -1,11 +1,12 @@
 // Packed bf16 vectors for the element-wise CUDA ops (short_conv.cu, gated_rmsnorm.cu): V = 1 or 2
 // consecutive bf16 held as one raw 16- or 32-bit word (element 0 in the low half), loaded and stored
-// with one access and widened to fp32 only where used. Not a public API.
+// with one access and widened to fp32 only where used (`using namespace bf16_pack;` in a .cu file). Not a
+// public API.
 #pragma once
 
 #include <cuda_bf16.h>
 
-namespace hydra::cuda::detail {
+namespace hydra::cuda::bf16_pack {
 
 template <int V>
 struct RawT;
@@ -61,4 +62,4 @@ __device__ __forceinline__ raw_t<V> raw_pack(const float (&f)[V]) {
     }
 }
 
-}  // namespace hydra::cuda::detail
+}  // namespace hydra::cuda::bf16_pack

@@ -15,9 +15,10 @@
 #include "ops/cuda/gated_rmsnorm.h"
 
 #include <cstdint>
+#include <type_traits>
 
-#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/bf16_pack.cuh"
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
 
 namespace hydra::cuda {
@@ -30,15 +31,7 @@ using detail::warp_sum;
 constexpr int kWarps = 8;
 constexpr int kMaxK = 4;  // register-resident rows: D <= 32 * V * kMaxK
 
-// packed bf16 vectors (bf16_pack.cuh)
-using detail::bf16_bits;
-using detail::raw_get;
-using detail::raw_ld;
-using detail::raw_ldg;
-using detail::raw_pack;
-using detail::raw_st;
-using detail::raw_t;
-using detail::raw_zero;
+using namespace bf16_pack;  // packed bf16 vectors
 
 // Forward. Grid (ceil(N / (kWarps R)), HV); warp rows: tokens n0 .. n0+R-1 of head h = blockIdx.y.
 template <int V, int K, int R>
@@ -284,6 +277,26 @@ int pick_k(int64_t D, int V, int64_t HV) {
     return groups <= 1 ? 1 : groups <= 2 ? 2 : groups <= kMaxK ? kMaxK : 0;
 }
 
+// Calls f(Int<V>(), Int<K>()) for the instantiated pair (V 1 or 2, K 1, 2 or kMaxK); false when K is 0
+// (rows too wide for registers: the caller runs the generic kernel).
+template <int N>
+using Int = std::integral_constant<int, N>;
+template <class F>
+bool dispatch_vk(int V, int K, F&& f) {
+    auto with_k = [&](auto v) {
+        if (K == 1)
+            f(v, Int<1>());
+        else if (K == 2)
+            f(v, Int<2>());
+        else if (K == kMaxK)
+            f(v, Int<kMaxK>());
+        else
+            return false;
+        return true;
+    };
+    return V == 2 ? with_k(Int<2>()) : with_k(Int<1>());
+}
+
 template <int V, int K>
 void launch_forward(bf16* out, float* rstd, const bf16* o, const bf16* z, int64_t zs, const float* w,
                     int64_t N, int64_t HV, int64_t D, float eps, cudaStream_t stream) {
@@ -317,25 +330,15 @@ void gated_rmsnorm_forward(bf16* out, float* rstd, const bf16* o, const bf16* z,
     const int V =
         (D % 2 == 0 && z_stride % 2 == 0 && aligned(o, 4) && aligned(out, 4) && aligned(z, 4)) ? 2 : 1;
     const int K = pick_k(D, V, HV);
-#define FWD(v_, k_) launch_forward<v_, k_>(out, rstd, o, z, z_stride, w, N, HV, D, eps, stream)
-    if (V == 2 && K == 1)
-        FWD(2, 1);
-    else if (V == 2 && K == 2)
-        FWD(2, 2);
-    else if (V == 2 && K == kMaxK)
-        FWD(2, kMaxK);
-    else if (V == 1 && K == 1)
-        FWD(1, 1);
-    else if (V == 1 && K == 2)
-        FWD(1, 2);
-    else if (V == 1 && K == kMaxK)
-        FWD(1, kMaxK);
-    else {
+    const bool done = dispatch_vk(V, K, [&](auto v, auto k) {
+        launch_forward<decltype(v)::value, decltype(k)::value>(out, rstd, o, z, z_stride, w, N, HV, D, eps,
+                                                               stream);
+    });
+    if (!done) {
         k_gated_forward_generic<<<detail::grid_for(N * HV, kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(
             out, rstd, o, z, z_stride, w, N, HV, D, eps);
         CUDA_CHECK(cudaGetLastError());
     }
-#undef FWD
 }
 
 void gated_rmsnorm_backward(bf16* d_o, bf16* dz, int64_t dz_stride, float* dw, const bf16* dout,
@@ -353,27 +356,15 @@ void gated_rmsnorm_backward(bf16* d_o, bf16* dz, int64_t dz_stride, float* dw, c
                       ? 2
                       : 1;
     const int K = pick_k(D, V, HV);
-#define BWD(v_, k_)                                                                                       \
-    launch_backward<v_, k_>(d_o, dz, dz_stride, part.get(), dout, o, z, z_stride, w, rstd, N, HV, D, rpp, \
-                            np, stream)
-    if (V == 2 && K == 1)
-        BWD(2, 1);
-    else if (V == 2 && K == 2)
-        BWD(2, 2);
-    else if (V == 2 && K == kMaxK)
-        BWD(2, kMaxK);
-    else if (V == 1 && K == 1)
-        BWD(1, 1);
-    else if (V == 1 && K == 2)
-        BWD(1, 2);
-    else if (V == 1 && K == kMaxK)
-        BWD(1, kMaxK);
-    else {
+    const bool done = dispatch_vk(V, K, [&](auto v, auto k) {
+        launch_backward<decltype(v)::value, decltype(k)::value>(d_o, dz, dz_stride, part.get(), dout, o, z,
+                                                                z_stride, w, rstd, N, HV, D, rpp, np, stream);
+    });
+    if (!done) {
         k_gated_backward_generic<<<detail::grid_for(np * HV, kWarps, 0x7fffffffLL), kWarps * 32, 0, stream>>>(
             d_o, dz, dz_stride, part.get(), dout, o, z, z_stride, w, rstd, N, HV, D, rpp, np);
         CUDA_CHECK(cudaGetLastError());
     }
-#undef BWD
     if (dw) detail::accumulate_partials(dw, part.get(), np, HV * D, HV * D, stream);
     part.release();
 }

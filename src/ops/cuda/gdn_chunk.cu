@@ -884,6 +884,16 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     GK::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);
     GKT::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);
     const int r0 = GD::row0(warp), c0 = GD::col0(warp);
+    // f(r, c, nt, e) for each of this warp's accumulator pairs (columns c, c + 1) in a valid row
+    auto each_pair = [&](auto&& f) {
+#pragma unroll
+        for (int nt = 0; nt < GD::NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
+                if (r < L) f(r, c, nt, e);
+            }
+    };
     if (a.dq_out) {
         if (kStageRaw && a.rq) {
             cp_async_wait_all();
@@ -904,19 +914,13 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         };
         if (a.rq) {
             float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};  // rows r0 + lane / 4 and + 8
-#pragma unroll
-            for (int nt = 0; nt < GD::NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                    if (r < L) {
-                        float y[2];
-                        yrow(true, r, c, y);
-                        pq[e >> 1] += dqA[0][nt][e] * y[0] + dqA[0][nt][e + 1] * y[1];
-                        yrow(false, r, c, y);
-                        pk[e >> 1] += dkA[0][nt][e] * y[0] + dkA[0][nt][e + 1] * y[1];
-                    }
-                }
+            each_pair([&](int r, int c, int nt, int e) {
+                float y[2];
+                yrow(true, r, c, y);
+                pq[e >> 1] += dqA[0][nt][e] * y[0] + dqA[0][nt][e + 1] * y[1];
+                yrow(false, r, c, y);
+                pk[e >> 1] += dkA[0][nt][e] * y[0] + dkA[0][nt][e + 1] * y[1];
+            });
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], 1);
@@ -932,39 +936,28 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
             }
             __syncthreads();
         }
-#pragma unroll
-        for (int nt = 0; nt < GD::NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                if (r >= L) continue;
-                const size_t row = qrow0 + size_t(r) * a.H;
-                float q2[2] = {dqA[0][nt][e], dqA[0][nt][e + 1]}, k2[2] = {dkA[0][nt][e], dkA[0][nt][e + 1]};
-                if (a.rq) {
-                    float y[2];
-                    yrow(true, r, c, y);
-                    const float rq = rsv(true, r), dq = s.dotq[r];
-                    q2[0] = rq * (q2[0] - dq * y[0]), q2[1] = rq * (q2[1] - dq * y[1]);
-                    yrow(false, r, c, y);
-                    const float rk = rsv(false, r), dk = s.dotk[r];
-                    k2[0] = rk * (k2[0] - dk * y[0]), k2[1] = rk * (k2[1] - dk * y[1]);
-                }
-                *reinterpret_cast<__nv_bfloat162*>(a.dq_out + row * D + c) =
-                    __floats2bfloat162_rn(q2[0], q2[1]);
-                *reinterpret_cast<__nv_bfloat162*>(a.dk_out + row * D + c) =
-                    __floats2bfloat162_rn(k2[0], k2[1]);
+        each_pair([&](int r, int c, int nt, int e) {
+            const size_t row = qrow0 + size_t(r) * a.H;
+            float q2[2] = {dqA[0][nt][e], dqA[0][nt][e + 1]}, k2[2] = {dkA[0][nt][e], dkA[0][nt][e + 1]};
+            if (a.rq) {
+                float y[2];
+                yrow(true, r, c, y);
+                const float rq = rsv(true, r), dq = s.dotq[r];
+                q2[0] = rq * (q2[0] - dq * y[0]), q2[1] = rq * (q2[1] - dq * y[1]);
+                yrow(false, r, c, y);
+                const float rk = rsv(false, r), dk = s.dotk[r];
+                k2[0] = rk * (k2[0] - dk * y[0]), k2[1] = rk * (k2[1] - dk * y[1]);
             }
+            *reinterpret_cast<__nv_bfloat162*>(a.dq_out + row * D + c) = __floats2bfloat162_rn(q2[0], q2[1]);
+            *reinterpret_cast<__nv_bfloat162*>(a.dk_out + row * D + c) = __floats2bfloat162_rn(k2[0], k2[1]);
+        });
     } else {
-#pragma unroll
-        for (int nt = 0; nt < GD::NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                if (r < L) {
-                    *reinterpret_cast<float2*>(a.dqv + (hrow0 + r) * D + c) = make_float2(dqA[0][nt][e], dqA[0][nt][e + 1]);
-                    *reinterpret_cast<float2*>(a.dkv + (hrow0 + r) * D + c) = make_float2(dkA[0][nt][e], dkA[0][nt][e + 1]);
-                }
-            }
+        each_pair([&](int r, int c, int nt, int e) {
+            *reinterpret_cast<float2*>(a.dqv + (hrow0 + r) * D + c) =
+                make_float2(dqA[0][nt][e], dqA[0][nt][e + 1]);
+            *reinterpret_cast<float2*>(a.dkv + (hrow0 + r) * D + c) =
+                make_float2(dkA[0][nt][e], dkA[0][nt][e + 1]);
+        });
     }
     if (tid == 0) {
         s.dgam[L - 1] += s.glast;

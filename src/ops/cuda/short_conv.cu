@@ -69,15 +69,7 @@ __device__ __forceinline__ float fast_sigmoid(float x) {
 #endif
 }
 
-// packed bf16 vectors (bf16_pack.cuh)
-using detail::bf16_bits;
-using detail::raw_get;
-using detail::raw_ld;
-using detail::raw_ldg;
-using detail::raw_pack;
-using detail::raw_st;
-using detail::raw_t;
-using detail::raw_zero;
+using namespace bf16_pack;  // packed bf16 vectors
 
 // Row j of xc = [prev; x] for sequence b, channel d (j in [0, W-1+T)).
 template <int W>
