@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -117,15 +118,23 @@ std::vector<float> down(const Dev<float>& d) {
 
 // ---- GDN chunked forward + backward -----------------------------------------------------------------
 
-// scan_variant >= 0 forces that state-scan variant (gdn_set_scan_variant) for this case.
-void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -1) {
+// scan_variant >= 0 forces that state-scan variant (gdn_set_scan_variant) for this case. l2norm = false
+// runs the kernels without the q/k L2 norm, on rows scaled by a power of two (exact in bf16) to norms
+// near 1, where the delta rule stays stable.
+void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -1, bool l2norm = true) {
     const std::string shape = "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) +
                               " HV" + std::to_string(HV) + " D" + std::to_string(D) +
-                              (scan_variant >= 0 ? " scan " + std::to_string(scan_variant) : "");
+                              (scan_variant >= 0 ? " scan " + std::to_string(scan_variant) : "") +
+                              (l2norm ? "" : " no-norm");
     hydra::cuda::gdn_set_scan_variant(scan_variant);
     const size_t nq = size_t(B) * T * H * D, nv = size_t(B) * T * HV * D, ng = size_t(B) * T * HV,
                  ns = size_t(B) * HV * D * D;
     auto q = bf16_values(nq, rng), k = bf16_values(nq, rng), v = bf16_values(nv, rng), dout = bf16_values(nv, rng);
+    if (!l2norm) {
+        const float f = D >= 128 ? 1.f / 16 : 1.f / 8;
+        for (auto& x : q) x *= f;
+        for (auto& x : k) x *= f;
+    }
     std::vector<float> g(ng), beta(ng), h0(ns), dht(ns);
     for (size_t i = 0; i < ng; ++i) {
         const int j = int(i % HV);
@@ -146,8 +155,13 @@ void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -
                      os = size_t(b) * HV * D * D;
         const int64_t rows = int64_t(T) * H;
         std::vector<float> qn(size_t(rows) * D), kn(qn.size()), rq(static_cast<size_t>(rows)), rk(static_cast<size_t>(rows));
-        hydra::cpu::l2norm_forward<float>(qn.data(), rq.data(), q.data() + oq, rows, D);
-        hydra::cpu::l2norm_forward<float>(kn.data(), rk.data(), k.data() + oq, rows, D);
+        if (l2norm) {
+            hydra::cpu::l2norm_forward<float>(qn.data(), rq.data(), q.data() + oq, rows, D);
+            hydra::cpu::l2norm_forward<float>(kn.data(), rk.data(), k.data() + oq, rows, D);
+        } else {
+            std::copy(q.begin() + oq, q.begin() + oq + qn.size(), qn.begin());
+            std::copy(k.begin() + oq, k.begin() + oq + kn.size(), kn.begin());
+        }
         const hydra::cpu::GdnDims dims{T, H, HV, D, D};
         std::vector<float> states(size_t(hydra::cpu::gdn_chunk_states_numel(dims, 64)));
         hydra::cpu::gdn_chunked_forward<float>(o_ref.data() + ov, ht_ref.data() + os, states.data(), qn.data(),
@@ -158,8 +172,13 @@ void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -
                                                 db_ref.data() + og, dh0_ref.data() + os, dout.data() + ov,
                                                 dht.data() + os, qn.data(), kn.data(), v.data() + ov, g.data() + og,
                                                 beta.data() + og, h0.data() + os, states.data(), dims, scale, 64);
-        hydra::cpu::l2norm_backward<float>(dq_ref.data() + oq, dqn.data(), qn.data(), rq.data(), rows, D);
-        hydra::cpu::l2norm_backward<float>(dk_ref.data() + oq, dkn.data(), kn.data(), rk.data(), rows, D);
+        if (l2norm) {
+            hydra::cpu::l2norm_backward<float>(dq_ref.data() + oq, dqn.data(), qn.data(), rq.data(), rows, D);
+            hydra::cpu::l2norm_backward<float>(dk_ref.data() + oq, dkn.data(), kn.data(), rk.data(), rows, D);
+        } else {
+            std::copy(dqn.begin(), dqn.end(), dq_ref.begin() + oq);
+            std::copy(dkn.begin(), dkn.end(), dk_ref.begin() + oq);
+        }
     }
     const double cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_cpu).count();
 
@@ -169,9 +188,10 @@ void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -
     Dev<float> ht(ns), gg(ng), gb(ng), gh0(ns);
     const hydra::cuda::GdnShape s{B, T, H, HV, D};
     hydra::cuda::GdnWorkspace ws(s, true);
-    hydra::cuda::gdn_chunk_forward(s, dq_->p, dk_->p, dv_->p, dg_->p, db_->p, dh0_->p, o.p, ht.p, scale, true, true, ws);
-    hydra::cuda::gdn_chunk_backward(s, dq_->p, dk_->p, dv_->p, dg_->p, db_->p, ddo->p, ddht->p, gq.p, gk.p, gv.p, gg.p,
-                                    gb.p, gh0.p, scale, true, ws);
+    hydra::cuda::gdn_chunk_forward(s, dq_->p, dk_->p, dv_->p, dg_->p, db_->p, dh0_->p, o.p, ht.p, scale,
+                                   l2norm, true, ws);
+    hydra::cuda::gdn_chunk_backward(s, dq_->p, dk_->p, dv_->p, dg_->p, db_->p, ddo->p, ddht->p, gq.p, gk.p,
+                                    gv.p, gg.p, gb.p, gh0.p, scale, l2norm, ws);
     CUDA_CHECK(cudaDeviceSynchronize());
     std::printf("gdn chunk %s (cpu reference %.1f s)\n", shape.c_str(), cpu_s);
     record("gdn_chunk fwd", shape, "o", down(o), o_ref);
@@ -379,6 +399,9 @@ int main(int argc, char** argv) {
             gdn_case(2, 1000, 2, 4, 64, rng, forced_scan);
             gdn_case(1, 37, 1, 1, 128, rng, forced_scan);
             gdn_case(3, 333, 6, 12, 128, rng, forced_scan);
+            // without the q/k L2 norm (one value head per key head, and grouped: the finishing pass)
+            gdn_case(2, 300, 4, 4, 128, rng, -1, false);
+            gdn_case(2, 1000, 2, 4, 64, rng, -1, false);
             hydra::cuda::gdn_set_scan_variant(-1);
         }
         if (want("decode")) {

@@ -1,11 +1,14 @@
 // Gated DeltaNet chunked forward/backward and decode step on the GPU (see gdn_chunk.h; the algorithm
 // is research/gdn.md §2.2 / §3.2, the same formulas as ops/cpu/gdn_recurrence.cpp's chunked form).
 //
+// The q/k L2 norm is never materialised: the kernels read the raw rows, and the 1 / norms rq, rk (computed
+// by the preparation) enter every product as diagonal factors (the backward's per-chunk kernel normalises
+// its shared-memory copies instead).
 // Forward, per sequence b and value head j (chunks of C = 64 tokens, L valid rows in the last one):
-//   prep   (grid NT x B*HV, parallel over chunks): gamma = chunk-local cumsum of g; A = strictly lower
-//          beta_r (k_r . k_c) E[r,c], E = exp(gamma_r - gamma_c), and P = (Q K^T) o E (causal) on tensor
-//          cores; W = (I + A)^-1 diag(beta Gamma) K and U = (I + A)^-1 diag(beta) V (and, when saving,
-//          T = (I + A)^-1) by forward substitution in fp32, one right-hand-side column per thread.
+//   prep   (grid NT x B*HV, parallel over chunks): gamma = chunk-local cumsum of g; rq, rk; A = strictly
+//          lower beta_r (k_r . k_c) E[r,c], E = exp(gamma_r - gamma_c), and P = (Q K^T) o E (causal) on
+//          tensor cores; T = (I + A)^-1 in fp32 by 16 x 16 blocks; W = T diag(beta Gamma) K and
+//          U = T diag(beta) V on tensor cores with the fp32 factor split into bf16 high and low parts.
 //   scan   (grid D/VT x B*HV, sequential over chunks, a 16-, 32- or 64-row slice of the V x K state per
 //          block, fp32 in registers, operands double-buffered with cp.async or single-buffered at two
 //          blocks per SM, see scan_variant):
@@ -13,8 +16,8 @@
 // Backward:
 //   bscan  (reverse over chunks, V-slices): d delta = diag(dec) K dM^T + scale P^T dO (written out) and
 //          dM0 = Gamma_L dM + (scale diag(Gamma) dO)^T Q - d delta^T W; dM of every chunk saved (bf16).
-//   bchunk (parallel over chunks): dq, dk (per value head, fp32), dv, dbeta, dg from the saved state
-//          entering the chunk, the saved dM leaving it, delta, d delta and T (gdn.md §3.2 steps 5-7).
+//   bchunk (parallel over chunks, 16 warps): dq, dk (per value head, fp32), dv, dbeta, dg from the saved
+//          state entering the chunk, the saved dM leaving it, delta, d delta and T (gdn.md §3.2 steps 5-7).
 //   finish: dq, dk summed over the value heads of each key head, then back through the L2 norm (with one
 //          value head per key head the per-chunk kernel does this itself and the pass is skipped).
 #include "ops/cuda/gdn_chunk.h"
@@ -95,80 +98,46 @@ void set_smem(Kern k, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-// ---- forward: L2 norm of q/k rows ----------------------------------------------------------------
-
-template <int D>
-__global__ void __launch_bounds__(256) l2norm_rows_kernel(const bf16* __restrict__ x, bf16* __restrict__ y,
-                                                          float* __restrict__ rstd, size_t rows) {
-    const size_t row = size_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    constexpr int PER = D / 32;
-    const bf16* xr = x + row * D + lane * PER;
-    float v[PER];
-#pragma unroll
-    for (int i = 0; i < PER; i += 2) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xr + i));
-        v[i] = f.x, v[i + 1] = f.y;
-    }
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) ss += v[i] * v[i];
-    ss = warp_sum(ss);
-    const float r = 1.0f / sqrtf(ss + 1e-6f);
-    bf16* yr = y + row * D + lane * PER;
-#pragma unroll
-    for (int i = 0; i < PER; i += 2)
-        *reinterpret_cast<__nv_bfloat162*>(yr + i) = __floats2bfloat162_rn(v[i] * r, v[i + 1] * r);
-    if (lane == 0) rstd[row] = r;
-}
-
 // ---- forward: per-chunk preparation ---------------------------------------------------------------
 
 struct FwdArgs {
     int B, T, H, HV, NT;
-    const bf16 *qn, *kn, *v;
+    bool l2norm;  // q, k rows divided by their L2 norms (folded into the products, see the prep kernel)
+    const bf16 *q, *k, *v;
     const float *g, *beta;
-    float* gam;
+    float *gam, *rq, *rk;  // (B, HV, NT*64): gate cumsum, 1 / ||q_t||, 1 / ||k_t|| (1 without the norm)
     bf16 *W, *U, *P;
     float* Tm;  // null unless saving for the backward
 };
 
+// The preparation. The q, k rows come in raw: with the L2 norm on, the 1 / norms rq, rk of the chunk's
+// rows are computed here (and written for the other kernels), and every product takes them as diagonal
+// factors: A = diag(beta rk) (K K^T o E) diag(rk), P = diag(rq) (Q K^T o E) diag(rk), W = T diag(beta Gamma
+// rk) K. So no normalised copy of q, k is ever written or read (that pass moved 4 bytes per element).
+// T = (I + A)^-1 is formed first (fp32, by 16 x 16 blocks) and W, U as products on tensor cores: W = F K
+// and U = (T diag(beta)) V, the fp32 left factor F split into bf16 high and low parts (two products each;
+// K and V are bf16 already, so the products carry about 16 bits of the factor, against bf16 storage of W
+// and U).
+// T: the four diagonal blocks by forward substitution (one column per thread), then the blocks below
+// the diagonal, level by level: T_IJ = -T_II sum_{J <= K < I} A_IK T_KJ.
 template <int D>
 struct PrepSmem {
-    static constexpr int LD = D + 8;
+    static constexpr int LD = D + 8, LA = 72, LT = 68;
+    static constexpr int QB = 64 * LD * 2, TB = 64 * LT * 4;  // bytes of Q (bf16), then of T (fp32)
     bf16 Ks[64 * LD];
-    bf16 Qs[64 * LD];
     bf16 Vs[64 * LD];
-    float As[64 * 68];  // strictly lower A, rows 16-byte aligned for float4 broadcast reads
-    float gam[64], beta[64];
+    alignas(16) unsigned char QT[QB > TB ? QB : TB];  // Q, then T once P is done
+    alignas(16) float As[64 * LA];                    // strictly lower A, then the bf16 high / low factors
+    float Zs[3 * 256];                                // the sums of a level's blocks
+    float gam[64], beta[64], bgam[64], rq[64], rk[64];
 };
 
-// x <- (I + A)^-1 x for one right-hand-side column held in registers (x[r] for the 64 rows of a
-// chunk): forward substitution x_r -= sum_{m<r} A[r, m] x_m, every index a compile-time constant.
-// A is read four entries at a time; entries on and above the diagonal are zero, so the groups of four
-// that cross the diagonal add nothing.
-__device__ __forceinline__ void unit_lower_solve(float (&x)[64], const float* As) {
-#pragma unroll
-    for (int r = 1; r < 64; ++r) {
-        float a0 = x[r], a1 = 0.f;
-#pragma unroll
-        for (int m = 0; m < r; m += 4) {
-            const float4 w = *reinterpret_cast<const float4*>(As + r * 68 + m);
-            a0 -= w.x * x[m];
-            a1 -= w.y * x[m + 1];
-            a0 -= w.z * x[m + 2];
-            a1 -= w.w * x[m + 3];
-        }
-        x[r] = a0 + a1;
-    }
-}
-
 template <int D>
-__global__ void __launch_bounds__(256) gdn_fwd_prep_kernel(FwdArgs a) {
+__global__ void __launch_bounds__(256, 2) gdn_fwd_prep_kernel(FwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    auto& s = *reinterpret_cast<PrepSmem<D>*>(smem_raw);
-    constexpr int LD = PrepSmem<D>::LD;
+    using S = PrepSmem<D>;
+    auto& s = *reinterpret_cast<S*>(smem_raw);
+    constexpr int LD = S::LD, LA = S::LA, LT = S::LT;
     const int n = blockIdx.x, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int t0 = n * kC, L = min(kC, a.T - t0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -176,9 +145,11 @@ __global__ void __launch_bounds__(256) gdn_fwd_prep_kernel(FwdArgs a) {
     const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
     const size_t vrow0 = (size_t(b) * a.T + t0) * a.HV + j;
     const size_t hrow0 = size_t(bj) * Tp + t0;
+    bf16* Qs = reinterpret_cast<bf16*>(s.QT);
+    float* Tf = reinterpret_cast<float*>(s.QT);
 
-    load_rows<64, D, 256>(s.Ks, LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
-    load_rows<64, D, 256>(s.Qs, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
+    load_rows<64, D, 256>(s.Ks, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
+    load_rows<64, D, 256>(Qs, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
     load_rows<64, D, 256>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
     cp_async_commit();
     if (warp == 0) {
@@ -193,63 +164,180 @@ __global__ void __launch_bounds__(256) gdn_fwd_prep_kernel(FwdArgs a) {
             if (lane >= o) p += y;
         }
         const float excl = p - (x0 + x1);
+        const float b0 = r0 < L ? a.beta[vrow0 + size_t(r0) * a.HV] : 0.f;
+        const float b1 = r1 < L ? a.beta[vrow0 + size_t(r1) * a.HV] : 0.f;
         s.gam[r0] = excl + x0;
         s.gam[r1] = excl + x0 + x1;
         a.gam[hrow0 + r0] = excl + x0;
         a.gam[hrow0 + r1] = excl + x0 + x1;
-        s.beta[r0] = r0 < L ? a.beta[vrow0 + size_t(r0) * a.HV] : 0.f;
-        s.beta[r1] = r1 < L ? a.beta[vrow0 + size_t(r1) * a.HV] : 0.f;
+        s.beta[r0] = b0, s.beta[r1] = b1;
+        s.bgam[r0] = b0 * expf(excl + x0), s.bgam[r1] = b1 * expf(excl + x0 + x1);
     }
     cp_async_wait_all();
     __syncthreads();
     using G64 = BlockGemm<64, 64, D, 4, 2, false, true>;
+    // K K^T and Q K^T on the raw rows; their epilogues need the 1 / norms computed meanwhile
+    float accA[G64::MT][G64::NT][4], accP[G64::MT][G64::NT][4];
+    zero(accA);
+    zero(accP);
+    G64::run(accA, s.Ks, LD, s.Ks, LD, warp, lane);
+    G64::run(accP, Qs, LD, s.Ks, LD, warp, lane);
+    // 1 / ||row|| of the chunk's k rows (threads 0..127) and q rows (128..255), two threads a row, each
+    // summing the squares of eight-element groups (fp32 from bf16; padded rows are zero and give
+    // 1 / sqrt(1e-6), never used); 1 without the norm
     {
-        float acc[G64::MT][G64::NT][4];
-        zero(acc);
-        G64::run(acc, s.Ks, LD, s.Ks, LD, warp, lane);
-        G64::each(acc, warp, lane, [&](int r, int c, float& v) {
-            float val = 0.f;
-            if (c < r && r < L) val = s.beta[r] * v * expf(s.gam[r] - s.gam[c]);
-            s.As[r * 68 + c] = val;
-        });
-    }
-    {
-        float acc[G64::MT][G64::NT][4];
-        zero(acc);
-        G64::run(acc, s.Qs, LD, s.Ks, LD, warp, lane);
-        bf16* Pg = a.P + (size_t(bj) * a.NT + n) * (kC * kC);
-        G64::each(acc, warp, lane, [&](int r, int c, float& v) {
-            float val = 0.f;
-            if (c <= r && r < L) val = v * expf(s.gam[r] - s.gam[c]);
-            Pg[r * kC + c] = __float2bfloat16(val);
-        });
+        const int rr = tid >> 1, half = tid & 1;
+        const bf16* x = rr < 64 ? &s.Ks[rr * LD] : &Qs[(rr - 64) * LD];
+        float ss[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < D / 16; ++i) {
+            const uint4 u = *reinterpret_cast<const uint4*>(x + half * 8 + 16 * i);
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
+                ss[e] += f.x * f.x + f.y * f.y;
+            }
+        }
+        float sum = (ss[0] + ss[1]) + (ss[2] + ss[3]);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        if (half == 0) {
+            const float r = a.l2norm ? 1.0f / sqrtf(sum + 1e-6f) : 1.f;
+            if (rr < 64)
+                s.rk[rr] = r, a.rk[hrow0 + rr] = r;
+            else
+                s.rq[rr - 64] = r, a.rq[hrow0 + rr - 64] = r;
+        }
     }
     __syncthreads();
-    // [W | U | T] = (I + A)^-1 [diag(beta Gamma) K | diag(beta) V | I], one column per thread, fp32
-    const int ncols = 2 * D + (a.Tm ? 64 : 0);
-    for (int col = tid; col < ncols; col += 256) {
-        float x[64];
-        if (col < D) {
+    G64::each(accA, warp, lane, [&](int r, int c, float& v) {
+        float val = 0.f;
+        if (c < r && r < L) val = s.beta[r] * s.rk[r] * s.rk[c] * v * expf(s.gam[r] - s.gam[c]);
+        s.As[r * LA + c] = val;
+    });
+    {
+        bf16* Pg = a.P + (size_t(bj) * a.NT + n) * (kC * kC);
+        const int r0 = G64::row0(warp), c0 = G64::col0(warp);
 #pragma unroll
-            for (int r = 0; r < 64; ++r) x[r] = s.beta[r] * expf(s.gam[r]) * __bfloat162float(s.Ks[r * LD + col]);
-        } else if (col < 2 * D) {
+        for (int nt = 0; nt < G64::NT; ++nt)
 #pragma unroll
-            for (int r = 0; r < 64; ++r) x[r] = s.beta[r] * __bfloat162float(s.Vs[r * LD + col - D]);
-        } else {
+            for (int e = 0; e < 4; e += 2) {  // the accumulator's column pairs: one 4-byte store each
+                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
+                float v0 = 0.f, v1 = 0.f;
+                if (r < L) {
+                    const float rq = s.rq[r];
+                    if (c <= r) v0 = rq * s.rk[c] * accP[0][nt][e] * expf(s.gam[r] - s.gam[c]);
+                    if (c + 1 <= r)
+                        v1 = rq * s.rk[c + 1] * accP[0][nt][e + 1] * expf(s.gam[r] - s.gam[c + 1]);
+                }
+                *reinterpret_cast<__nv_bfloat162*>(Pg + r * kC + c) = __floats2bfloat162_rn(v0, v1);
+            }
+    }
+    if (tid < 64) s.bgam[tid] *= s.rk[tid];  // read after the next barrier
+    __syncthreads();                         // A complete; Q no longer read (T takes its place)
+
+    // T's diagonal blocks: column c of (I + A_II)^-1, 16 rows, for the 64 (block, column) pairs
+    if (tid < 64) {
+        const int o = (tid >> 4) * 16, c = tid & 15;
+        float x[16];
 #pragma unroll
-            for (int r = 0; r < 64; ++r) x[r] = r == col - 2 * D ? 1.f : 0.f;
+        for (int r = 0; r < 16; ++r) x[r] = r == c ? 1.f : 0.f;
+#pragma unroll
+        for (int r = 1; r < 16; ++r) {
+            float a0 = x[r], a1 = 0.f;
+#pragma unroll
+            for (int m = 0; m < r; m += 4) {  // entries on and above the diagonal are zero
+                const float4 w = *reinterpret_cast<const float4*>(&s.As[(o + r) * LA + o + m]);
+                a0 -= w.x * x[m];
+                a1 -= w.y * x[m + 1];
+                a0 -= w.z * x[m + 2];
+                a1 -= w.w * x[m + 3];
+            }
+            x[r] = a0 + a1;
         }
-        unit_lower_solve(x, s.As);
-        if (col < 2 * D) {
-            bf16* dst = col < D ? a.W + hrow0 * D + col : a.U + hrow0 * D + (col - D);
 #pragma unroll
-            for (int r = 0; r < 64; ++r)
-                if (r < L) dst[size_t(r) * D] = __float2bfloat16(x[r]);
-        } else {
-            float* dst = a.Tm + (size_t(bj) * a.NT + n) * (kC * kC) + (col - 2 * D);
+        for (int r = 0; r < 16; ++r) Tf[(o + r) * LT + o + c] = x[r];
+    }
+    __syncthreads();
+    // the blocks d below the diagonal: Z = sum_{K = J}^{I - 1} A_IK T_KJ, then T_IJ = -T_II Z (I = J + d)
 #pragma unroll
-            for (int r = 0; r < 64; ++r) dst[r * kC] = x[r];
+    for (int d = 1; d < 4; ++d) {
+        for (int e = tid; e < (4 - d) * 256; e += 256) {
+            const int J = e >> 8, I = J + d, r = (e >> 4) & 15, c = e & 15;
+            const float* ar = &s.As[(16 * I + r) * LA + 16 * J];
+            const float* tc = &Tf[16 * J * LT + 16 * J + c];
+            float z0 = 0.f, z1 = 0.f;
+#pragma unroll
+            for (int k = 0; k < 16 * d; k += 4) {
+                const float4 w = *reinterpret_cast<const float4*>(ar + k);
+                z0 += w.x * tc[k * LT];
+                z1 += w.y * tc[(k + 1) * LT];
+                z0 += w.z * tc[(k + 2) * LT];
+                z1 += w.w * tc[(k + 3) * LT];
+            }
+            s.Zs[e] = z0 + z1;
         }
+        __syncthreads();
+        for (int e = tid; e < (4 - d) * 256; e += 256) {
+            const int J = e >> 8, I = J + d, r = (e >> 4) & 15, c = e & 15;
+            const float* tr = &Tf[(16 * I + r) * LT + 16 * I];
+            const float* zc = &s.Zs[J * 256 + c];
+            float t0v = 0.f, t1v = 0.f;
+#pragma unroll
+            for (int m = 0; m < 16; m += 4) {
+                const float4 w = *reinterpret_cast<const float4*>(tr + m);
+                t0v += w.x * zc[m * 16];
+                t1v += w.y * zc[(m + 1) * 16];
+                t0v += w.z * zc[(m + 2) * 16];
+                t1v += w.w * zc[(m + 3) * 16];
+            }
+            Tf[(16 * I + r) * LT + 16 * J + c] = -(t0v + t1v);
+        }
+        __syncthreads();
+    }
+    if (a.Tm) {  // T for the backward, zeros above the diagonal
+        float* dst = a.Tm + (size_t(bj) * a.NT + n) * (kC * kC);
+        for (int idx = tid; idx < 64 * 16; idx += 256) {
+            const int r = idx >> 4, c = (idx & 15) * 4;
+            const float4 t = *reinterpret_cast<const float4*>(&Tf[r * LT + c]);
+            *reinterpret_cast<float4*>(dst + r * kC + c) = make_float4(
+                c <= r ? t.x : 0.f, c + 1 <= r ? t.y : 0.f, c + 2 <= r ? t.z : 0.f, c + 3 <= r ? t.w : 0.f);
+        }
+    }
+    // W, then U: the factor F = T diag(f) split into bf16 high / low parts in A's buffer, then F X
+    bf16* Fh = reinterpret_cast<bf16*>(s.As);
+    bf16* Fl = Fh + 64 * LA;
+    using GK = BlockGemm<64, D, 64, 4, 2, false, false>;
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+        const float* f = pass == 0 ? s.bgam : s.beta;
+        for (int idx = tid; idx < 64 * 32; idx += 256) {
+            const int r = idx >> 5, c = (idx & 31) * 2;
+            const float2 t = *reinterpret_cast<const float2*>(&Tf[r * LT + c]);
+            const float x0 = c <= r ? t.x * f[c] : 0.f, x1 = c + 1 <= r ? t.y * f[c + 1] : 0.f;
+            const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+            const float2 hf = __bfloat1622float2(hi);
+            *reinterpret_cast<__nv_bfloat162*>(&Fh[r * LA + c]) = hi;
+            *reinterpret_cast<__nv_bfloat162*>(&Fl[r * LA + c]) = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+        }
+        __syncthreads();
+        float acc[GK::MT][GK::NT][4];
+        zero(acc);
+        const bf16* X = pass == 0 ? s.Ks : s.Vs;
+        GK::run(acc, Fh, LA, X, LD, warp, lane);
+        GK::run(acc, Fl, LA, X, LD, warp, lane);
+        bf16* dst = (pass == 0 ? a.W : a.U) + hrow0 * D;
+        const int r0 = GK::row0(warp), c0 = GK::col0(warp);
+#pragma unroll
+        for (int nt = 0; nt < GK::NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
+                if (r < L)
+                    *reinterpret_cast<__nv_bfloat162*>(dst + size_t(r) * D + c) =
+                        __floats2bfloat162_rn(acc[0][nt][e], acc[0][nt][e + 1]);
+            }
+        if (pass == 0) __syncthreads();  // the factor buffers are rewritten for U
     }
 }
 
@@ -258,8 +346,8 @@ __global__ void __launch_bounds__(256) gdn_fwd_prep_kernel(FwdArgs a) {
 struct ScanArgs {
     int B, T, H, HV, NT;
     float scale;
-    const bf16 *qn, *kn, *W, *U, *P;
-    const float* gam;
+    const bf16 *q, *k, *W, *U, *P;  // q, k raw: their 1 / norms rq, rk are diagonal factors
+    const float *gam, *rq, *rk;
     const float* h0;
     bf16* o;
     float* ht;
@@ -282,7 +370,7 @@ struct ScanSmem {
     bf16 Ks[ST][64 * LD];
     bf16 Us[ST][64 * LV];
     bf16 Ps[ST][64 * 72];
-    float gam[ST][64];
+    float gam[ST][64], rq[ST][64], rk[ST][64];
     bf16 Mb[VT * LD];
     bf16 Db[64 * LV];  // delta
     bf16 Dd[64 * LV];  // dec * delta
@@ -310,11 +398,15 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
         const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
         const size_t hrow0 = size_t(bj) * Tp + t0;
         load_rows<64, D, NTH>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
-        load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, D, NTH>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, D, NTH>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
         load_rows<64, VT, NTH>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
         load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
         if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
+        else if (tid < 32)
+            cp_async16(&s.rq[st][(tid - 16) * 4], a.rq + hrow0 + (tid - 16) * 4);
+        else if (tid < 48)
+            cp_async16(&s.rk[st][(tid - 32) * 4], a.rk + hrow0 + (tid - 32) * 4);
         cp_async_commit();
     };
 
@@ -349,7 +441,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int t = r0 + frag_row(mt, e, lane);
-                    const float dec = t < L ? expf(glast - gm[t]) : 0.f;
+                    const float dec = t < L ? expf(glast - gm[t]) * s.rk[st][t] : 0.f;  // with k_t's 1 / norm
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) {
                         const int c = c0 + frag_col(nt, e, lane);
@@ -359,12 +451,13 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                         if (a.delta && t < L) a.delta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = __float2bfloat16(dl);
                     }
                 }
-        } else {  // diag(Gamma) Q M0^T (rows t = r0 - 64 ..)
+        } else {  // diag(Gamma rq) Q M0^T (rows t = r0 - 64 ..)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float G = expf(gm[r0 - 64 + frag_row(mt, e, lane)]);
+                    const int t = r0 - 64 + frag_row(mt, e, lane);
+                    const float G = expf(gm[t]) * s.rq[st][t];
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) acc[mt][nt][e] *= G;
                 }
@@ -423,8 +516,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
 struct BScanArgs {
     int B, T, H, HV, NT;
     float scale;
-    const bf16 *qn, *kn, *W, *P, *d_o;
-    const float* gam;
+    const bf16 *q, *k, *W, *P, *d_o;  // q, k raw, as in the forward scan
+    const float *gam, *rq, *rk;
     const float* dht;
     float* dh0;
     bf16* dstates;
@@ -441,7 +534,7 @@ struct BScanSmem {
     bf16 Ks[ST][64 * LD];
     bf16 dOs[ST][64 * LV];
     bf16 Ps[ST][64 * 72];
-    float gam[ST][64];
+    float gam[ST][64], rq[ST][64], rk[ST][64];
     bf16 dMb[VT * LD];
     bf16 AD[128 * LV];  // rows 0..63: scale Gamma dO, rows 64..127: -d delta
 };
@@ -463,12 +556,16 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
         const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
         const size_t vrow0 = (size_t(b) * a.T + t0) * a.HV + j;
         const size_t hrow0 = size_t(bj) * Tp + t0;
-        load_rows<64, D, NTH>(s.QW[st], LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, D, NTH>(s.QW[st], LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
         load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.W + hrow0 * D, D, L, tid);
-        load_rows<64, D, NTH>(s.Ks[st], LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, D, NTH>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
         load_rows<64, VT, NTH>(s.dOs[st], LV, a.d_o + vrow0 * D + v0, size_t(a.HV) * D, L, tid);
         load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
         if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
+        else if (tid < 32)
+            cp_async16(&s.rq[st][(tid - 16) * 4], a.rq + hrow0 + (tid - 16) * 4);
+        else if (tid < 48)
+            cp_async16(&s.rk[st][(tid - 32) * 4], a.rk + hrow0 + (tid - 32) * 4);
         cp_async_commit();
     };
 
@@ -498,7 +595,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int t = r0 + frag_row(0, e, lane);
-            const float dec = t < L ? expf(glast - gm[t]) : 0.f;
+            const float dec = t < L ? expf(glast - gm[t]) * s.rk[st][t] : 0.f;  // with k_t's 1 / norm
 #pragma unroll
             for (int nt = 0; nt < NV; ++nt) {
                 const int c = c0 + frag_col(nt, e, lane);
@@ -509,7 +606,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
         }
         for (int idx = tid; idx < 64 * VT; idx += NTH) {
             const int t = idx / VT, c = idx % VT;
-            s.AD[t * LV + c] = __float2bfloat16(a.scale * expf(gm[t]) * __bfloat162float(s.dOs[st][t * LV + c]));
+            s.AD[t * LV + c] = __float2bfloat16(a.scale * expf(gm[t]) * s.rq[st][t] *
+                                                __bfloat162float(s.dOs[st][t * LV + c]));
         }
         __syncthreads();
         // dM0 = Gamma_L dM + [scale Gamma dO; -d delta]^T [Q; W]
@@ -530,18 +628,17 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
 struct BChunkArgs {
     int B, T, H, HV, NT;
     float scale;
-    const bf16 *qn, *kn, *v, *d_o;
-    const float *beta, *gam, *Tm;
+    bool l2norm;
+    const bf16 *q, *k, *v, *d_o;  // q, k raw: normalised in shared memory with rq, rk
+    const float *beta, *gam, *rq, *rk, *Tm;
     const bf16 *states, *dstates, *delta;
     const float* ddelta;
     float *dqv, *dkv;
     bf16* dv;
     float *dg, *dbeta;
-    // HV == H: dq, dk (B, T, H, D) bf16 written here, through the L2-norm backward when rq / rk are given
-    // (the raw q, k rows and their 1/norms), instead of dqv / dkv and the finishing pass
+    // HV == H: dq, dk (B, T, H, D) bf16 written here (through the L2-norm backward when l2norm), instead
+    // of dqv / dkv and the finishing pass
     bf16 *dq_out, *dk_out;
-    const bf16 *q_raw, *k_raw;
-    const float *rq, *rk;
 };
 
 template <int D>
@@ -558,17 +655,20 @@ struct BChunkSmem {
     bf16 LGs[64 * 72];  // T (bf16) first, then Gb
     float KKf[64 * LF];
     float gam[64], beta[64], dgam[64], dbet[64], tmp[64], tmpX[64], tmpY[64], dotq[64], dotk[64];
+    float rqs[64], rks[64];  // 1 / ||q_t||, 1 / ||k_t|| (1 without the norm)
     float glast;
 };
 
 static_assert(sizeof(BChunkSmem<128>) <= 227 * 1024,
               "gdn_bwd_chunk_kernel: shared memory over the sm_90 limit");
 
-template <int D>
-__global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
+template <int D, int NW>
+__global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     auto& s = *reinterpret_cast<BChunkSmem<D>*>(smem_raw);
-    constexpr int LD = BChunkSmem<D>::LD, LF = BChunkSmem<D>::LF;
+    constexpr int LD = BChunkSmem<D>::LD, LF = BChunkSmem<D>::LF, NTH = NW * 32;
+    static_assert(NW == 8 || NW == 16, "gdn_bwd_chunk_kernel: 8 or 16 warps");
+    constexpr int WC = NW / 4;  // warp columns of every block product (4 warp rows of 16)
     const int n = blockIdx.x, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int t0 = n * kC, L = min(kC, a.T - t0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -582,25 +682,26 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
 
     // three copy groups in the order of use, so the first products start while the rest is in flight:
     // the dq operands, the dk operands, then V (phase 2)
-    load_rows<64, D, 256>(s.dOs, LD, a.d_o + vrow0 * D, size_t(a.HV) * D, L, tid);
-    load_rows<D, D, 256>(M0s, LD, a.states + chunk * D * D, D, D, tid);
-    load_rows<64, D, 256>(s.Qs, LD, a.qn + qrow0 * D, size_t(a.H) * D, L, tid);
+    load_rows<64, D, NTH>(s.dOs, LD, a.d_o + vrow0 * D, size_t(a.HV) * D, L, tid);
+    load_rows<D, D, NTH>(M0s, LD, a.states + chunk * D * D, D, D, tid);
+    load_rows<64, D, NTH>(s.Qs, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
     cp_async_commit();
-    load_rows<64, D, 256>(s.Dls, LD, a.delta + hrow0 * D, D, L, tid);
-    load_rows<D, D, 256>(dMs, LD, a.dstates + chunk * D * D, D, D, tid);
-    load_rows<64, D, 256>(s.Ks, LD, a.kn + qrow0 * D, size_t(a.H) * D, L, tid);
+    load_rows<64, D, NTH>(s.Dls, LD, a.delta + hrow0 * D, D, L, tid);
+    load_rows<D, D, NTH>(dMs, LD, a.dstates + chunk * D * D, D, D, tid);
+    load_rows<64, D, NTH>(s.Ks, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
     cp_async_commit();
-    load_rows<64, D, 256>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
+    load_rows<64, D, NTH>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
     cp_async_commit();
     // this thread's 16 entries of T (fp32), fetched now and stored to shared memory in phase 2, so the
     // loads overlap phase 1
-    float treg[16];
+    constexpr int TPT = 64 * 64 / NTH;
+    float treg[TPT];
     {
         const float* Tg = a.Tm + chunk * (kC * kC);
 #pragma unroll
-        for (int k = 0; k < 16; ++k) treg[k] = Tg[tid + 256 * k];
+        for (int k = 0; k < TPT; ++k) treg[k] = Tg[tid + NTH * k];
     }
-    for (int idx = tid; idx < 64 * D / 4; idx += 256) {
+    for (int idx = tid; idx < 64 * D / 4; idx += NTH) {
         const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (r < L) x = *reinterpret_cast<const float4*>(a.ddelta + (hrow0 + r) * D + c);
@@ -612,7 +713,27 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         s.beta[tid] = tid < L ? a.beta[vrow0 + size_t(tid) * a.HV] : 0.f;
         s.dgam[tid] = 0.f, s.dbet[tid] = 0.f, s.tmp[tid] = 0.f, s.tmpX[tid] = 0.f, s.tmpY[tid] = 0.f;
         s.dotq[tid] = 0.f, s.dotk[tid] = 0.f;
+        s.rqs[tid] = a.rq[hrow0 + tid], s.rks[tid] = a.rk[hrow0 + tid];
     }
+    // x <- bf16(x / ||x||) for the rows of Q or K in shared memory: the forward's normalised rows
+    auto normalise = [&](bf16* X, const float* r) {
+        if (!a.l2norm) return;
+#pragma unroll
+        for (int it = 0; it < 64 * D / 8 / NTH; ++it) {  // eight elements (16 bytes) at a time
+            const int idx = tid + it * NTH, row = idx / (D / 8), c = (idx % (D / 8)) * 8;
+            uint4* p = reinterpret_cast<uint4*>(&X[row * LD + c]);
+            uint4 u = *p;
+            uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+            const float k = r[row];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
+                const __nv_bfloat162 y = __floats2bfloat162_rn(f.x * k, f.y * k);
+                w[e] = *reinterpret_cast<const uint32_t*>(&y);
+            }
+            *p = u;
+        }
+    };
     if (tid == 0) s.glast = 0.f;
     cp_async_wait<2>();
     __syncthreads();
@@ -622,7 +743,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     const float scale = a.scale;
 
     // ---- phase 1: products with the states ----
-    using GD = BlockGemm<64, D, D, 4, 2, false, false>;
+    using GD = BlockGemm<64, D, D, 4, WC, false, false>;
     // dq and dk of the chunk accumulate in registers (one tiling for every 64 x D product below) and
     // are written once at the end
     float dqA[GD::MT][GD::NT][4], dkA[GD::MT][GD::NT][4];
@@ -630,6 +751,8 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     zero(dkA);
     // dq (inter-chunk) = scale Gamma dO M0;  d gamma_r += q_r . dq_r
     GD::run(dqA, s.dOs, LD, M0s, LD, warp, lane);
+    normalise(s.Qs, s.rqs);
+    __syncthreads();
     each_rowsum<GD>(dqA, warp, lane, s.dgam, [&](int r, int c, float& v) {
         v *= scale * Gam(r);
         return __bfloat162float(s.Qs[r * LD + c]) * v;
@@ -638,6 +761,8 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     __syncthreads();
     // dk (leaving state) = diag(dec) delta dM;  d gamma_r -= k_r . that, glast += the same
     GD::run(dkA, s.Dls, LD, dMs, LD, warp, lane);
+    normalise(s.Ks, s.rks);
+    __syncthreads();
     each_rowsum<GD>(dkA, warp, lane, s.tmp, [&](int r, int c, float& v) {
         v *= dec(r);
         return __bfloat162float(s.Ks[r * LD + c]) * v;
@@ -647,7 +772,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     GD::run(accW, s.dDs, LD, M0s, LD, warp, lane);
     {  // <M0, dM>_F
         float f = 0.f;
-        for (int idx = tid; idx < D * D / 2; idx += 256) {
+        for (int idx = tid; idx < D * D / 2; idx += NTH) {
             const int r = idx / (D / 2), c = (idx % (D / 2)) * 2;
             const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&M0s[r * LD + c]));
             const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dMs[r * LD + c]));
@@ -668,8 +793,8 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
     GD::each(accW, warp, lane, [&](int r, int c, float& v) { dWs[r * LD + c] = __float2bfloat16(-v); });
     {
 #pragma unroll
-        for (int k = 0; k < 16; ++k) {
-            const int idx = tid + 256 * k, r = idx >> 6, c = idx & 63;
+        for (int k = 0; k < TPT; ++k) {
+            const int idx = tid + NTH * k, r = idx >> 6, c = idx & 63;
             const float t = treg[k];
             Tf[r * LF + c] = t;
             Ttf[c * LF + r] = t;
@@ -682,7 +807,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         for (int r = 0; r < 64; ++r) sum += s.tmp[r];
         s.glast = sum + expf(gL) * s.glast;
     }
-    using G64 = BlockGemm<64, 64, D, 4, 2, false, true>;
+    using G64 = BlockGemm<64, 64, D, 4, WC, false, true>;
     {  // intra-chunk scores: dP = scale dO delta^T; gamma terms of dP o P; G_P = dP o E (causal)
         float accP[G64::MT][G64::NT][4], accQ[G64::MT][G64::NT][4];
         zero(accP);
@@ -748,8 +873,8 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 dTf[c * LF + r] = s.beta[c] * (Gam(c) * acc1[0][nt][e] + acc2[0][nt][e]);  // transposed
             }
     }
-    using GK = BlockGemm<64, D, 64, 4, 2, false, false>;
-    using GKT = BlockGemm<64, D, 64, 4, 2, true, false>;
+    using GK = BlockGemm<64, D, 64, 4, WC, false, false>;
+    using GKT = BlockGemm<64, D, 64, 4, WC, true, false>;
     static_assert(GK::MT == GD::MT && GK::NT == GD::NT && GKT::NT == GD::NT, "one output tiling");
     GK::run(dqA, s.GPs, 72, s.Ks, LD, warp, lane);   // dq += G_P K
     GKT::run(dkA, s.GPs, 72, s.Qs, LD, warp, lane);  // dk += G_P^T Q
@@ -784,50 +909,50 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         atomicAdd(&s.dbet[tid], g * px + s.tmpY[tid]);
         atomicAdd(&s.dgam[tid], s.beta[tid] * g * px);
     }
-    // tL = dT T^T (fp32, 4x4 per thread; dT^T and T^T rows give 16-byte reads)
-    {
-        const int ri = (tid >> 4) * 4, ci = (tid & 15) * 4;
-        float acc[4][4] = {};
+    // tL = dT T^T, then dA = -T^T tL (fp32, 4 x CW per thread; the operands' rows of dT^T, T^T and T give
+    // 16-byte reads)
+    constexpr int CW = 64 * 64 / 4 / NTH;  // 4 or 2 columns a thread
+    auto fp32_product = [&](const float* X, const float* Y, float* out, float sign) {
+        const int ri = (tid / (64 / CW)) * 4, ci = (tid % (64 / CW)) * CW;
+        float acc[4][CW] = {};
         for (int m = 0; m < 64; ++m) {
-            const float4 x4 = *reinterpret_cast<const float4*>(&dTf[m * LF + ri]);
-            const float4 y4 = *reinterpret_cast<const float4*>(&Ttf[m * LF + ci]);
-            const float x[4] = {x4.x, x4.y, x4.z, x4.w}, y[4] = {y4.x, y4.y, y4.z, y4.w};
+            const float4 x4 = *reinterpret_cast<const float4*>(&X[m * LF + ri]);
+            float y[CW];
+            if constexpr (CW == 4) {
+                const float4 y4 = *reinterpret_cast<const float4*>(&Y[m * LF + ci]);
+                y[0] = y4.x, y[1] = y4.y, y[2] = y4.z, y[3] = y4.w;
+            } else {
+                const float2 y2 = *reinterpret_cast<const float2*>(&Y[m * LF + ci]);
+                y[0] = y2.x, y[1] = y2.y;
+            }
+            const float x[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
             for (int u = 0; u < 4; ++u)
 #pragma unroll
-                for (int w = 0; w < 4; ++w) acc[u][w] += x[u] * y[w];
+                for (int w = 0; w < CW; ++w) acc[u][w] += x[u] * y[w];
         }
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-            *reinterpret_cast<float4*>(&tLf[(ri + u) * LF + ci]) =
-                make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
-    }
+        for (int u = 0; u < 4; ++u) {
+            float* o = &out[(ri + u) * LF + ci];
+            if constexpr (CW == 4)
+                *reinterpret_cast<float4*>(o) =
+                    make_float4(sign * acc[u][0], sign * acc[u][1], sign * acc[u][2], sign * acc[u][3]);
+            else
+                *reinterpret_cast<float2*>(o) = make_float2(sign * acc[u][0], sign * acc[u][1]);
+        }
+    };
+    fp32_product(dTf, Ttf, tLf, 1.f);
     __syncthreads();
-    // dA = -T^T tL (into dT's buffer, row-major)
-    {
-        const int ri = (tid >> 4) * 4, ci = (tid & 15) * 4;
-        float acc[4][4] = {};
-        for (int m = 0; m < 64; ++m) {
-            const float4 x4 = *reinterpret_cast<const float4*>(&Tf[m * LF + ri]);
-            const float4 y4 = *reinterpret_cast<const float4*>(&tLf[m * LF + ci]);
-            const float x[4] = {x4.x, x4.y, x4.z, x4.w}, y[4] = {y4.x, y4.y, y4.z, y4.w};
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-#pragma unroll
-                for (int w = 0; w < 4; ++w) acc[u][w] += x[u] * y[w];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-            *reinterpret_cast<float4*>(&dTf[(ri + u) * LF + ci]) =
-                make_float4(-acc[u][0], -acc[u][1], -acc[u][2], -acc[u][3]);
-    }
+    fp32_product(Tf, tLf, dTf, -1.f);  // dA, row-major, into dT's buffer
     __syncthreads();
     // strictly lower part: gamma terms of dA o A, dbeta, Gb = diag(beta) (dA o E) (into tL's buffer)
     {
-        const int i = tid >> 2, cb = (tid & 3) * 16;
+        constexpr int PPR = NTH / 64,
+                      CPP = 64 / PPR;  // threads per row, columns each (lanes next to each other)
+        const int i = tid / PPR, cb = (tid % PPR) * CPP;
         float rs = 0.f, db = 0.f;
         const float bi = s.beta[i];
-        for (int c = cb; c < cb + 16; ++c) {
+        for (int c = cb; c < cb + CPP; ++c) {
             float gb = 0.f;
             if (c < i) {
                 const float E = expf(s.gam[i] - s.gam[c]);
@@ -844,41 +969,39 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
             }
             tLf[i * LF + c] = gb;
         }
-        rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-        rs += __shfl_xor_sync(0xffffffffu, rs, 2);
-        db += __shfl_xor_sync(0xffffffffu, db, 1);
-        db += __shfl_xor_sync(0xffffffffu, db, 2);
-        if ((tid & 3) == 0) {
+#pragma unroll
+        for (int o = 1; o < PPR; o <<= 1) {
+            rs += __shfl_xor_sync(0xffffffffu, rs, o);
+            db += __shfl_xor_sync(0xffffffffu, db, o);
+        }
+        if (tid % PPR == 0) {
             atomicAdd(&s.dgam[i], rs);
             atomicAdd(&s.dbet[i], db);
         }
     }
     __syncthreads();
-    {  // column sums of dA o A: every thread, a quarter of a column each
+    {                                         // column sums of dA o A: every thread, a part of a column each
+        constexpr int RPP = 64 / (NTH / 64);  // rows a part
         const int c = tid & 63, part = tid >> 6;
         float cs = 0.f;
-        for (int i = part * 16; i < part * 16 + 16; ++i) cs += s.KKf[i * LF + c];
+        for (int i = part * RPP; i < part * RPP + RPP; ++i) cs += s.KKf[i * LF + c];
         atomicAdd(&s.dgam[c], -cs);
     }
-    for (int idx = tid; idx < 64 * 64; idx += 256) {
+    for (int idx = tid; idx < 64 * 64; idx += NTH) {
         const int r = idx >> 6, c = idx & 63;
         s.LGs[r * 72 + c] = __float2bfloat16(tLf[r * LF + c]);
     }
     __syncthreads();
-    // d 128, dq / dk finished here through the L2 norm: the raw q, k rows and their 1/norms are staged in
-    // the phase-2 buffers (free now) while the last products run, so the epilogue reads shared memory
-    // (at d 64 it reads them from global memory, measured as fast)
+    // d 128, dq / dk finished here through the L2 norm: the raw q, k rows are staged in the phase-2
+    // buffers (free now) while the last products run, so the epilogue reads shared memory (at d 64 it
+    // reads them from global memory, measured as fast)
     constexpr bool kStageRaw = D == 128;
     bf16* Xq = s.big;
     bf16* Xk = s.big + 64 * LD;
-    if (kStageRaw && a.dq_out && a.rq) {
-        load_rows<64, D, 256>(Xq, LD, a.q_raw + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, D, 256>(Xk, LD, a.k_raw + qrow0 * D, size_t(a.H) * D, L, tid);
+    if (kStageRaw && a.dq_out && a.l2norm) {
+        load_rows<64, D, NTH>(Xq, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
+        load_rows<64, D, NTH>(Xk, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
         cp_async_commit();
-        if (tid < 64) {
-            s.tmpX[tid] = tid < L ? a.rq[qrow0 + size_t(tid) * a.H] : 0.f;
-            s.tmpY[tid] = tid < L ? a.rk[qrow0 + size_t(tid) * a.H] : 0.f;
-        }
     }
     // dk += (Gb + Gb^T) K (Gb strictly lower, so bf16(Gb + Gb^T) = bf16(Gb) + bf16(Gb)^T: the same numbers)
     GK::run(dkA, s.LGs, 72, s.Ks, LD, warp, lane);
@@ -895,24 +1018,21 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
             }
     };
     if (a.dq_out) {
-        if (kStageRaw && a.rq) {
+        if (kStageRaw && a.l2norm) {
             cp_async_wait_all();
             __syncthreads();
         }
         // 1 / ||x|| of row r of q (isq) or k
-        auto rsv = [&](bool isq, int r) {
-            if constexpr (kStageRaw) return isq ? s.tmpX[r] : s.tmpY[r];
-            return (isq ? a.rq : a.rk)[qrow0 + size_t(r) * a.H];
-        };
+        auto rsv = [&](bool isq, int r) { return isq ? s.rqs[r] : s.rks[r]; };
         // y = x / ||x|| in fp32 from the raw row, as gdn_bwd_finish_kernel; dx = (d - (d . y) y) / ||x||
         auto yrow = [&](bool isq, int r, int c, float(&y)[2]) {
             const bf16* xp = kStageRaw ? (isq ? Xq : Xk) + r * LD + c
-                                       : (isq ? a.q_raw : a.k_raw) + (qrow0 + size_t(r) * a.H) * D + c;
+                                       : (isq ? a.q : a.k) + (qrow0 + size_t(r) * a.H) * D + c;
             const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xp));
             const float k = rsv(isq, r);
             y[0] = f.x * k, y[1] = f.y * k;
         };
-        if (a.rq) {
+        if (a.l2norm) {
             float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};  // rows r0 + lane / 4 and + 8
             each_pair([&](int r, int c, int nt, int e) {
                 float y[2];
@@ -939,7 +1059,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_chunk_kernel(BChunkArgs a) {
         each_pair([&](int r, int c, int nt, int e) {
             const size_t row = qrow0 + size_t(r) * a.H;
             float q2[2] = {dqA[0][nt][e], dqA[0][nt][e + 1]}, k2[2] = {dkA[0][nt][e], dkA[0][nt][e + 1]};
-            if (a.rq) {
+            if (a.l2norm) {
                 float y[2];
                 yrow(true, r, c, y);
                 const float rq = rsv(true, r), dq = s.dotq[r];
@@ -991,7 +1111,7 @@ __global__ void __launch_bounds__(256) gdn_bwd_finish_kernel(int B, int T, int H
         for (int i = 0; i < PER; ++i) d[i] += src[i];
     }
     if (rstd) {
-        const float rs = rstd[row];
+        const float rs = rstd[(size_t(b) * HV + h * r) * Tp + t];  // head-major rows, any of the value heads
         float y[PER], dot = 0.f;
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
@@ -1201,29 +1321,36 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                   const float* h0, bf16* o, float* ht, float scale, bool l2norm, bool save, GdnWorkspace& ws,
                   cudaStream_t st) {
     const int NT = s.num_chunks();
-    const size_t rowsq = size_t(s.B) * s.T * s.H;
-    const bf16 *qn = q, *kn = k;
     Stages stages(st);
-    if (l2norm) {
-        const unsigned blocks = unsigned((rowsq + 7) / 8);
-        l2norm_rows_kernel<D><<<blocks, 256, 0, st>>>(q, ws.qn, ws.rq, rowsq);
-        CUDA_CHECK(cudaGetLastError());
-        l2norm_rows_kernel<D><<<blocks, 256, 0, st>>>(k, ws.kn, ws.rk, rowsq);
-        CUDA_CHECK(cudaGetLastError());
-        qn = ws.qn, kn = ws.kn;
-        stages.mark("l2norm");
-    }
+    FwdArgs fa{s.B, s.T,  s.H,    s.HV,  NT,    l2norm, q,    k,    v,
+               g,   beta, ws.gam, ws.rq, ws.rk, ws.W,   ws.U, ws.P, save ? ws.Tm : nullptr};
     static bool attr = false;
     if (!attr) {
         set_smem(gdn_fwd_prep_kernel<D>, sizeof(PrepSmem<D>));
         attr = true;
     }
-    FwdArgs fa{s.B, s.T, s.H, s.HV, NT, qn, kn, v, g, beta, ws.gam, ws.W, ws.U, ws.P, save ? ws.Tm : nullptr};
     gdn_fwd_prep_kernel<D><<<dim3(NT, s.B * s.HV), 256, sizeof(PrepSmem<D>), st>>>(fa);
     CUDA_CHECK(cudaGetLastError());
     stages.mark("prep");
-    ScanArgs sa{s.B,    s.T,   s.H,   s.HV, NT, scale, qn, kn, ws.W, ws.U, ws.P, ws.gam, h0, o, ht,
-                save ? ws.states : nullptr, save ? ws.delta : nullptr};
+    ScanArgs sa{s.B,
+                s.T,
+                s.H,
+                s.HV,
+                NT,
+                scale,
+                q,
+                k,
+                ws.W,
+                ws.U,
+                ws.P,
+                ws.gam,
+                ws.rq,
+                ws.rk,
+                h0,
+                o,
+                ht,
+                save ? ws.states : nullptr,
+                save ? ws.delta : nullptr};
     switch (scan_variant(s)) {
         case 0:
             launch_scan<D, 16, 2, 4>(gdn_fwd_scan_kernel<D, 16, 2, 4>, sizeof(ScanSmem<D, 16, 2>), s, sa, st);
@@ -1242,20 +1369,36 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
     stages.report(save ? "forward (saving)" : "forward");
 }
 
+// Warps of the per-chunk backward: 16 (one block per SM, as its shared memory allows, so the warps
+// are what hides the latency of its dependent phases) or 8 with HYDRA_GDN_BCHUNK_WARPS=8.
+int bchunk_warps() {
+    static int nw = 0;
+    if (nw == 0) {
+        const char* env = std::getenv("HYDRA_GDN_BCHUNK_WARPS");
+        nw = 16;
+        if (env && *env) {
+            const std::string e = env;
+            require(e == "8" || e == "16", "HYDRA_GDN_BCHUNK_WARPS must be 8 or 16 (got '" + e + "')");
+            nw = std::stoi(e);
+        }
+    }
+    return nw;
+}
+
 template <int D>
 void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* beta, const bf16* d_o,
                    const float* dht, bf16* dq, bf16* dk, bf16* dv, float* dg, float* dbeta, float* dh0, float scale,
                    bool l2norm, GdnWorkspace& ws, cudaStream_t st) {
     const int NT = s.num_chunks();
-    const bf16* qn = l2norm ? ws.qn : q;
-    const bf16* kn = l2norm ? ws.kn : k;
     static bool attr = false;
     if (!attr) {
-        set_smem(gdn_bwd_chunk_kernel<D>, sizeof(BChunkSmem<D>));
+        set_smem(gdn_bwd_chunk_kernel<D, 8>, sizeof(BChunkSmem<D>));
+        set_smem(gdn_bwd_chunk_kernel<D, 16>, sizeof(BChunkSmem<D>));
         attr = true;
     }
     Stages stages(st);
-    BScanArgs ba{s.B, s.T, s.H, s.HV, NT, scale, qn, kn, ws.W, ws.P, d_o, ws.gam, dht, dh0, ws.dstates, ws.ddelta};
+    BScanArgs ba{s.B,  s.T, s.H,    s.HV,  NT,    scale, q,   k,          ws.W,
+                 ws.P, d_o, ws.gam, ws.rq, ws.rk, dht,   dh0, ws.dstates, ws.ddelta};
     switch (scan_variant(s)) {
         case 0:
             launch_scan<D, 16, 2, 4>(gdn_bwd_scan_kernel<D, 16, 2, 4>, sizeof(BScanSmem<D, 16, 2>), s, ba,
@@ -1276,13 +1419,14 @@ void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* 
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bscan");
     const bool direct = direct_dqk(s);
-    BChunkArgs ca{s.B,    s.T,   s.H,       s.HV,       NT,       scale,     qn,     kn,     v,  d_o, beta,
-                  ws.gam, ws.Tm, ws.states, ws.dstates, ws.delta, ws.ddelta, ws.dqv, ws.dkv, dv, dg,  dbeta};
-    if (direct) {
-        ca.dq_out = dq, ca.dk_out = dk, ca.q_raw = q, ca.k_raw = k;
-        ca.rq = l2norm ? ws.rq : nullptr, ca.rk = l2norm ? ws.rk : nullptr;
-    }
-    gdn_bwd_chunk_kernel<D><<<dim3(NT, s.B * s.HV), 256, sizeof(BChunkSmem<D>), st>>>(ca);
+    BChunkArgs ca{s.B,      s.T,       s.H,    s.HV,   NT,    scale, l2norm, q,         k,
+                  v,        d_o,       beta,   ws.gam, ws.rq, ws.rk, ws.Tm,  ws.states, ws.dstates,
+                  ws.delta, ws.ddelta, ws.dqv, ws.dkv, dv,    dg,    dbeta};
+    if (direct) ca.dq_out = dq, ca.dk_out = dk;
+    if (bchunk_warps() == 16)
+        gdn_bwd_chunk_kernel<D, 16><<<dim3(NT, s.B * s.HV), 512, sizeof(BChunkSmem<D>), st>>>(ca);
+    else
+        gdn_bwd_chunk_kernel<D, 8><<<dim3(NT, s.B * s.HV), 256, sizeof(BChunkSmem<D>), st>>>(ca);
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bchunk");
     if (!direct) {
@@ -1304,17 +1448,15 @@ void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* 
 GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(train) {
     check_shape(s);
     const size_t NT = size_t(s.num_chunks()), D = size_t(s.D);
-    const size_t rowsq = size_t(s.B) * s.T * s.H;
     const size_t hm = size_t(s.B) * s.HV * NT * kC;  // head-major padded rows
     const size_t chunks = size_t(s.B) * s.HV * NT;
     struct Item {
         void** ptr;
         size_t bytes;
     };
-    std::vector<Item> items = {{(void**)&qn, rowsq * D * 2},  {(void**)&kn, rowsq * D * 2},
-                               {(void**)&rq, rowsq * 4},      {(void**)&rk, rowsq * 4},
-                               {(void**)&gam, hm * 4},        {(void**)&W, hm * D * 2},
-                               {(void**)&U, hm * D * 2},      {(void**)&P, chunks * kC * kC * 2}};
+    std::vector<Item> items = {{(void**)&rq, hm * 4},    {(void**)&rk, hm * 4},
+                               {(void**)&gam, hm * 4},   {(void**)&W, hm * D * 2},
+                               {(void**)&U, hm * D * 2}, {(void**)&P, chunks * kC * kC * 2}};
     if (train) {
         items.push_back({(void**)&Tm, chunks * kC * kC * 4});
         items.push_back({(void**)&states, chunks * D * D * 2});

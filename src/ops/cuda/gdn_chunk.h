@@ -39,9 +39,9 @@ public:
     GdnShape shape;
     bool training = false;
     size_t bytes = 0;  // device memory held
-    // forward: normalised q/k and their 1/norm, chunk-local gate cumsum (B, HV, NT*64), W and U
-    // (B, HV, NT*64, D), decayed causal scores P = (Q K^T) o E per chunk (B, HV, NT, 64, 64)
-    bf16 *qn = nullptr, *kn = nullptr;
+    // forward: 1 / ||q_t||, 1 / ||k_t|| (1 without the L2 norm) and the chunk-local gate cumsum, each
+    // (B, HV, NT*64); W and U (B, HV, NT*64, D), decayed causal scores P = (Q K^T) o E per chunk
+    // (B, HV, NT, 64, 64), from the normalised q, k (the kernels never write normalised copies)
     float *rq = nullptr, *rk = nullptr, *gam = nullptr;
     bf16 *W = nullptr, *U = nullptr, *P = nullptr;
     // saved for the backward: T = (I + A)^-1 per chunk (fp32), state entering each chunk (bf16,
