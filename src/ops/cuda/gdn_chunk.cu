@@ -980,8 +980,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         }
     }
     __syncthreads();
-    {                                         // column sums of dA o A: every thread, a part of a column each
-        constexpr int RPP = 64 / (NTH / 64);  // rows a part
+    // column sums of dA o A: every thread, a part of a column each
+    {
+        constexpr int RPP = 64 / (NTH / 64);  // rows of a part
         const int c = tid & 63, part = tid >> 6;
         float cs = 0.f;
         for (int i = part * RPP; i < part * RPP + RPP; ++i) cs += s.KKf[i * LF + c];
