@@ -132,8 +132,8 @@ struct PrepSmem {
     float gam[64], beta[64], bgam[64], rq[64], rk[64];
 };
 
-template <int D>
-__global__ void __launch_bounds__(256, 2) gdn_fwd_prep_kernel(FwdArgs a) {
+template <int D, int MINB>
+__global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     using S = PrepSmem<D>;
     auto& s = *reinterpret_cast<S*>(smem_raw);
@@ -1317,6 +1317,22 @@ void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args&
     kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
 }
 
+// Blocks per SM the preparation's registers are budgeted for: 3 (at most 85 registers a thread; its
+// shared memory allows three) or 2 with HYDRA_GDN_PREP_BLOCKS=2 (128 registers, no spills), for comparisons.
+int prep_blocks_per_sm() {
+    static int nb = 0;
+    if (nb == 0) {
+        const char* env = std::getenv("HYDRA_GDN_PREP_BLOCKS");
+        nb = 3;
+        if (env && *env) {
+            const std::string e = env;
+            require(e == "2" || e == "3", "HYDRA_GDN_PREP_BLOCKS must be 2 or 3 (got '" + e + "')");
+            nb = std::stoi(e);
+        }
+    }
+    return nb;
+}
+
 template <int D>
 void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta,
                   const float* h0, bf16* o, float* ht, float scale, bool l2norm, bool save, GdnWorkspace& ws,
@@ -1327,10 +1343,14 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                g,   beta, ws.gam, ws.rq, ws.rk, ws.W,   ws.U, ws.P, save ? ws.Tm : nullptr};
     static bool attr = false;
     if (!attr) {
-        set_smem(gdn_fwd_prep_kernel<D>, sizeof(PrepSmem<D>));
+        set_smem(gdn_fwd_prep_kernel<D, 2>, sizeof(PrepSmem<D>));
+        set_smem(gdn_fwd_prep_kernel<D, 3>, sizeof(PrepSmem<D>));
         attr = true;
     }
-    gdn_fwd_prep_kernel<D><<<dim3(NT, s.B * s.HV), 256, sizeof(PrepSmem<D>), st>>>(fa);
+    if (prep_blocks_per_sm() == 3)
+        gdn_fwd_prep_kernel<D, 3><<<dim3(NT, s.B * s.HV), 256, sizeof(PrepSmem<D>), st>>>(fa);
+    else
+        gdn_fwd_prep_kernel<D, 2><<<dim3(NT, s.B * s.HV), 256, sizeof(PrepSmem<D>), st>>>(fa);
     CUDA_CHECK(cudaGetLastError());
     stages.mark("prep");
     ScanArgs sa{s.B,
