@@ -1317,19 +1317,22 @@ void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args&
     kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
 }
 
+// A diagnostic choice from the environment: `name`'s value when it is set (it must be `a` or `b`), else
+// `fallback`. Read by each caller once, on its first launch.
+int env_choice(const char* name, int a, int b, int fallback) {
+    const char* env = std::getenv(name);
+    if (!env || !*env) return fallback;
+    const std::string e = env;
+    require(e == std::to_string(a) || e == std::to_string(b), std::string(name) + " must be " +
+                                                                  std::to_string(a) + " or " +
+                                                                  std::to_string(b) + " (got '" + e + "')");
+    return std::stoi(e);
+}
+
 // Blocks per SM the preparation's registers are budgeted for: 3 (at most 85 registers a thread; its
 // shared memory allows three) or 2 with HYDRA_GDN_PREP_BLOCKS=2 (128 registers, no spills), for comparisons.
 int prep_blocks_per_sm() {
-    static int nb = 0;
-    if (nb == 0) {
-        const char* env = std::getenv("HYDRA_GDN_PREP_BLOCKS");
-        nb = 3;
-        if (env && *env) {
-            const std::string e = env;
-            require(e == "2" || e == "3", "HYDRA_GDN_PREP_BLOCKS must be 2 or 3 (got '" + e + "')");
-            nb = std::stoi(e);
-        }
-    }
+    static const int nb = env_choice("HYDRA_GDN_PREP_BLOCKS", 2, 3, 3);
     return nb;
 }
 
@@ -1393,16 +1396,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
 // Warps of the per-chunk backward: 16 (one block per SM, as its shared memory allows, so the warps
 // are what hides the latency of its dependent phases) or 8 with HYDRA_GDN_BCHUNK_WARPS=8.
 int bchunk_warps() {
-    static int nw = 0;
-    if (nw == 0) {
-        const char* env = std::getenv("HYDRA_GDN_BCHUNK_WARPS");
-        nw = 16;
-        if (env && *env) {
-            const std::string e = env;
-            require(e == "8" || e == "16", "HYDRA_GDN_BCHUNK_WARPS must be 8 or 16 (got '" + e + "')");
-            nw = std::stoi(e);
-        }
-    }
+    static const int nw = env_choice("HYDRA_GDN_BCHUNK_WARPS", 8, 16, 16);
     return nw;
 }
 
