@@ -26,16 +26,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cuda/bf16_pack.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/mma_util.cuh"
 
 namespace hydra::cuda {
 
 using namespace hydra::cuda::mma;
+using namespace hydra::cuda::bf16_pack;
 
 namespace {
 
@@ -63,6 +66,19 @@ __device__ __forceinline__ void store_slice(bf16* dst, const bf16* src, int tid)
         *reinterpret_cast<uint4*>(dst + size_t(r) * D + c) =
             *reinterpret_cast<const uint4*>(&src[r * (D + 8) + c]);
     }
+}
+
+// The chunk's 64 gate cumsums and q / k 1/norms (head-major rows from hrow0, Args = ScanArgs or
+// BScanArgs) into shared memory with threads 0..47, in the caller's copy group.
+template <class Args>
+__device__ __forceinline__ void load_chunk_scalars(float* gam, float* rq, float* rk, const Args& a,
+                                                   size_t hrow0, int tid) {
+    if (tid < 16)
+        cp_async16(&gam[tid * 4], a.gam + hrow0 + tid * 4);
+    else if (tid < 32)
+        cp_async16(&rq[(tid - 16) * 4], a.rq + hrow0 + (tid - 16) * 4);
+    else if (tid < 48)
+        cp_async16(&rk[(tid - 32) * 4], a.rk + hrow0 + (tid - 32) * 4);
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
@@ -192,11 +208,11 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
 #pragma unroll
         for (int i = 0; i < D / 16; ++i) {
             const uint4 u = *reinterpret_cast<const uint4*>(x + half * 8 + 16 * i);
-            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+            const raw_t<2> w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
-                ss[e] += f.x * f.x + f.y * f.y;
+                const float f0 = raw_get<2>(w[e], 0), f1 = raw_get<2>(w[e], 1);
+                ss[e] += f0 * f0 + f1 * f1;
             }
         }
         float sum = (ss[0] + ss[1]) + (ss[2] + ss[3]);
@@ -402,11 +418,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
         load_rows<64, D, NTH>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
         load_rows<64, VT, NTH>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
         load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
-        if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
-        else if (tid < 32)
-            cp_async16(&s.rq[st][(tid - 16) * 4], a.rq + hrow0 + (tid - 16) * 4);
-        else if (tid < 48)
-            cp_async16(&s.rk[st][(tid - 32) * 4], a.rk + hrow0 + (tid - 32) * 4);
+        load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, tid);
         cp_async_commit();
     };
 
@@ -561,11 +573,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
         load_rows<64, D, NTH>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
         load_rows<64, VT, NTH>(s.dOs[st], LV, a.d_o + vrow0 * D + v0, size_t(a.HV) * D, L, tid);
         load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
-        if (tid < 16) cp_async16(&s.gam[st][tid * 4], a.gam + hrow0 + tid * 4);
-        else if (tid < 32)
-            cp_async16(&s.rq[st][(tid - 16) * 4], a.rq + hrow0 + (tid - 16) * 4);
-        else if (tid < 48)
-            cp_async16(&s.rk[st][(tid - 32) * 4], a.rk + hrow0 + (tid - 32) * 4);
+        load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, tid);
         cp_async_commit();
     };
 
@@ -723,14 +731,11 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             const int idx = tid + it * NTH, row = idx / (D / 8), c = (idx % (D / 8)) * 8;
             uint4* p = reinterpret_cast<uint4*>(&X[row * LD + c]);
             uint4 u = *p;
-            uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+            raw_t<2>* w = reinterpret_cast<raw_t<2>*>(&u);
             const float k = r[row];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
-                const __nv_bfloat162 y = __floats2bfloat162_rn(f.x * k, f.y * k);
-                w[e] = *reinterpret_cast<const uint32_t*>(&y);
-            }
+            for (int e = 0; e < 4; ++e)
+                w[e] = raw_pack<2>({raw_get<2>(w[e], 0) * k, raw_get<2>(w[e], 1) * k});
             *p = u;
         }
     };
@@ -1259,13 +1264,23 @@ void check_shape(const GdnShape& s) {
     require(s.D == 64 || s.D == 128, "head dim " + std::to_string(s.D) + " not supported (64 or 128)");
 }
 
+// A diagnostic choice from the environment: `name`'s value when it is set (one of `allowed`, else a
+// clear error), otherwise `fallback`. Each caller reads it once.
+int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
+    const char* env = std::getenv(name);
+    if (!env || !*env) return fallback;
+    std::string list;
+    for (int v : allowed) {
+        if (std::to_string(v) == env) return v;
+        list += (list.empty() ? "" : ", ") + std::to_string(v);
+    }
+    throw Error(std::string(name) + " must be one of " + list + " (got '" + env + "')");
+}
+
 // One value head per key head: the per-chunk backward finishes dq, dk itself (no sum over value heads to
 // wait for), unless HYDRA_GDN_DIRECT_DQK=0 asks for the per-value-head buffers and the finishing pass.
 bool direct_dqk(const GdnShape& s) {
-    static const bool allowed = [] {
-        const char* env = std::getenv("HYDRA_GDN_DIRECT_DQK");
-        return !(env && std::strcmp(env, "0") == 0);
-    }();
+    static const bool allowed = env_choice("HYDRA_GDN_DIRECT_DQK", {0, 1}, 1) == 1;
     return allowed && s.HV == s.H;
 }
 
@@ -1284,16 +1299,7 @@ int scan_variant(const GdnShape& s) {
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
-    if (g_scan_override == -2) {
-        const char* env = std::getenv("HYDRA_GDN_SCAN");
-        g_scan_override = -1;
-        if (env && *env) {
-            const int v = std::atoi(env);
-            require(v >= 0 && v <= 3 && std::strlen(env) == 1,
-                    std::string("HYDRA_GDN_SCAN must be 0, 1, 2 or 3 (got '") + env + "')");
-            g_scan_override = v;
-        }
-    }
+    if (g_scan_override == -2) g_scan_override = env_choice("HYDRA_GDN_SCAN", {0, 1, 2, 3}, -1);
     if (g_scan_override >= 0) return g_scan_override;
     // d 128 with more 64-row slice blocks than SMs: the 8-warp scans (B8 T4096 H16: forward scan 0.54 vs
     // 0.72 ms, reverse 0.68 vs 0.77-0.81 ms on an H200); with fewer blocks the narrower slices put more
@@ -1317,22 +1323,10 @@ void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args&
     kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
 }
 
-// A diagnostic choice from the environment: `name`'s value when it is set (it must be `a` or `b`), else
-// `fallback`. Read by each caller once, on its first launch.
-int env_choice(const char* name, int a, int b, int fallback) {
-    const char* env = std::getenv(name);
-    if (!env || !*env) return fallback;
-    const std::string e = env;
-    require(e == std::to_string(a) || e == std::to_string(b), std::string(name) + " must be " +
-                                                                  std::to_string(a) + " or " +
-                                                                  std::to_string(b) + " (got '" + e + "')");
-    return std::stoi(e);
-}
-
 // Blocks per SM the preparation's registers are budgeted for: 3 (at most 85 registers a thread; its
 // shared memory allows three) or 2 with HYDRA_GDN_PREP_BLOCKS=2 (128 registers, no spills), for comparisons.
 int prep_blocks_per_sm() {
-    static const int nb = env_choice("HYDRA_GDN_PREP_BLOCKS", 2, 3, 3);
+    static const int nb = env_choice("HYDRA_GDN_PREP_BLOCKS", {2, 3}, 3);
     return nb;
 }
 
@@ -1396,7 +1390,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
 // Warps of the per-chunk backward: 16 (one block per SM, as its shared memory allows, so the warps
 // are what hides the latency of its dependent phases) or 8 with HYDRA_GDN_BCHUNK_WARPS=8.
 int bchunk_warps() {
-    static const int nw = env_choice("HYDRA_GDN_BCHUNK_WARPS", 8, 16, 16);
+    static const int nw = env_choice("HYDRA_GDN_BCHUNK_WARPS", {8, 16}, 16);
     return nw;
 }
 
