@@ -1,7 +1,7 @@
-// Packed bf16 vectors for the element-wise CUDA ops (short_conv.cu, gated_rmsnorm.cu): V = 1 or 2
-// consecutive bf16 held as one raw 16- or 32-bit word (element 0 in the low half), loaded and stored
-// with one access and widened to fp32 only where used (`using namespace bf16_pack;` in a .cu file). Not a
-// public API.
+// Packed bf16 vectors for the CUDA kernels that move bf16 element-wise (short_conv.cu, gated_rmsnorm.cu,
+// gdn_chunk.cu): V = 1 or 2 consecutive bf16 held as one raw 16- or 32-bit word (element 0 in the low half),
+// loaded and stored with one access and widened to fp32 only where used (`using namespace bf16_pack;` in a
+// .cu file). Not a public API.
 #pragma once
 
 #include <cuda_bf16.h>
