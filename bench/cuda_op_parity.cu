@@ -5,7 +5,7 @@
 // call so unwritten elements fail. Metric: relative RMS error ||gpu - ref|| / ||ref|| per output,
 // tolerance 1e-2 for the bf16 paths (DESIGN.md §3). Prints a table; exit status 1 on any failure.
 //
-// Usage: cuda_op_parity [--seed N] [--quick] [--only gdn|decode|attn] [--scan 0-3]
+// Usage: cuda_op_parity [--seed N] [--quick] [--only gdn|decode|attn] [--scan 0-7]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -353,15 +353,15 @@ void attn_case(int B, int T, int H, int Hkv, int D, Rng& rng) {
 
 int main(int argc, char** argv) {
     uint64_t seed = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
-    int forced_scan = 3;  // --scan N: the variant of the forced-scan GDN cases (0-3; 3 = the 8-warp scans)
+    int forced_scan = 3;  // --scan N: the variant of the forced-scan GDN cases (0-7; 3 = the 8-warp scans)
     bool quick = false;
     std::string only;  // --only gdn|decode|attn: one op family
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
         if (!std::strcmp(argv[i], "--scan") && i + 1 < argc) {
             const char* v = argv[++i];
-            if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '3') {
-                std::printf("--scan: expected a scan variant 0, 1, 2 or 3, got '%s'\n", v);
+            if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '7') {
+                std::printf("--scan: expected a scan variant 0 to 7, got '%s'\n", v);
                 return 2;
             }
             forced_scan = v[0] - '0';

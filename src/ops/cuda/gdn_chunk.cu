@@ -11,7 +11,7 @@
 //          U = T diag(beta) V on tensor cores with the fp32 factor split into bf16 high and low parts.
 //   scan   (grid D/VT x B*HV, sequential over chunks, a 16-, 32- or 64-row slice of the V x K state per
 //          block, fp32 in registers, operands double-buffered with cp.async or single-buffered at two
-//          blocks per SM, see scan_variant):
+//          blocks per SM, 4 to 16 warps: see gdn_scan_policy.h):
 //          delta = U - W M0^T;  O = scale [diag(Gamma) Q M0^T + P delta];  M1 = Gamma_L M0 + (dec delta)^T K.
 // Backward:
 //   bscan  (reverse over chunks, V-slices): d delta = diag(dec) K dM^T + scale P^T dO (written out) and
@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "ops/cuda/bf16_pack.cuh"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/gdn_scan_policy.h"
 #include "ops/cuda/mma_util.cuh"
 
 namespace hydra::cuda {
@@ -371,7 +372,7 @@ struct ScanArgs {
     bf16* delta;   // null unless saving
 };
 
-// One block per (sequence, value head, VT-row state slice) with NW warps (4 or 8), walking the chunks in
+// One block per (sequence, value head, VT-row state slice) with NW warps (4, 8 or 16), walking the chunks in
 // order. VT = 16, 32 or 64 (16 when there are too few (sequence, head) pairs to fill the GPU with wider
 // slices; 64 with 8 warps halves the operand loads that every slice block of a head repeats: the chunk's
 // W, Q, K and P). Warp w computes rows 32 (w / (NW / 4)) .. +32 of [W; Q] M0^T for its share of the slice's
@@ -536,7 +537,7 @@ struct BScanArgs {
     float* ddelta;
 };
 
-// The reverse scan, one block per (sequence, value head, VT-row slice of dM) with NW warps (4 or 8), the
+// The reverse scan, one block per (sequence, value head, VT-row slice of dM) with NW warps (4, 8 or 16), the
 // same variants as the forward scan: warp w computes d delta rows 16 (w % 4) .. +16 for its share of the
 // slice's columns; dM is held in registers over all warps (BlockGemm tiling GM).
 template <int D, int VT, int ST>
@@ -1284,12 +1285,9 @@ bool direct_dqk(const GdnShape& s) {
     return allowed && s.HV == s.H;
 }
 
-// The scans run one block per (sequence, value head, state slice) for the whole sequence. Variant
-// 0: 16-row slices, double-buffered, when that still fits the GPU in one wave (long sequences, few
-// heads: twice the blocks at work); 1: 32-row slices, double-buffered, when they fit one wave; 2:
-// 32-row slices, single-buffered, two blocks per SM, when there are more blocks than SMs; 3: 64-row
-// slices with 8 warps, double-buffered, at d 128 when those fill the GPU.
-// gdn_set_scan_variant or HYDRA_GDN_SCAN (0-3) force one.
+// The scans run one block per (sequence, value head, state slice) for the whole sequence, in one of the
+// shapes of gdn_scan_policy.h, chosen there by head dimension, pairs and SMs;
+// gdn_set_scan_variant or HYDRA_GDN_SCAN (0-7) force one.
 int g_scan_override = -2;  // -2: not read yet, -1: automatic
 
 int scan_variant(const GdnShape& s) {
@@ -1299,16 +1297,9 @@ int scan_variant(const GdnShape& s) {
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
-    if (g_scan_override == -2) g_scan_override = env_choice("HYDRA_GDN_SCAN", {0, 1, 2, 3}, -1);
+    if (g_scan_override == -2) g_scan_override = env_choice("HYDRA_GDN_SCAN", {0, 1, 2, 3, 4, 5, 6, 7}, -1);
     if (g_scan_override >= 0) return g_scan_override;
-    // d 128 with more 64-row slice blocks than SMs: the 8-warp scans (B8 T4096 H16: forward scan 0.54 vs
-    // 0.72 ms, reverse 0.68 vs 0.77-0.81 ms on an H200); with fewer blocks the narrower slices put more
-    // SMs to work and win (B2 T16384: 1.08 vs 1.02 ms; B1 T65536: 4.4 vs 3.0 ms)
-    if (s.D == 128 && size_t(s.B) * s.HV * 2 > size_t(sms)) return 3;
-    const size_t blocks32 = size_t(s.B) * s.HV * (s.D / 32);
-    if (2 * blocks32 <= size_t(sms)) return 0;
-    if (blocks32 <= size_t(sms)) return 1;
-    return 2;
+    return gdn_scan_variant_for(s.D, size_t(s.B) * s.HV, sms);
 }
 
 // One scan kernel over (D / VT slices, B * HV) blocks of NW warps, its shared-memory attribute set on the
@@ -1321,6 +1312,37 @@ void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args&
         attr = true;
     }
     kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
+}
+
+// Scan variant V of gdn_scan_policy.h's table as compile-time constants.
+template <int V>
+struct ScanShape {
+    static constexpr int vt = kGdnScanShapes[V].rows, st = kGdnScanShapes[V].stages,
+                         nw = kGdnScanShapes[V].warps;
+};
+
+// Calls f(ScanShape<v>{}) for scan variant v.
+template <class F>
+void with_scan_shape(int v, F&& f) {
+    static_assert(kGdnScanVariants == 8, "with_scan_shape: one case per variant");
+    switch (v) {
+        case 0:
+            return f(ScanShape<0>{});
+        case 1:
+            return f(ScanShape<1>{});
+        case 2:
+            return f(ScanShape<2>{});
+        case 3:
+            return f(ScanShape<3>{});
+        case 4:
+            return f(ScanShape<4>{});
+        case 5:
+            return f(ScanShape<5>{});
+        case 6:
+            return f(ScanShape<6>{});
+        default:
+            return f(ScanShape<7>{});
+    }
 }
 
 // Blocks per SM the preparation's registers are budgeted for: 3 (at most 85 registers a thread; its
@@ -1369,19 +1391,11 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                 ht,
                 save ? ws.states : nullptr,
                 save ? ws.delta : nullptr};
-    switch (scan_variant(s)) {
-        case 0:
-            launch_scan<D, 16, 2, 4>(gdn_fwd_scan_kernel<D, 16, 2, 4>, sizeof(ScanSmem<D, 16, 2>), s, sa, st);
-            break;
-        case 1:
-            launch_scan<D, 32, 2, 4>(gdn_fwd_scan_kernel<D, 32, 2, 4>, sizeof(ScanSmem<D, 32, 2>), s, sa, st);
-            break;
-        case 2:
-            launch_scan<D, 32, 1, 4>(gdn_fwd_scan_kernel<D, 32, 1, 4>, sizeof(ScanSmem<D, 32, 1>), s, sa, st);
-            break;
-        default:
-            launch_scan<D, 64, 2, 8>(gdn_fwd_scan_kernel<D, 64, 2, 8>, sizeof(ScanSmem<D, 64, 2>), s, sa, st);
-    }
+    with_scan_shape(scan_variant(s), [&](auto shape) {
+        using V = decltype(shape);
+        launch_scan<D, V::vt, V::st, V::nw>(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
+                                            sizeof(ScanSmem<D, V::vt, V::st>), s, sa, st);
+    });
     CUDA_CHECK(cudaGetLastError());
     stages.mark("scan");
     stages.report(save ? "forward (saving)" : "forward");
@@ -1408,23 +1422,11 @@ void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* 
     Stages stages(st);
     BScanArgs ba{s.B,  s.T, s.H,    s.HV,  NT,    scale, q,   k,          ws.W,
                  ws.P, d_o, ws.gam, ws.rq, ws.rk, dht,   dh0, ws.dstates, ws.ddelta};
-    switch (scan_variant(s)) {
-        case 0:
-            launch_scan<D, 16, 2, 4>(gdn_bwd_scan_kernel<D, 16, 2, 4>, sizeof(BScanSmem<D, 16, 2>), s, ba,
-                                     st);
-            break;
-        case 1:
-            launch_scan<D, 32, 2, 4>(gdn_bwd_scan_kernel<D, 32, 2, 4>, sizeof(BScanSmem<D, 32, 2>), s, ba,
-                                     st);
-            break;
-        case 2:
-            launch_scan<D, 32, 1, 4>(gdn_bwd_scan_kernel<D, 32, 1, 4>, sizeof(BScanSmem<D, 32, 1>), s, ba,
-                                     st);
-            break;
-        default:
-            launch_scan<D, 64, 2, 8>(gdn_bwd_scan_kernel<D, 64, 2, 8>, sizeof(BScanSmem<D, 64, 2>), s, ba,
-                                     st);
-    }
+    with_scan_shape(scan_variant(s), [&](auto shape) {
+        using V = decltype(shape);
+        launch_scan<D, V::vt, V::st, V::nw>(gdn_bwd_scan_kernel<D, V::vt, V::st, V::nw>,
+                                            sizeof(BScanSmem<D, V::vt, V::st>), s, ba, st);
+    });
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bscan");
     const bool direct = direct_dqk(s);
@@ -1522,8 +1524,9 @@ void gdn_chunk_backward(const GdnShape& s, const bf16* q, const bf16* k, const b
 void gdn_set_profile(bool on) { g_profile = on; }
 
 void gdn_set_scan_variant(int variant) {
-    require(variant >= -1 && variant <= 3,
-            "scan variant " + std::to_string(variant) + " (-1 automatic, 0 to 3)");
+    require(variant >= -1 && variant < kGdnScanVariants, "scan variant " + std::to_string(variant) +
+                                                             " (-1 automatic, 0 to " +
+                                                             std::to_string(kGdnScanVariants - 1) + ")");
     g_scan_override = variant;
 }
 

@@ -35,6 +35,18 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
                  : "r"(smem_addr(p)));
 }
 
+// Two 8 x 8 matrices (rows addressed by lanes 0..15; the other lanes' addresses are ignored).
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x2_t(uint32_t (&r)[2], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_addr(p)));
+}
+
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -100,12 +112,22 @@ __device__ __forceinline__ void load_b2(uint32_t (&b)[4], const bf16* B, int ldb
     }
 }
 
+// B fragment of one n-tile (b[0], b[1]), B offset to the tile's (k0, n0): lanes 0..15 address the two
+// 8 x 8 halves along k.
+template <bool BT>
+__device__ __forceinline__ void load_b1(uint32_t (&b)[2], const bf16* B, int ldb, int lane) {
+    const int r = lane & 7, half = ((lane >> 3) & 1) << 3;
+    if constexpr (BT)
+        ldsm_x2(b, B + r * ldb + half);
+    else
+        ldsm_x2_t(b, B + (half + r) * ldb);
+}
+
 // acc (16MT x 8NT) += opA (16MT x 16KS) opB (16KS x 8NT), operands in shared memory at the warp tile's
-// origin (see the conventions above). NT must be even.
+// origin (see the conventions above). n-tiles are loaded in pairs, an odd last one alone.
 template <int MT, int NT, int KS, bool AT, bool BT>
-__device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const bf16* A, int lda, const bf16* B, int ldb,
-                                          int lane) {
-    static_assert(NT % 2 == 0, "warp_gemm: NT must be even");
+__device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const bf16* A, int lda, const bf16* B,
+                                          int ldb, int lane) {
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
         uint32_t a[MT][4];
@@ -124,6 +146,13 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const bf16* A
                 mma_bf16(acc[mt][2 * np], a[mt], b[0], b[1]);
                 mma_bf16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
             }
+        }
+        if constexpr (NT % 2 == 1) {
+            uint32_t b[2];
+            const bf16* pb = BT ? B + ((NT - 1) * 8) * ldb + ks * 16 : B + (ks * 16) * ldb + (NT - 1) * 8;
+            load_b1<BT>(b, pb, ldb, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_bf16(acc[mt][NT - 1], a[mt], b[0], b[1]);
         }
     }
 }

@@ -1,0 +1,45 @@
+// Which state-scan kernel shape the GDN chunked forward and backward run (ops/cuda/gdn_chunk.cu): the
+// table of scan variants and the rule that picks one from the head dimension, the number of (sequence,
+// value head) pairs and the GPU's SM count. Pure host logic without CUDA, so the CPU tests cover it.
+#pragma once
+
+#include <cstddef>
+
+namespace hydra::cuda {
+
+// One scan variant: each block owns `rows` rows of a (sequence, value head)'s D x D state for the whole
+// sequence, with `warps` warps; stages = 2 prefetches the next chunk's operands (one block per SM),
+// stages = 1 single-buffers them (half the shared memory, two blocks per SM overlapping instead).
+struct GdnScanShape {
+    int rows, stages, warps;
+};
+
+inline constexpr int kGdnScanVariants = 8;
+inline constexpr GdnScanShape kGdnScanShapes[kGdnScanVariants] = {
+    {16, 2, 4}, {32, 2, 4}, {32, 1, 4},  {64, 2, 8},   // the first four of the third pass
+    {16, 2, 8}, {32, 2, 8}, {32, 2, 16}, {64, 2, 16},  // the same slices, each chunk's work over more warps
+};
+
+// Blocks a scan launches: D / rows slices of each (sequence, value head) pair.
+inline constexpr size_t gdn_scan_blocks(int variant, int D, size_t pairs) {
+    return pairs * size_t(D / kGdnScanShapes[variant].rows);
+}
+
+// The automatic choice (D = 64 or 128). A block walks every chunk of its sequence in order, so the scans'
+// time is that of the slowest SM: one wave of blocks, as many SMs at work as the pairs allow, and the most
+// warps the slice gives (a chunk's step is a chain of dependent phases; more warps split each phase into
+// shorter per-warp parts). Measured on an H200 (132 SMs), call AB, forward scan / reverse scan ms:
+//   d 128, 128 pairs (B8 H16): 64 rows x 16 warps 0.535 / 0.615, x 8 warps 0.548 / 0.659;
+//   d 128, 32 pairs (B2):      32 rows x 8 warps 0.777 / 0.848, x 4 warps 0.994 / 0.982;
+//   d 128, 16 pairs (B1):      16 rows x 8 warps 2.606 / 2.394, x 4 warps 3.122 / 2.833;
+//   d 64, 72 pairs (B8 H9):    32 rows x 8 warps 0.211 / 0.256, 32 rows single-buffered 0.241 / 0.311.
+inline constexpr int gdn_scan_variant_for(int D, size_t pairs, int sms) {
+    const size_t n = size_t(sms);
+    if (D == 128 && 2 * pairs > n) return 7;                         // 64-row slices still fill the GPU
+    if (gdn_scan_blocks(4, D, pairs) <= n) return 4;                 // 16-row slices in one wave
+    if (gdn_scan_blocks(5, D, pairs) <= n) return 5;                 // 32-row slices in one wave
+    if (D == 64 && gdn_scan_blocks(5, D, pairs) <= 2 * n) return 5;  // two of its blocks fit an SM at d 64
+    return 2;                                                        // 32-row slices, two blocks per SM
+}
+
+}  // namespace hydra::cuda
