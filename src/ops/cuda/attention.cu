@@ -24,17 +24,6 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int ROWS, int COLS, int NTH>
-__device__ __forceinline__ void load_rows(bf16* dst, int ldd, const bf16* src, size_t stride, int valid, int tid) {
-    constexpr int PER = COLS / 8;
-    for (int idx = tid; idx < ROWS * PER; idx += NTH) {
-        const int r = idx / PER, c = (idx % PER) * 8;
-        bf16* d = dst + r * ldd + c;
-        if (r < valid) cp_async16(d, src + size_t(r) * stride + c);
-        else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-    }
-}
-
 struct FwdArgs {
     int B, T, H, Hkv;
     float sl2;  // scale * log2(e)

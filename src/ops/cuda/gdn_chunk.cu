@@ -45,19 +45,6 @@ namespace {
 
 constexpr int kC = 64;  // chunk size
 
-// 64 (or ROWS) rows x COLS bf16 from global (row stride `stride` elements) into shared memory (row
-// stride ldd), rows >= valid zero-filled. COLS multiple of 8, addresses 16-byte aligned.
-template <int ROWS, int COLS, int NTH>
-__device__ __forceinline__ void load_rows(bf16* dst, int ldd, const bf16* src, size_t stride, int valid, int tid) {
-    constexpr int PER = COLS / 8;
-    for (int idx = tid; idx < ROWS * PER; idx += NTH) {
-        const int r = idx / PER, c = (idx % PER) * 8;
-        bf16* d = dst + r * ldd + c;
-        if (r < valid) cp_async16(d, src + size_t(r) * stride + c);
-        else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-    }
-}
-
 // A VT x D bf16 state slice from shared memory (row stride D + 8) to global memory (row stride D), 16 bytes
 // per access, NTH threads.
 template <int D, int VT, int NTH>
@@ -454,7 +441,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int t = r0 + frag_row(mt, e, lane);
-                    const float dec = t < L ? expf(glast - gm[t]) * s.rk[st][t] : 0.f;  // with k_t's 1 / norm
+                    // with k_t's 1 / norm; computed for every row and then selected, so no branch splits the
+                    // warp
+                    const float dec_t = expf(glast - gm[t]) * s.rk[st][t], dec = t < L ? dec_t : 0.f;
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) {
                         const int c = c0 + frag_col(nt, e, lane);
@@ -604,7 +593,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int t = r0 + frag_row(0, e, lane);
-            const float dec = t < L ? expf(glast - gm[t]) * s.rk[st][t] : 0.f;  // with k_t's 1 / norm
+            // with k_t's 1 / norm; computed for every row and then selected, so no branch splits the warp
+            const float dec_t = expf(glast - gm[t]) * s.rk[st][t], dec = t < L ? dec_t : 0.f;
 #pragma unroll
             for (int nt = 0; nt < NV; ++nt) {
                 const int c = c0 + frag_col(nt, e, lane);

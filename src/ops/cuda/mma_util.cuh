@@ -66,6 +66,36 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+// ROWS rows x COLS bf16 from global memory (row stride `stride` elements) into shared memory (row stride
+// ldd) with cp.async by threads tid = 0 .. NTH - 1, rows >= valid zero-filled. COLS a multiple of 8,
+// addresses 16-byte aligned. Each thread keeps one column and walks the rows NTH / (COLS / 8) apart, so
+// a full tile is a fixed, unrolled run of copies at constant offsets (in the scans this issue sat on
+// every chunk's critical path); the zero-filling loop runs only for a partial tile.
+template <int ROWS, int COLS, int NTH>
+__device__ __forceinline__ void load_rows(bf16* dst, int ldd, const bf16* src, size_t stride, int valid,
+                                          int tid) {
+    constexpr int PER = COLS / 8;  // 16-byte pieces a row
+    static_assert(COLS % 8 == 0 && NTH % PER == 0, "load_rows: threads must cover whole rows");
+    constexpr int RSTEP = NTH / PER;
+    const int r0 = tid / PER, c = (tid % PER) * 8;
+    if (valid >= ROWS) {
+        const bf16* s = src + size_t(r0) * stride + c;
+        bf16* d = dst + r0 * ldd + c;
+#pragma unroll
+        for (int i = 0; i < (ROWS + RSTEP - 1) / RSTEP; ++i)
+            if (ROWS % RSTEP == 0 || r0 + i * RSTEP < ROWS)
+                cp_async16(d + i * RSTEP * ldd, s + size_t(i) * RSTEP * stride);
+        return;
+    }
+    for (int r = r0; r < ROWS; r += RSTEP) {
+        bf16* d = dst + r * ldd + c;
+        if (r < valid)
+            cp_async16(d, src + size_t(r) * stride + c);
+        else
+            *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+}
+
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
