@@ -1,27 +1,36 @@
 // Timings of the CUDA kernels at the shapes of shared/ANCHORS.md (bf16, 16 heads, d = 128; B8 x T4096,
 // B2 x T16384, B1 x T65536) and at SmolLM2-135M's head shape (9 query heads, 3 KV heads, d = 64):
 // GDN chunk forward (in-kernel q/k L2 norm, no state saved), GDN forward (saving) + backward, causal
-// attention forward and forward + backward (our kernels and cuDNN's fused attention), GDN decode step (B64, fp32 state). CUDA events around
-// each call, warm-up first, median of N (N sized to about 200 ms per point, at least 5). Inputs are
-// random (never zeros). One JSON object per line on stdout (impl "ours"), matched by
+// attention forward and forward + backward (our kernels and cuDNN's fused attention), GDN decode step (B64,
+// fp32 state). CUDA events around each call, warm-up first, median of N (N sized to about 200 ms per point,
+// at least 5). Inputs are random (never zeros). One JSON object per line on stdout (impl "ours"), matched by
 // bench/cuda_peers.py's rows on op/B/T/H/D.
 //
-// Usage: cuda_gdn_attention_bench [--quick] [--attn-only]
+// Usage: cuda_gdn_attention_bench [--quick] [--attn-only | --gdn-only] [--scan-sweep] [--shape
+// BxTxHxD[xHkv]]...
+//   --scan-sweep: after each GDN shape's rows, the same chunk timings with every state-scan variant forced
+//                 (ops "gdn_fwd_scan" / "gdn_fwdbwd_scan" with a "scan" field; per-kernel times on stderr),
+//                 to check gdn_scan_policy.h's choice on this GPU
+//   --shape:      time these shapes instead of the built-in list (repeatable; D 64 or 128; Hkv, attention's
+//                 key/value heads, defaults to H); decode rows are skipped
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/gdn_chunk.h"
+#include "ops/cuda/gdn_scan_policy.h"
 
 using hydra::cuda::bf16;
 
@@ -82,17 +91,20 @@ T* dev_random(size_t n, std::mt19937_64& gen, float lo, float hi, bool bf) {
     return p;
 }
 
+int g_scan_field = -1;  // >= 0: the forced scan variant, added to each row emitted (--scan-sweep)
+
 void emit(const char* op, int B, int T, int H, int D, float ms, double tokens, double flops, double bytes) {
     std::printf("{\"impl\": \"ours\", \"op\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, \"D\": %d, \"ms\": %.4f", op, B, T,
                 H, D, ms);
     if (tokens > 0) std::printf(", \"Mtok_s\": %.2f", tokens / ms / 1e3);
     if (flops > 0) std::printf(", \"TFLOPs\": %.1f", flops / ms / 1e9);
     if (bytes > 0) std::printf(", \"TB_s\": %.2f", bytes / ms / 1e9);
+    if (g_scan_field >= 0) std::printf(", \"scan\": %d", g_scan_field);
     std::printf("}\n");
     std::fflush(stdout);
 }
 
-void bench_gdn(int B, int T, int H, int D, std::mt19937_64& gen) {
+void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
     const size_t nq = size_t(B) * T * H * D, ng = size_t(B) * T * H;
     bf16* q = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
     bf16* k = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
@@ -130,6 +142,36 @@ void bench_gdn(int B, int T, int H, int D, std::mt19937_64& gen) {
         hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale, true,
                                         ws);
         hydra::cuda::gdn_set_profile(false);
+        for (int variant = 0; sweep && variant < hydra::cuda::kGdnScanVariants; ++variant) {
+            hydra::cuda::gdn_set_scan_variant(variant);
+            g_scan_field = variant;
+            emit("gdn_fwd_scan", B, T, H, D, median_ms([&] {
+                     hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true,
+                                                    false, ws);
+                 }),
+                 double(B) * T, 0, 0);
+            emit("gdn_fwdbwd_scan", B, T, H, D, median_ms([&] {
+                     hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true,
+                                                    true, ws);
+                     hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db,
+                                                     nullptr, scale, true, ws);
+                 }),
+                 double(B) * T, 0, 0);
+            hydra::cuda::gdn_set_profile(true);
+            std::fprintf(stderr, "B%d T%d H%d D%d scan %d\n", B, T, H, D, variant);
+            hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
+            hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr,
+                                            scale, true, ws);
+            hydra::cuda::gdn_set_profile(false);
+        }
+        if (sweep) {
+            hydra::cuda::gdn_set_scan_variant(-1);
+            g_scan_field = -1;
+            int sms = 0;
+            CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+            std::fprintf(stderr, "B%d T%d H%d D%d: the automatic choice is scan %d\n", B, T, H, D,
+                         hydra::cuda::gdn_scan_variant_for(D, size_t(B) * H, sms));
+        }
     }
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)g, (void*)beta, (void*)o, (void*)dq, (void*)dk,
                     (void*)dv, (void*)dg, (void*)db})
@@ -233,19 +275,86 @@ void bench_decode(int B, int H, int D, std::mt19937_64& gen) {
 
 }  // namespace
 
+// One --shape value: BxTxHxD or BxTxHxDxHkv, every field a positive integer, D 64 or 128, H a multiple of
+// Hkv. False (with the reason in *why) when it is not.
+struct BenchShape {
+    int B, T, H, D, Hkv;
+};
+
+bool parse_shape(const char* text, BenchShape& out, std::string& why) {
+    long f[5] = {0, 0, 0, 0, 0};
+    int n = 0;
+    const char* p = text;
+    while (*p && n < 5) {
+        char* end = nullptr;
+        const long x = std::strtol(p, &end, 10);
+        if (end == p || x <= 0 || x > (1L << 24)) {
+            why = "expected positive integers separated by 'x'";
+            return false;
+        }
+        f[n++] = x;
+        p = end;
+        if (*p == 'x' && p[1] != '\0')
+            ++p;
+        else if (*p) {
+            why = std::string("unexpected '") + *p + "'";
+            return false;
+        }
+    }
+    if (*p || n < 4) {
+        why = "expected BxTxHxD or BxTxHxDxHkv";
+        return false;
+    }
+    out = {int(f[0]), int(f[1]), int(f[2]), int(f[3]), n == 5 ? int(f[4]) : int(f[2])};
+    if (out.D != 64 && out.D != 128) {
+        why = "D must be 64 or 128";
+        return false;
+    }
+    if (out.H % out.Hkv != 0) {
+        why = "H must be a multiple of Hkv";
+        return false;
+    }
+    if (double(out.B) * out.T * out.H * out.D > double(1L << 31)) {
+        why = "B x T x H x D over 2^31 elements";
+        return false;
+    }
+    return true;
+}
+
 int main(int argc, char** argv) {
     // --attn-only: the attention rows alone; --gdn-only: the GDN rows alone (decode and chunk)
-    bool quick = false, attn_only = false, gdn_only = false;
+    bool quick = false, attn_only = false, gdn_only = false, sweep = false;
+    std::vector<BenchShape> shapes;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--quick")) quick = true;
         else if (!std::strcmp(argv[i], "--attn-only"))
             attn_only = true;
         else if (!std::strcmp(argv[i], "--gdn-only"))
             gdn_only = true;
-        else {
-            std::fprintf(stderr, "unknown argument '%s' (use --quick, --attn-only or --gdn-only)\n", argv[i]);
+        else if (!std::strcmp(argv[i], "--scan-sweep"))
+            sweep = true;
+        else if (!std::strcmp(argv[i], "--shape")) {
+            BenchShape sh{};
+            std::string why;
+            if (i + 1 >= argc || !parse_shape(argv[i + 1], sh, why)) {
+                std::fprintf(stderr, "--shape %s: %s\n", i + 1 < argc ? argv[i + 1] : "(missing)",
+                             i + 1 < argc ? why.c_str() : "expected BxTxHxD or BxTxHxDxHkv");
+                return 2;
+            }
+            shapes.push_back(sh);
+            ++i;
+        } else {
+            std::fprintf(
+                stderr,
+                "unknown argument '%s' (use --quick, --attn-only, --gdn-only, --scan-sweep or --shape "
+                "BxTxHxD[xHkv])\n",
+                argv[i]);
             return 2;
         }
+    }
+    if (attn_only && gdn_only) {
+        std::fprintf(stderr, "--attn-only and --gdn-only exclude each other\n");
+        return 2;
     }
     std::mt19937_64 gen(12345);
     try {
@@ -255,16 +364,23 @@ int main(int argc, char** argv) {
         const auto& cudnn = hydra::cuda::cudnn_library();
         std::fprintf(stderr, "cuDNN: %s\n",
                      cudnn.loaded ? ("version " + std::to_string(cudnn.version)).c_str() : cudnn.why.c_str());
+        if (!shapes.empty()) {
+            for (const BenchShape& sh : shapes) {
+                if (!attn_only) bench_gdn(sh.B, sh.T, sh.H, sh.D, sweep, gen);
+                if (!gdn_only) bench_attn(sh.B, sh.T, sh.H, sh.Hkv, sh.D, gen);
+            }
+            return 0;
+        }
         if (!attn_only) {
             bench_decode(64, 16, 128, gen);
             bench_decode(64, 9, 64, gen);
         }
-        const int shapes[3][2] = {{8, 4096}, {2, 16384}, {1, 65536}};
+        const int anchors[3][2] = {{8, 4096}, {2, 16384}, {1, 65536}};
         for (int i = 0; i < (quick ? 1 : 3); ++i) {
-            if (!attn_only) bench_gdn(shapes[i][0], shapes[i][1], 16, 128, gen);
-            if (!gdn_only) bench_attn(shapes[i][0], shapes[i][1], 16, 16, 128, gen);
+            if (!attn_only) bench_gdn(anchors[i][0], anchors[i][1], 16, 128, sweep, gen);
+            if (!gdn_only) bench_attn(anchors[i][0], anchors[i][1], 16, 16, 128, gen);
         }
-        if (!attn_only) bench_gdn(8, 4096, 9, 64, gen);
+        if (!attn_only) bench_gdn(8, 4096, 9, 64, sweep, gen);
         if (!gdn_only) {
             bench_attn(8, 4096, 9, 3, 64, gen);
             bench_attn(8, 2048, 9, 3, 64, gen);
