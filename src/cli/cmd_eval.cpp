@@ -111,6 +111,7 @@ void register_eval(CLI::App& app) {
                     dir.string());
         for (const std::string& m : o->models)
             HYDRA_CHECK(fs::exists(m), "{}: no such model file or directory", m);
+        if (o->device == "cuda") require_cuda_build("--device cuda");  // before any model is loaded
 
         std::vector<ModelEvalResult> results;
         for (const std::string& path : o->models) {

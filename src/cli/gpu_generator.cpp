@@ -15,6 +15,11 @@
 
 namespace hydra::cli {
 
+#ifndef HYDRA_WITH_CUDA
+constexpr const char* kNoCudaBuild =
+    "this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON on a machine with the CUDA toolkit)";
+#endif
+
 GenerateFn gpu_generator(const LlamaModel& model, const ModelText& text, int64_t max_positions,
                          int64_t context_limit) {
 #ifdef HYDRA_WITH_CUDA
@@ -39,10 +44,13 @@ GenerateFn gpu_generator(const LlamaModel& model, const ModelText& text, int64_t
     };
 #else
     (void)model, (void)text, (void)max_positions, (void)context_limit;
-    fail(
-        "device cuda: this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON on a machine with "
-        "the "
-        "CUDA toolkit)");
+    fail("device cuda: {}", kNoCudaBuild);
+#endif
+}
+
+void require_cuda_build([[maybe_unused]] const char* what) {
+#ifndef HYDRA_WITH_CUDA
+    fail("{}: {}", what, kNoCudaBuild);
 #endif
 }
 

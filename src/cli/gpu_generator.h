@@ -12,6 +12,10 @@
 
 namespace hydra::cli {
 
+// Throws the same clear error as gpu_generator when this hydra was built without CUDA (a no-op otherwise),
+// so a command can refuse `--device cuda` before it loads anything.
+void require_cuda_build(const char* what);
+
 // max_positions: the cache capacity (positions); context_limit: as EvalSettings::context_limit.
 GenerateFn gpu_generator(const LlamaModel& model, const ModelText& text, int64_t max_positions,
                          int64_t context_limit);
