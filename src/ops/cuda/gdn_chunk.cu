@@ -361,7 +361,7 @@ struct ScanArgs {
 
 // One block per (sequence, value head, VT-row state slice) with NW warps (4, 8 or 16), walking the chunks in
 // order. VT = 16, 32 or 64 (16 when there are too few (sequence, head) pairs to fill the GPU with wider
-// slices; 64 with 8 warps halves the operand loads that every slice block of a head repeats: the chunk's
+// slices; 64-row slices halve the operand loads that every slice block of a head repeats: the chunk's
 // W, Q, K and P). Warp w computes rows 32 (w / (NW / 4)) .. +32 of [W; Q] M0^T for its share of the slice's
 // columns; the first NW / 2 warps (the W rows) also own the slice in registers: 16 rows each over all D
 // columns, or, when the slice has fewer 16-row groups than those warps (VT = 16), 16 rows over a part.
@@ -441,8 +441,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int t = r0 + frag_row(mt, e, lane);
-                    // with k_t's 1 / norm; computed for every row and then selected, so no branch splits the
-                    // warp
+                    // with k_t's 1 / norm; computed for every row, then selected (no branch in the warp)
                     const float dec_t = expf(glast - gm[t]) * s.rk[st][t], dec = t < L ? dec_t : 0.f;
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) {
@@ -593,7 +592,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int t = r0 + frag_row(0, e, lane);
-            // with k_t's 1 / norm; computed for every row and then selected, so no branch splits the warp
+            // with k_t's 1 / norm; computed for every row, then selected (no branch in the warp)
             const float dec_t = expf(glast - gm[t]) * s.rk[st][t], dec = t < L ? dec_t : 0.f;
 #pragma unroll
             for (int nt = 0; nt < NV; ++nt) {
