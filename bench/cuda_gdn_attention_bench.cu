@@ -104,6 +104,50 @@ void emit(const char* op, int B, int T, int H, int D, float ms, double tokens, d
     std::fflush(stdout);
 }
 
+// --scan-sweep: the chunk forward and forward+backward with every scan variant forced in turn (rows with a
+// "scan" field, per-kernel times on stderr), then on stderr the fastest variants against the automatic
+// choice (whose times, auto_fwd / auto_fb, the caller measured just before).
+void sweep_scans(const hydra::cuda::GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g,
+                 const float* beta, const bf16* dout, bf16* o, bf16* dq, bf16* dk, bf16* dv, float* dg,
+                 float* db, float scale, float auto_fwd, float auto_fb, hydra::cuda::GdnWorkspace& ws) {
+    namespace hc = hydra::cuda;
+    const int B = s.B, T = s.T, H = s.H, D = s.D;
+    int best_fwd = -1, best_fb = -1;
+    float best_fwd_ms = 0.f, best_fb_ms = 0.f;
+    for (int variant = 0; variant < hc::kGdnScanVariants; ++variant) {
+        hc::gdn_set_scan_variant(variant);
+        g_scan_field = variant;
+        auto forward = [&] {
+            hc::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws);
+        };
+        auto both = [&] {
+            hc::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
+            hc::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale,
+                                   true, ws);
+        };
+        const float fwd = median_ms(forward), fb = median_ms(both);
+        emit("gdn_fwd_scan", B, T, H, D, fwd, double(B) * T, 0, 0);
+        emit("gdn_fwdbwd_scan", B, T, H, D, fb, double(B) * T, 0, 0);
+        if (best_fwd < 0 || fwd < best_fwd_ms) best_fwd = variant, best_fwd_ms = fwd;
+        if (best_fb < 0 || fb < best_fb_ms) best_fb = variant, best_fb_ms = fb;
+        hc::gdn_set_profile(true);
+        std::fprintf(stderr, "B%d T%d H%d D%d scan %d\n", B, T, H, D, variant);
+        forward();
+        both();
+        hc::gdn_set_profile(false);
+    }
+    hc::gdn_set_scan_variant(-1);
+    g_scan_field = -1;
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    std::fprintf(
+        stderr,
+        "B%d T%d H%d D%d: automatic scan %d (forward %.3f ms, forward+backward %.3f ms); fastest forward "
+        "scan %d (%.3f ms), fastest forward+backward scan %d (%.3f ms)\n",
+        B, T, H, D, hc::gdn_scan_variant_for(D, size_t(B) * H, sms), auto_fwd, auto_fb, best_fwd, best_fwd_ms,
+        best_fb, best_fb_ms);
+}
+
 void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
     const size_t nq = size_t(B) * T * H * D, ng = size_t(B) * T * H;
     bf16* q = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
@@ -142,36 +186,7 @@ void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
         hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale, true,
                                         ws);
         hydra::cuda::gdn_set_profile(false);
-        for (int variant = 0; sweep && variant < hydra::cuda::kGdnScanVariants; ++variant) {
-            hydra::cuda::gdn_set_scan_variant(variant);
-            g_scan_field = variant;
-            emit("gdn_fwd_scan", B, T, H, D, median_ms([&] {
-                     hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true,
-                                                    false, ws);
-                 }),
-                 double(B) * T, 0, 0);
-            emit("gdn_fwdbwd_scan", B, T, H, D, median_ms([&] {
-                     hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true,
-                                                    true, ws);
-                     hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db,
-                                                     nullptr, scale, true, ws);
-                 }),
-                 double(B) * T, 0, 0);
-            hydra::cuda::gdn_set_profile(true);
-            std::fprintf(stderr, "B%d T%d H%d D%d scan %d\n", B, T, H, D, variant);
-            hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
-            hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr,
-                                            scale, true, ws);
-            hydra::cuda::gdn_set_profile(false);
-        }
-        if (sweep) {
-            hydra::cuda::gdn_set_scan_variant(-1);
-            g_scan_field = -1;
-            int sms = 0;
-            CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-            std::fprintf(stderr, "B%d T%d H%d D%d: the automatic choice is scan %d\n", B, T, H, D,
-                         hydra::cuda::gdn_scan_variant_for(D, size_t(B) * H, sms));
-        }
+        if (sweep) sweep_scans(s, q, k, v, g, beta, dout, o, dq, dk, dv, dg, db, scale, fwd, fb, ws);
     }
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)g, (void*)beta, (void*)o, (void*)dq, (void*)dk,
                     (void*)dv, (void*)dg, (void*)db})
