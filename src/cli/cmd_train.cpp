@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/gpu_generator.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
 #include "eval/synthetic_mixer.h"
@@ -89,8 +90,7 @@ void register_train_like(CLI::App& app, bool stages_only) {
 #ifdef HYDRA_WITH_CUDA
             engine = gpu::make_gpu_train_engine;
 #else
-            fail("--device cuda: this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON on a machine with "
-                 "the CUDA toolkit)");
+            require_cuda_build("--device cuda");  // throws: this build has no CUDA
 #endif
         }
         std::string out = o->out;
