@@ -104,12 +104,11 @@ void emit(const char* op, int B, int T, int H, int D, float ms, double tokens, d
     std::fflush(stdout);
 }
 
-// --scan-sweep: the chunk forward and forward+backward with every scan variant forced in turn (rows with a
-// "scan" field, per-kernel times on stderr), then on stderr the fastest variants against the automatic
-// choice (whose times, auto_fwd / auto_fb, the caller measured just before).
-void sweep_scans(const hydra::cuda::GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g,
-                 const float* beta, const bf16* dout, bf16* o, bf16* dq, bf16* dk, bf16* dv, float* dg,
-                 float* db, float scale, float auto_fwd, float auto_fb, hydra::cuda::GdnWorkspace& ws) {
+// --scan-sweep: forward / both (the chunk forward, and the saving forward + backward) with every scan
+// variant forced in turn (rows with a "scan" field, per-kernel times on stderr), then on stderr the fastest
+// variants against the automatic choice (whose times, auto_fwd / auto_fb, the caller measured just before).
+void sweep_scans(const hydra::cuda::GdnShape& s, const std::function<void()>& forward,
+                 const std::function<void()>& both, float auto_fwd, float auto_fb) {
     namespace hc = hydra::cuda;
     const int B = s.B, T = s.T, H = s.H, D = s.D;
     int best_fwd = -1, best_fb = -1;
@@ -117,14 +116,6 @@ void sweep_scans(const hydra::cuda::GdnShape& s, const bf16* q, const bf16* k, c
     for (int variant = 0; variant < hc::kGdnScanVariants; ++variant) {
         hc::gdn_set_scan_variant(variant);
         g_scan_field = variant;
-        auto forward = [&] {
-            hc::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws);
-        };
-        auto both = [&] {
-            hc::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
-            hc::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale,
-                                   true, ws);
-        };
         const float fwd = median_ms(forward), fb = median_ms(both);
         emit("gdn_fwd_scan", B, T, H, D, fwd, double(B) * T, 0, 0);
         emit("gdn_fwdbwd_scan", B, T, H, D, fb, double(B) * T, 0, 0);
@@ -168,25 +159,25 @@ void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
     const float scale = 1.f / std::sqrt(float(D));
     {
         hydra::cuda::GdnWorkspace ws(s, true);
-        const float fwd = median_ms([&] {
+        const std::function<void()> forward = [&] {
             hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws);
-        });
-        emit("gdn_fwd", B, T, H, D, fwd, double(B) * T, 0, 0);
-        const float fb = median_ms([&] {
+        };
+        const std::function<void()> both = [&] {
             hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
             hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale,
                                             true, ws);
-        });
+        };
+        const float fwd = median_ms(forward);
+        emit("gdn_fwd", B, T, H, D, fwd, double(B) * T, 0, 0);
+        const float fb = median_ms(both);
         emit("gdn_fwdbwd", B, T, H, D, fb, double(B) * T, 0, 0);
         // one more call of each with per-kernel times on stderr
         hydra::cuda::gdn_set_profile(true);
         std::fprintf(stderr, "B%d T%d H%d D%d\n", B, T, H, D);
-        hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws);
-        hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
-        hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale, true,
-                                        ws);
+        forward();
+        both();
         hydra::cuda::gdn_set_profile(false);
-        if (sweep) sweep_scans(s, q, k, v, g, beta, dout, o, dq, dk, dv, dg, db, scale, fwd, fb, ws);
+        if (sweep) sweep_scans(s, forward, both, fwd, fb);
     }
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)g, (void*)beta, (void*)o, (void*)dq, (void*)dk,
                     (void*)dv, (void*)dg, (void*)db})

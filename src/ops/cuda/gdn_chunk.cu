@@ -28,6 +28,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -1286,6 +1287,7 @@ int scan_variant(const GdnShape& s) {
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
+    static_assert(kGdnScanVariants == 8, "scan_variant: HYDRA_GDN_SCAN's list names every variant");
     if (g_scan_override == -2) g_scan_override = env_choice("HYDRA_GDN_SCAN", {0, 1, 2, 3, 4, 5, 6, 7}, -1);
     if (g_scan_override >= 0) return g_scan_override;
     return gdn_scan_variant_for(s.D, size_t(s.B) * s.HV, sms);
@@ -1310,28 +1312,15 @@ struct ScanShape {
                          nw = kGdnScanShapes[V].warps;
 };
 
-// Calls f(ScanShape<v>{}) for scan variant v.
+// Calls f(ScanShape<v>{}) for scan variant v, one instantiation per entry of kGdnScanShapes.
+template <class F, int... V>
+void with_scan_shape(int v, F&& f, std::integer_sequence<int, V...>) {
+    const bool found = ((v == V && (f(ScanShape<V>{}), true)) || ...);
+    require(found, "scan variant " + std::to_string(v) + " is not in gdn_scan_policy.h's table");
+}
 template <class F>
 void with_scan_shape(int v, F&& f) {
-    static_assert(kGdnScanVariants == 8, "with_scan_shape: one case per variant");
-    switch (v) {
-        case 0:
-            return f(ScanShape<0>{});
-        case 1:
-            return f(ScanShape<1>{});
-        case 2:
-            return f(ScanShape<2>{});
-        case 3:
-            return f(ScanShape<3>{});
-        case 4:
-            return f(ScanShape<4>{});
-        case 5:
-            return f(ScanShape<5>{});
-        case 6:
-            return f(ScanShape<6>{});
-        default:
-            return f(ScanShape<7>{});
-    }
+    with_scan_shape(v, f, std::make_integer_sequence<int, kGdnScanVariants>{});
 }
 
 // Blocks per SM the preparation's registers are budgeted for: 3 (at most 85 registers a thread; its
