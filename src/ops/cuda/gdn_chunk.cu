@@ -133,7 +133,7 @@ struct PrepSmem {
     bf16 Vs[64 * LD];
     alignas(16) unsigned char QT[QB > TB ? QB : TB];  // Q, then T once P is done
     alignas(16) float As[64 * LA];                    // strictly lower A, then the bf16 high / low factors
-    float Zs[3 * 256];                                // the sums of a level's blocks
+    alignas(16) float Zs[3 * 256];                    // the sums of a level's blocks
     float gam[64], beta[64], bgam[64], rq[64], rk[64];
 };
 
@@ -215,27 +215,47 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         }
     }
     __syncthreads();
-    G64::each(accA, warp, lane, [&](int r, int c, float& v) {
-        float val = 0.f;
-        if (c < r && r < L) val = s.beta[r] * s.rk[r] * s.rk[c] * v * expf(s.gam[r] - s.gam[c]);
-        s.As[r * LA + c] = val;
-    });
+    // A and P from the same tiling: each of this thread's rows and columns' factors loaded once into
+    // registers (the stores to As would otherwise force the compiler to reload them for every element), and
+    // E[r, c] computed once for both; everything computed, then selected (no branches)
     {
+        static_assert(G64::MT == 1, "gdn_fwd_prep_kernel: the epilogue assumes one m-tile per warp");
         bf16* Pg = a.P + (size_t(bj) * a.NT + n) * (kC * kC);
         const int r0 = G64::row0(warp), c0 = G64::col0(warp);
+        float rowA[2], rowP[2], rowG[2];
+        int rows[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = r0 + frag_row(0, 2 * h, lane);
+            rows[h] = r;
+            rowA[h] = r < L ? s.beta[r] * s.rk[r] : 0.f;  // padded rows: A and P rows are zero
+            rowP[h] = r < L ? s.rq[r] : 0.f;
+            rowG[h] = s.gam[r];
+        }
+        float colK[G64::NT][2], colG[G64::NT][2];
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; e += 2) {  // the accumulator's column pairs: one 4-byte store each
-                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                float v0 = 0.f, v1 = 0.f;
-                if (r < L) {
-                    const float rq = s.rq[r];
-                    if (c <= r) v0 = rq * s.rk[c] * accP[0][nt][e] * expf(s.gam[r] - s.gam[c]);
-                    if (c + 1 <= r)
-                        v1 = rq * s.rk[c + 1] * accP[0][nt][e + 1] * expf(s.gam[r] - s.gam[c + 1]);
+            for (int e = 0; e < 2; ++e) {
+                const int c = c0 + frag_col(nt, e, lane);
+                colK[nt][e] = s.rk[c];
+                colG[nt][e] = s.gam[c];
+            }
+#pragma unroll
+        for (int nt = 0; nt < G64::NT; ++nt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = rows[h], c = c0 + frag_col(nt, 0, lane);
+                float va[2], vp[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    // above the diagonal gamma_r - gamma_c may be large: its exp is discarded by the select
+                    const float E = expf(rowG[h] - colG[nt][e]) * colK[nt][e];
+                    va[e] = c + e < r ? rowA[h] * accA[0][nt][2 * h + e] * E : 0.f;
+                    vp[e] = c + e <= r ? rowP[h] * accP[0][nt][2 * h + e] * E : 0.f;
                 }
-                *reinterpret_cast<__nv_bfloat162*>(Pg + r * kC + c) = __floats2bfloat162_rn(v0, v1);
+                *reinterpret_cast<float2*>(&s.As[r * LA + c]) = make_float2(va[0], va[1]);
+                *reinterpret_cast<__nv_bfloat162*>(Pg + r * kC + c) = __floats2bfloat162_rn(vp[0], vp[1]);
             }
     }
     if (tid < 64) s.bgam[tid] *= s.rk[tid];  // read after the next barrier
@@ -264,39 +284,45 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         for (int r = 0; r < 16; ++r) Tf[(o + r) * LT + o + c] = x[r];
     }
     __syncthreads();
-    // the blocks d below the diagonal: Z = sum_{K = J}^{I - 1} A_IK T_KJ, then T_IJ = -T_II Z (I = J + d)
+    // the blocks d below the diagonal: Z = sum_{K = J}^{I - 1} A_IK T_KJ, then T_IJ = -T_II Z (I = J + d);
+    // each thread computes four adjacent columns of a row, so that every shared-memory load is 16 bytes
+    // and feeds four FMAs ((4 - d) x 64 items: 192, 128, 64 of the 256 threads)
 #pragma unroll
     for (int d = 1; d < 4; ++d) {
-        for (int e = tid; e < (4 - d) * 256; e += 256) {
-            const int J = e >> 8, I = J + d, r = (e >> 4) & 15, c = e & 15;
+        const int e = tid;
+        const int J = e >> 6, I = J + d, r = (e >> 2) & 15, c = (e & 3) * 4;
+        if (e < (4 - d) * 64) {
             const float* ar = &s.As[(16 * I + r) * LA + 16 * J];
             const float* tc = &Tf[16 * J * LT + 16 * J + c];
-            float z0 = 0.f, z1 = 0.f;
+            float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int k = 0; k < 16 * d; k += 4) {
                 const float4 w = *reinterpret_cast<const float4*>(ar + k);
-                z0 += w.x * tc[k * LT];
-                z1 += w.y * tc[(k + 1) * LT];
-                z0 += w.z * tc[(k + 2) * LT];
-                z1 += w.w * tc[(k + 3) * LT];
+                const float wk[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float4 t = *reinterpret_cast<const float4*>(tc + (k + i) * LT);
+                    z.x += wk[i] * t.x, z.y += wk[i] * t.y, z.z += wk[i] * t.z, z.w += wk[i] * t.w;
+                }
             }
-            s.Zs[e] = z0 + z1;
+            *reinterpret_cast<float4*>(&s.Zs[J * 256 + r * 16 + c]) = z;
         }
         __syncthreads();
-        for (int e = tid; e < (4 - d) * 256; e += 256) {
-            const int J = e >> 8, I = J + d, r = (e >> 4) & 15, c = e & 15;
+        if (e < (4 - d) * 64) {
             const float* tr = &Tf[(16 * I + r) * LT + 16 * I];
             const float* zc = &s.Zs[J * 256 + c];
-            float t0v = 0.f, t1v = 0.f;
+            float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int m = 0; m < 16; m += 4) {
                 const float4 w = *reinterpret_cast<const float4*>(tr + m);
-                t0v += w.x * zc[m * 16];
-                t1v += w.y * zc[(m + 1) * 16];
-                t0v += w.z * zc[(m + 2) * 16];
-                t1v += w.w * zc[(m + 3) * 16];
+                const float wm[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float4 zz = *reinterpret_cast<const float4*>(zc + (m + i) * 16);
+                    t.x += wm[i] * zz.x, t.y += wm[i] * zz.y, t.z += wm[i] * zz.z, t.w += wm[i] * zz.w;
+                }
             }
-            Tf[(16 * I + r) * LT + 16 * J + c] = -(t0v + t1v);
+            *reinterpret_cast<float4*>(&Tf[(16 * I + r) * LT + 16 * J + c]) = make_float4(-t.x, -t.y, -t.z, -t.w);
         }
         __syncthreads();
     }
