@@ -5,7 +5,7 @@
 // call so unwritten elements fail. Metric: relative RMS error ||gpu - ref|| / ||ref|| per output,
 // tolerance 1e-2 for the bf16 paths (DESIGN.md §3). Prints a table; exit status 1 on any failure.
 //
-// Usage: cuda_op_parity [--seed N] [--quick] [--only gdn|decode|attn] [--scan 0-7]
+// Usage: cuda_op_parity [--seed N] [--quick] [--only gdn|decode|attn] [--scan N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,9 +24,10 @@
 #include "ops/cpu/gdn_recurrence.h"
 #include "ops/cpu/l2norm.h"
 #include "ops/cuda/attention.h"
-#include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/gdn_chunk.h"
+#include "ops/cuda/gdn_scan_policy.h"
 
 using hydra::cuda::bf16;
 
@@ -353,9 +354,9 @@ void attn_case(int B, int T, int H, int Hkv, int D, Rng& rng) {
 
 int main(int argc, char** argv) {
     uint64_t seed = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
-    // --scan N: the variant of the forced-scan GDN cases (0-7, gdn_scan_policy.h); 7, the 64-row 16-warp
-    // scans that d 128 runs with many (sequence, head) pairs, which the small cases here never reach on their
-    // own
+    // --scan N: the variant of the forced-scan GDN cases (0 to kGdnScanVariants - 1, gdn_scan_policy.h); 7,
+    // the 64-row 16-warp scans that d 128 runs with many (sequence, head) pairs, which the small cases here
+    // never reach on their own
     int forced_scan = 7;
     bool quick = false;
     std::string only;  // --only gdn|decode|attn: one op family
@@ -363,8 +364,9 @@ int main(int argc, char** argv) {
         if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
         if (!std::strcmp(argv[i], "--scan") && i + 1 < argc) {
             const char* v = argv[++i];
-            if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '7') {
-                std::printf("--scan: expected a scan variant 0 to 7, got '%s'\n", v);
+            if (std::strlen(v) != 1 || v[0] < '0' || v[0] - '0' >= hydra::cuda::kGdnScanVariants) {
+                std::printf("--scan: expected a scan variant 0 to %d, got '%s'\n",
+                            hydra::cuda::kGdnScanVariants - 1, v);
                 return 2;
             }
             forced_scan = v[0] - '0';

@@ -466,17 +466,23 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
+                for (int e = 0; e < 4; e += 2) {  // the accumulator's column pairs: 4-byte accesses
                     const int t = r0 + frag_row(mt, e, lane);
                     // with k_t's 1 / norm; computed for every row, then selected (no branch in the warp)
                     const float dec_t = expf(glast - gm[t]) * s.rk[st][t], dec = t < L ? dec_t : 0.f;
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) {
                         const int c = c0 + frag_col(nt, e, lane);
-                        const float dl = __bfloat162float(s.Us[st][t * LV + c]) - acc[mt][nt][e];
-                        s.Db[t * LV + c] = __float2bfloat16(dl);
-                        s.Dd[t * LV + c] = __float2bfloat16(dec * dl);
-                        if (a.delta && t < L) a.delta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = __float2bfloat16(dl);
+                        const float2 u = __bfloat1622float2(
+                            *reinterpret_cast<const __nv_bfloat162*>(&s.Us[st][t * LV + c]));
+                        const float d0 = u.x - acc[mt][nt][e], d1 = u.y - acc[mt][nt][e + 1];
+                        const __nv_bfloat162 dl = __floats2bfloat162_rn(d0, d1);
+                        *reinterpret_cast<__nv_bfloat162*>(&s.Db[t * LV + c]) = dl;
+                        *reinterpret_cast<__nv_bfloat162*>(&s.Dd[t * LV + c]) =
+                            __floats2bfloat162_rn(dec * d0, dec * d1);
+                        if (a.delta && t < L)
+                            *reinterpret_cast<__nv_bfloat162*>(
+                                &a.delta[(size_t(bj) * Tp + t0 + t) * D + v0 + c]) = dl;
                     }
                 }
         } else {  // diag(Gamma rq) Q M0^T (rows t = r0 - 64 ..)
@@ -763,6 +769,13 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     auto Gam = [&](int r) { return expf(s.gam[r]); };
     auto dec = [&](int r) { return r < L ? expf(gL - s.gam[r]) : 0.f; };
     const float scale = a.scale;
+    // The row factors of the epilogues below, per row of this thread's accumulator fragments (rows
+    // row0 + lane / 4 and + 8 of every tiling here), computed once into registers: read per element from
+    // shared memory, they are reloaded after every shared-memory store of the loops.
+    auto frag_rows = [&](int row0, auto&& f, float(&out)[2]) {
+        out[0] = f(row0 + (lane >> 2));
+        out[1] = f(row0 + 8 + (lane >> 2));
+    };
 
     // ---- phase 1: products with the states ----
     using GD = BlockGemm<64, D, D, 4, WC, false, false>;
@@ -775,8 +788,11 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     GD::run(dqA, s.dOs, LD, M0s, LD, warp, lane);
     normalise(s.Qs, s.rqs);
     __syncthreads();
+    float fr[2];
+    frag_rows(
+        GD::row0(warp), [&](int r) { return scale * Gam(r); }, fr);
     each_rowsum<GD>(dqA, warp, lane, s.dgam, [&](int r, int c, float& v) {
-        v *= scale * Gam(r);
+        v *= fr[r - GD::row0(warp) >= 8];
         return __bfloat162float(s.Qs[r * LD + c]) * v;
     });
     cp_async_wait<1>();
@@ -785,8 +801,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     GD::run(dkA, s.Dls, LD, dMs, LD, warp, lane);
     normalise(s.Ks, s.rks);
     __syncthreads();
+    frag_rows(GD::row0(warp), dec, fr);
     each_rowsum<GD>(dkA, warp, lane, s.tmp, [&](int r, int c, float& v) {
-        v *= dec(r);
+        v *= fr[r - GD::row0(warp) >= 8];
         return __bfloat162float(s.Ks[r * LD + c]) * v;
     });
     float accW[GD::MT][GD::NT][4];  // -dW = d delta M0
@@ -837,14 +854,21 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         G64::run(accP, s.dOs, LD, s.Dls, LD, warp, lane);
         G64::run(accQ, s.Qs, LD, s.Ks, LD, warp, lane);
         const int r0 = G64::row0(warp), c0 = G64::col0(warp);
-        float rs0 = 0.f, rs1 = 0.f, cs[G64::NT][2];
+        float rs0 = 0.f, rs1 = 0.f, cs[G64::NT][2], gr[2], gc[G64::NT][2];
+        frag_rows(
+            r0, [&](int r) { return s.gam[r]; }, gr);
+#pragma unroll
+        for (int nt = 0; nt < G64::NT; ++nt)
+#pragma unroll
+            for (int q = 0; q < 2; ++q) gc[nt][q] = s.gam[c0 + frag_col(nt, q, lane)];
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt) {
             cs[nt][0] = cs[nt][1] = 0.f;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                const float E = c <= r ? expf(s.gam[r] - s.gam[c]) : 0.f;
+                // computed, then selected: above the diagonal the exponent may be large
+                const float Ex = expf(gr[e >> 1] - gc[nt][e & 1]), E = c <= r ? Ex : 0.f;
                 const float gp = scale * accP[0][nt][e];
                 const float hh = gp * accQ[0][nt][e] * E;
                 if (e < 2) rs0 += hh;
@@ -887,12 +911,22 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         G64::run(acc1, dWs, LD, s.Ks, LD, warp, lane);
         G64::run(acc2, s.dDs, LD, s.Vs, LD, warp, lane);
         const int r0 = G64::row0(warp), c0 = G64::col0(warp);
+        float bc[G64::NT][2], bgc[G64::NT][2];  // beta_c, beta_c Gamma_c of this thread's columns
+#pragma unroll
+        for (int nt = 0; nt < G64::NT; ++nt)
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int c = c0 + frag_col(nt, q, lane);
+                bc[nt][q] = s.beta[c];
+                bgc[nt][q] = s.beta[c] * Gam(c);
+            }
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                dTf[c * LF + r] = s.beta[c] * (Gam(c) * acc1[0][nt][e] + acc2[0][nt][e]);  // transposed
+                dTf[c * LF + r] =
+                    bgc[nt][e & 1] * acc1[0][nt][e] + bc[nt][e & 1] * acc2[0][nt][e];  // transposed
             }
     }
     using GK = BlockGemm<64, D, 64, 4, WC, false, false>;
@@ -907,21 +941,24 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         each_rowsum<GKT>(acc, warp, lane, s.tmpX, [&](int r, int c, float& v) {
             return v * __bfloat162float(s.Ks[r * LD + c]);
         });
-        const int r0 = GKT::row0(warp);
+        float bg[2];
+        frag_rows(
+            GKT::row0(warp), [&](int r) { return s.beta[r] * Gam(r); }, bg);
 #pragma unroll
         for (int nt = 0; nt < GKT::NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = r0 + frag_row(0, e, lane);
-                dkA[0][nt][e] += s.beta[r] * Gam(r) * acc[0][nt][e];
-            }
+            for (int e = 0; e < 4; ++e) dkA[0][nt][e] += bg[e >> 1] * acc[0][nt][e];
     }
     {  // dY = T^T d delta: dv = beta dY; row sums dY . v for dbeta
         float acc[GKT::MT][GKT::NT][4];
         zero(acc);
         GKT::run(acc, s.LGs, 72, s.dDs, LD, warp, lane);
+        float br[2];
+        frag_rows(
+            GKT::row0(warp), [&](int r) { return s.beta[r]; }, br);
         each_rowsum<GKT>(acc, warp, lane, s.tmpY, [&](int r, int c, float& v) {
-            if (r < L) a.dv[(vrow0 + size_t(r) * a.HV) * D + c] = __float2bfloat16(s.beta[r] * v);
+            if (r < L)
+                a.dv[(vrow0 + size_t(r) * a.HV) * D + c] = __float2bfloat16(br[r - GKT::row0(warp) >= 8] * v);
             return v * __bfloat162float(s.Vs[r * LD + c]);
         });
     }
@@ -931,41 +968,50 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         atomicAdd(&s.dbet[tid], g * px + s.tmpY[tid]);
         atomicAdd(&s.dgam[tid], s.beta[tid] * g * px);
     }
-    // tL = dT T^T, then dA = -T^T tL (fp32, 4 x CW per thread; the operands' rows of dT^T, T^T and T give
-    // 16-byte reads)
-    constexpr int CW = 64 * 64 / 4 / NTH;  // 4 or 2 columns a thread
-    auto fp32_product = [&](const float* X, const float* Y, float* out, float sign) {
-        const int ri = (tid / (64 / CW)) * 4, ci = (tid % (64 / CW)) * CW;
-        float acc[4][CW] = {};
-        for (int m = 0; m < 64; ++m) {
-            const float4 x4 = *reinterpret_cast<const float4*>(&X[m * LF + ri]);
-            float y[CW];
-            if constexpr (CW == 4) {
-                const float4 y4 = *reinterpret_cast<const float4*>(&Y[m * LF + ci]);
-                y[0] = y4.x, y[1] = y4.y, y[2] = y4.z, y[3] = y4.w;
-            } else {
-                const float2 y2 = *reinterpret_cast<const float2*>(&Y[m * LF + ci]);
-                y[0] = y2.x, y[1] = y2.y;
+    // tL = dT T^T, then dA = -T^T tL, on tensor cores: out = sign X^T Y (X, Y fp32 in shared memory, row
+    // stride LF) as three tf32 products of the operands' big and small parts (big.small + small.big +
+    // big.big, about fp32's accuracy: relative error 8e-8 in a numpy model of 64 x 64 products of T-like
+    // matrices, against 1.5-1.8e-7 for sequential fp32 FMAs and 3e-4 for one tf32 product), each warp a
+    // 16 x (64 / WC) tile of the 64 x 64 result. In call AC the FMA loops these replace held 14% of the
+    // kernel's stall samples and 23% of its executed instructions.
+    auto tf32_product = [&](const float* X, const float* Y, float* out, float sign) {
+        constexpr int NTW = 64 / WC / 8;  // n-tiles a warp
+        const int m0 = 16 * (warp % 4), n0 = (warp / 4) * (64 / WC), g = lane >> 2, t = lane & 3;
+        float acc[NTW][4];
+#pragma unroll
+        for (int i = 0; i < NTW; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+#pragma unroll 1
+        for (int k0 = 0; k0 < 64; k0 += 8) {
+            uint32_t ab[4], as[4];  // A[m][k] = X[k][m]
+            tf32_split(X[(k0 + t) * LF + m0 + g], ab[0], as[0]);
+            tf32_split(X[(k0 + t) * LF + m0 + g + 8], ab[1], as[1]);
+            tf32_split(X[(k0 + t + 4) * LF + m0 + g], ab[2], as[2]);
+            tf32_split(X[(k0 + t + 4) * LF + m0 + g + 8], ab[3], as[3]);
+#pragma unroll
+            for (int i = 0; i < NTW; ++i) {
+                const int nc = n0 + 8 * i + g;
+                uint32_t b0b, b0s, b1b, b1s;
+                tf32_split(Y[(k0 + t) * LF + nc], b0b, b0s);
+                tf32_split(Y[(k0 + t + 4) * LF + nc], b1b, b1s);
+                mma_tf32(acc[i], ab, b0s, b1s);
+                mma_tf32(acc[i], as, b0b, b1b);
+                mma_tf32(acc[i], ab, b0b, b1b);
             }
-            const float x[4] = {x4.x, x4.y, x4.z, x4.w};
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-#pragma unroll
-                for (int w = 0; w < CW; ++w) acc[u][w] += x[u] * y[w];
         }
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            float* o = &out[(ri + u) * LF + ci];
-            if constexpr (CW == 4)
-                *reinterpret_cast<float4*>(o) =
-                    make_float4(sign * acc[u][0], sign * acc[u][1], sign * acc[u][2], sign * acc[u][3]);
-            else
-                *reinterpret_cast<float2*>(o) = make_float2(sign * acc[u][0], sign * acc[u][1]);
-        }
+        for (int i = 0; i < NTW; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + g + 8 * h, c = n0 + 8 * i + 2 * t;
+                *reinterpret_cast<float2*>(&out[r * LF + c]) =
+                    make_float2(sign * acc[i][2 * h], sign * acc[i][2 * h + 1]);
+            }
     };
-    fp32_product(dTf, Ttf, tLf, 1.f);
+    tf32_product(dTf, Ttf, tLf, 1.f);
     __syncthreads();
-    fp32_product(Tf, tLf, dTf, -1.f);  // dA, row-major, into dT's buffer
+    tf32_product(Tf, tLf, dTf, -1.f);  // dA, row-major, into dT's buffer
     __syncthreads();
     // strictly lower part: gamma terms of dA o A, dbeta, Gb = diag(beta) (dA o E) (into tL's buffer)
     {

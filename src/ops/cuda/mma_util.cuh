@@ -55,6 +55,30 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// fp32 -> tf32 (round to nearest, ties away; the low 13 bits zero).
+__device__ __forceinline__ uint32_t tf32_rna(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// The two tf32 parts of x: big = tf32(x), small = tf32(x - big); big + small carries about 21 bits.
+__device__ __forceinline__ void tf32_split(float x, uint32_t& big, uint32_t& small) {
+    big = tf32_rna(x);
+    small = tf32_rna(x - __uint_as_float(big));
+}
+
+// c (16 x 8, fp32) += a (16 x 8, tf32) b (8 x 8, tf32). Fragments: a[0] (row g, col t), a[1] (g + 8, t),
+// a[2] (g, t + 4), a[3] (g + 8, t + 4); b0 (row t, col g), b1 (t + 4, g); c as for mma_bf16 (g = lane / 4,
+// t = lane % 4).
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
