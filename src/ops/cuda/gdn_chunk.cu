@@ -623,22 +623,32 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
         warp_gemm<1, NV, D / 16, false, true>(a1, s.Ks[st] + r0 * LD, LD, s.dMb + c0 * LD, LD, lane);
         warp_gemm<1, NV, 4, true, false>(a2, s.Ps[st] + r0, 72, s.dOs[st] + c0, LV, lane);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; e += 2) {  // the accumulator's column pairs: 8- and 4-byte accesses
             const int t = r0 + frag_row(0, e, lane);
             // with k_t's 1 / norm; computed for every row, then selected (no branch in the warp)
             const float dec_t = expf(glast - gm[t]) * s.rk[st][t], dec = t < L ? dec_t : 0.f;
 #pragma unroll
             for (int nt = 0; nt < NV; ++nt) {
                 const int c = c0 + frag_col(nt, e, lane);
-                const float dd = dec * a1[0][nt][e] + a.scale * a2[0][nt][e];
-                if (t < L) a.ddelta[(size_t(bj) * Tp + t0 + t) * D + v0 + c] = dd;
-                s.AD[(64 + t) * LV + c] = __float2bfloat16(-dd);
+                const float d0 = dec * a1[0][nt][e] + a.scale * a2[0][nt][e];
+                const float d1 = dec * a1[0][nt][e + 1] + a.scale * a2[0][nt][e + 1];
+                if (t < L)
+                    *reinterpret_cast<float2*>(&a.ddelta[(size_t(bj) * Tp + t0 + t) * D + v0 + c]) =
+                        make_float2(d0, d1);
+                *reinterpret_cast<__nv_bfloat162*>(&s.AD[(64 + t) * LV + c]) =
+                    __floats2bfloat162_rn(-d0, -d1);
             }
         }
-        for (int idx = tid; idx < 64 * VT; idx += NTH) {
-            const int t = idx / VT, c = idx % VT;
-            s.AD[t * LV + c] = __float2bfloat16(a.scale * expf(gm[t]) * s.rq[st][t] *
-                                                __bfloat162float(s.dOs[st][t * LV + c]));
+        // scale diag(Gamma rq) dO: eight columns (16 bytes) at a time, the row factor once per piece
+        for (int idx = tid; idx < 64 * VT / 8; idx += NTH) {
+            const int t = idx / (VT / 8), c = (idx % (VT / 8)) * 8;
+            const float f = a.scale * expf(gm[t]) * s.rq[st][t];
+            uint4 u = *reinterpret_cast<const uint4*>(&s.dOs[st][t * LV + c]);
+            raw_t<2>* w = reinterpret_cast<raw_t<2>*>(&u);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                w[e] = raw_pack<2>({raw_get<2>(w[e], 0) * f, raw_get<2>(w[e], 1) * f});
+            *reinterpret_cast<uint4*>(&s.AD[t * LV + c]) = u;
         }
         __syncthreads();
         // dM0 = Gamma_L dM + [scale Gamma dO; -d delta]^T [Q; W]
