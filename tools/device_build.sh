@@ -45,9 +45,13 @@ JSON_INC="$FMT_INC"
   echo "[device_build] nlohmann-json headers missing: run tools/device_build.sh --fetch where apt works" >&2; exit 1; }
 
 mkdir -p "$OUTDIR/obj"
-CXXFLAGS=(-O3 -std=c++20 -march=x86-64-v3 -fopenmp -DFMT_HEADER_ONLY -I"$ROOT/src" -isystem "$FMT_INC" -isystem "$JSON_INC")
+# /usr/include is searched already; naming it with -isystem reorders the system directories and breaks the
+# C++ headers' #include_next <math.h>
+DEP_INC=()
+for d in "$FMT_INC" "$JSON_INC"; do [[ "$d" == /usr/include ]] || DEP_INC+=(-isystem "$d"); done
+CXXFLAGS=(-O3 -std=c++20 -march=x86-64-v3 -fopenmp -DFMT_HEADER_ONLY -I"$ROOT/src" "${DEP_INC[@]}")
 NVFLAGS=(-O3 -std=c++17 --expt-relaxed-constexpr -gencode arch=compute_90,code=sm_90 -DFMT_HEADER_ONLY
-         -I"$ROOT/src" -isystem "$FMT_INC" -isystem "$JSON_INC" -Xcompiler -fopenmp,-march=x86-64-v3)
+         -I"$ROOT/src" "${DEP_INC[@]}" -Xcompiler -fopenmp,-march=x86-64-v3)
 
 CPP_SRCS=(src/core/error.cpp src/ops/cpu/attention.cpp src/ops/cpu/gdn_recurrence.cpp src/ops/cpu/l2norm.cpp
           src/ops/cpu/embedding.cpp src/ops/cpu/rmsnorm.cpp src/ops/cpu/rope.cpp src/ops/cpu/swiglu.cpp
