@@ -222,37 +222,30 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         static_assert(G64::MT == 1, "gdn_fwd_prep_kernel: the epilogue assumes one m-tile per warp");
         bf16* Pg = a.P + (size_t(bj) * a.NT + n) * (kC * kC);
         const int r0 = G64::row0(warp), c0 = G64::col0(warp);
-        float rowA[2], rowP[2], rowG[2];
-        int rows[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = r0 + frag_row(0, 2 * h, lane);
-            rows[h] = r;
-            rowA[h] = r < L ? s.beta[r] * s.rk[r] : 0.f;  // padded rows: A and P rows are zero
-            rowP[h] = r < L ? s.rq[r] : 0.f;
-            rowG[h] = s.gam[r];
-        }
-        float colK[G64::NT][2], colG[G64::NT][2];
-#pragma unroll
-        for (int nt = 0; nt < G64::NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int c = c0 + frag_col(nt, e, lane);
-                colK[nt][e] = s.rk[c];
-                colG[nt][e] = s.gam[c];
-            }
+        float rowA[1][2], rowP[1][2], rowG[1][2], colK[G64::NT][2], colG[G64::NT][2];
+        // padded rows: A and P rows are zero
+        G64::row_values(
+            warp, lane, [&](int r) { return r < L ? s.beta[r] * s.rk[r] : 0.f; }, rowA);
+        G64::row_values(
+            warp, lane, [&](int r) { return r < L ? s.rq[r] : 0.f; }, rowP);
+        G64::row_values(
+            warp, lane, [&](int r) { return s.gam[r]; }, rowG);
+        G64::col_values(
+            warp, lane, [&](int c) { return s.rk[c]; }, colK);
+        G64::col_values(
+            warp, lane, [&](int c) { return s.gam[c]; }, colG);
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int r = rows[h], c = c0 + frag_col(nt, 0, lane);
+                const int r = r0 + frag_row(0, 2 * h, lane), c = c0 + frag_col(nt, 0, lane);
                 float va[2], vp[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     // above the diagonal gamma_r - gamma_c may be large: its exp is discarded by the select
-                    const float E = expf(rowG[h] - colG[nt][e]) * colK[nt][e];
-                    va[e] = c + e < r ? rowA[h] * accA[0][nt][2 * h + e] * E : 0.f;
-                    vp[e] = c + e <= r ? rowP[h] * accP[0][nt][2 * h + e] * E : 0.f;
+                    const float E = expf(rowG[0][h] - colG[nt][e]) * colK[nt][e];
+                    va[e] = c + e < r ? rowA[0][h] * accA[0][nt][2 * h + e] * E : 0.f;
+                    vp[e] = c + e <= r ? rowP[0][h] * accP[0][nt][2 * h + e] * E : 0.f;
                 }
                 *reinterpret_cast<float2*>(&s.As[r * LA + c]) = make_float2(va[0], va[1]);
                 *reinterpret_cast<__nv_bfloat162*>(Pg + r * kC + c) = __floats2bfloat162_rn(vp[0], vp[1]);
@@ -779,13 +772,6 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     auto Gam = [&](int r) { return expf(s.gam[r]); };
     auto dec = [&](int r) { return r < L ? expf(gL - s.gam[r]) : 0.f; };
     const float scale = a.scale;
-    // The row factors of the epilogues below, per row of this thread's accumulator fragments (rows
-    // row0 + lane / 4 and + 8 of every tiling here), computed once into registers: read per element from
-    // shared memory, they are reloaded after every shared-memory store of the loops.
-    auto frag_rows = [&](int row0, auto&& f, float(&out)[2]) {
-        out[0] = f(row0 + (lane >> 2));
-        out[1] = f(row0 + 8 + (lane >> 2));
-    };
 
     // ---- phase 1: products with the states ----
     using GD = BlockGemm<64, D, D, 4, WC, false, false>;
@@ -798,11 +784,12 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     GD::run(dqA, s.dOs, LD, M0s, LD, warp, lane);
     normalise(s.Qs, s.rqs);
     __syncthreads();
-    float fr[2];
-    frag_rows(
-        GD::row0(warp), [&](int r) { return scale * Gam(r); }, fr);
+    // per-row factors from registers (BlockGemm::row_values), here and in the epilogues below
+    float fr[1][2];
+    GD::row_values(
+        warp, lane, [&](int r) { return scale * Gam(r); }, fr);
     each_rowsum<GD>(dqA, warp, lane, s.dgam, [&](int r, int c, float& v) {
-        v *= fr[r - GD::row0(warp) >= 8];
+        v *= fr[0][r - GD::row0(warp) >= 8];
         return __bfloat162float(s.Qs[r * LD + c]) * v;
     });
     cp_async_wait<1>();
@@ -811,9 +798,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     GD::run(dkA, s.Dls, LD, dMs, LD, warp, lane);
     normalise(s.Ks, s.rks);
     __syncthreads();
-    frag_rows(GD::row0(warp), dec, fr);
+    GD::row_values(warp, lane, dec, fr);
     each_rowsum<GD>(dkA, warp, lane, s.tmp, [&](int r, int c, float& v) {
-        v *= fr[r - GD::row0(warp) >= 8];
+        v *= fr[0][r - GD::row0(warp) >= 8];
         return __bfloat162float(s.Ks[r * LD + c]) * v;
     });
     float accW[GD::MT][GD::NT][4];  // -dW = d delta M0
@@ -864,13 +851,11 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         G64::run(accP, s.dOs, LD, s.Dls, LD, warp, lane);
         G64::run(accQ, s.Qs, LD, s.Ks, LD, warp, lane);
         const int r0 = G64::row0(warp), c0 = G64::col0(warp);
-        float rs0 = 0.f, rs1 = 0.f, cs[G64::NT][2], gr[2], gc[G64::NT][2];
-        frag_rows(
-            r0, [&](int r) { return s.gam[r]; }, gr);
-#pragma unroll
-        for (int nt = 0; nt < G64::NT; ++nt)
-#pragma unroll
-            for (int q = 0; q < 2; ++q) gc[nt][q] = s.gam[c0 + frag_col(nt, q, lane)];
+        float rs0 = 0.f, rs1 = 0.f, cs[G64::NT][2], gr[1][2], gc[G64::NT][2];
+        G64::row_values(
+            warp, lane, [&](int r) { return s.gam[r]; }, gr);
+        G64::col_values(
+            warp, lane, [&](int c) { return s.gam[c]; }, gc);
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt) {
             cs[nt][0] = cs[nt][1] = 0.f;
@@ -878,7 +863,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
                 // computed, then selected: above the diagonal the exponent may be large
-                const float Ex = expf(gr[e >> 1] - gc[nt][e & 1]), E = c <= r ? Ex : 0.f;
+                const float Ex = expf(gr[0][e >> 1] - gc[nt][e & 1]), E = c <= r ? Ex : 0.f;
                 const float gp = scale * accP[0][nt][e];
                 const float hh = gp * accQ[0][nt][e] * E;
                 if (e < 2) rs0 += hh;
@@ -922,14 +907,10 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         G64::run(acc2, s.dDs, LD, s.Vs, LD, warp, lane);
         const int r0 = G64::row0(warp), c0 = G64::col0(warp);
         float bc[G64::NT][2], bgc[G64::NT][2];  // beta_c, beta_c Gamma_c of this thread's columns
-#pragma unroll
-        for (int nt = 0; nt < G64::NT; ++nt)
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int c = c0 + frag_col(nt, q, lane);
-                bc[nt][q] = s.beta[c];
-                bgc[nt][q] = s.beta[c] * Gam(c);
-            }
+        G64::col_values(
+            warp, lane, [&](int c) { return s.beta[c]; }, bc);
+        G64::col_values(
+            warp, lane, [&](int c) { return s.beta[c] * Gam(c); }, bgc);
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt)
 #pragma unroll
@@ -951,24 +932,25 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         each_rowsum<GKT>(acc, warp, lane, s.tmpX, [&](int r, int c, float& v) {
             return v * __bfloat162float(s.Ks[r * LD + c]);
         });
-        float bg[2];
-        frag_rows(
-            GKT::row0(warp), [&](int r) { return s.beta[r] * Gam(r); }, bg);
+        float bg[1][2];
+        GKT::row_values(
+            warp, lane, [&](int r) { return s.beta[r] * Gam(r); }, bg);
 #pragma unroll
         for (int nt = 0; nt < GKT::NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dkA[0][nt][e] += bg[e >> 1] * acc[0][nt][e];
+            for (int e = 0; e < 4; ++e) dkA[0][nt][e] += bg[0][e >> 1] * acc[0][nt][e];
     }
     {  // dY = T^T d delta: dv = beta dY; row sums dY . v for dbeta
         float acc[GKT::MT][GKT::NT][4];
         zero(acc);
         GKT::run(acc, s.LGs, 72, s.dDs, LD, warp, lane);
-        float br[2];
-        frag_rows(
-            GKT::row0(warp), [&](int r) { return s.beta[r]; }, br);
+        float br[1][2];
+        GKT::row_values(
+            warp, lane, [&](int r) { return s.beta[r]; }, br);
         each_rowsum<GKT>(acc, warp, lane, s.tmpY, [&](int r, int c, float& v) {
             if (r < L)
-                a.dv[(vrow0 + size_t(r) * a.HV) * D + c] = __float2bfloat16(br[r - GKT::row0(warp) >= 8] * v);
+                a.dv[(vrow0 + size_t(r) * a.HV) * D + c] =
+                    __float2bfloat16(br[0][r - GKT::row0(warp) >= 8] * v);
             return v * __bfloat162float(s.Vs[r * LD + c]);
         });
     }

@@ -230,6 +230,28 @@ struct BlockGemm {
         warp_gemm<MT, NT, KD / 16, AT, BT>(acc, pa, lda, pb, ldb, lane);
     }
 
+    // f(row) for the rows of this thread's accumulator fragments, out[mt][h] for row row0 + 16 mt + lane / 4
+    // + 8 h: per-row epilogue factors computed once into registers (read per element from shared memory,
+    // they would be reloaded after every shared-memory store of an epilogue loop).
+    template <class F>
+    __device__ static void row_values(int warp, int lane, F&& f, float (&out)[MT][2]) {
+        const int m0 = row0(warp);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) out[mt][h] = f(m0 + frag_row(mt, 2 * h, lane));
+    }
+    // f(col) for the columns of this thread's fragments, out[nt][q] for column col0 + 8 nt + 2 (lane % 4) +
+    // q.
+    template <class F>
+    __device__ static void col_values(int warp, int lane, F&& f, float (&out)[NT][2]) {
+        const int n0 = col0(warp);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int q = 0; q < 2; ++q) out[nt][q] = f(n0 + frag_col(nt, q, lane));
+    }
+
     // f(row, col, value&) for every accumulator element, in block coordinates.
     template <class F>
     __device__ static void each(Acc& acc, int warp, int lane, F&& f) {
