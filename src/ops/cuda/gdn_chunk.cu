@@ -688,7 +688,8 @@ struct BChunkSmem {
     bf16 GPs[64 * 72];
     bf16 LGs[64 * 72];  // T (bf16) first, then Gb
     float KKf[64 * LF];
-    float gam[64], beta[64], dgam[64], dbet[64], tmp[64], tmpX[64], tmpY[64], dotq[64], dotk[64];
+    alignas(16) float gam[64];  // 16-byte reads in the strictly-lower pass
+    float beta[64], dgam[64], dbet[64], tmp[64], tmpX[64], tmpY[64], dotq[64], dotk[64];
     float rqs[64], rks[64];  // 1 / ||q_t||, 1 / ||k_t|| (1 without the norm)
     float glast;
 };
@@ -944,15 +945,33 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         float acc[GKT::MT][GKT::NT][4];
         zero(acc);
         GKT::run(acc, s.LGs, 72, s.dDs, LD, warp, lane);
-        float br[1][2];
+        // dv as bf16 pairs; the row sums as each_rowsum forms them
+        float br[1][2], ys[2] = {0.f, 0.f};
         GKT::row_values(
             warp, lane, [&](int r) { return s.beta[r]; }, br);
-        each_rowsum<GKT>(acc, warp, lane, s.tmpY, [&](int r, int c, float& v) {
-            if (r < L)
-                a.dv[(vrow0 + size_t(r) * a.HV) * D + c] =
-                    __float2bfloat16(br[0][r - GKT::row0(warp) >= 8] * v);
-            return v * __bfloat162float(s.Vs[r * LD + c]);
-        });
+        const int r0 = GKT::row0(warp), c0 = GKT::col0(warp);
+#pragma unroll
+        for (int nt = 0; nt < GKT::NT; ++nt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = r0 + (lane >> 2) + 8 * h, c = c0 + frag_col(nt, 0, lane);
+                const float y0 = acc[0][nt][2 * h], y1 = acc[0][nt][2 * h + 1];
+                if (r < L)
+                    *reinterpret_cast<__nv_bfloat162*>(&a.dv[(vrow0 + size_t(r) * a.HV) * D + c]) =
+                        __floats2bfloat162_rn(br[0][h] * y0, br[0][h] * y1);
+                const float2 vv =
+                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&s.Vs[r * LD + c]));
+                ys[h] += y0 * vv.x + y1 * vv.y;
+            }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            ys[h] += __shfl_xor_sync(0xffffffffu, ys[h], 1);
+            ys[h] += __shfl_xor_sync(0xffffffffu, ys[h], 2);
+        }
+        if ((lane & 3) == 0) {
+            atomicAdd(&s.tmpY[r0 + (lane >> 2)], ys[0]);
+            atomicAdd(&s.tmpY[r0 + 8 + (lane >> 2)], ys[1]);
+        }
     }
     __syncthreads();
     if (tid < 64) {
@@ -1005,29 +1024,38 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     __syncthreads();
     tf32_product(Tf, tLf, dTf, -1.f);  // dA, row-major, into dT's buffer
     __syncthreads();
-    // strictly lower part: gamma terms of dA o A, dbeta, Gb = diag(beta) (dA o E) (into tL's buffer)
+    // strictly lower part: gamma terms of dA o A, dbeta, Gb = diag(beta) (dA o E) (as bf16, into LGs)
     {
         constexpr int PPR = NTH / 64,
                       CPP = 64 / PPR;  // threads per row, columns each (lanes next to each other)
         const int i = tid / PPR, cb = (tid % PPR) * CPP;
         float rs = 0.f, db = 0.f;
-        const float bi = s.beta[i];
-        for (int c = cb; c < cb + CPP; ++c) {
-            float gb = 0.f;
-            if (c < i) {
-                const float E = expf(s.gam[i] - s.gam[c]);
-                const float kk = s.KKf[i * LF + c];
-                const float da = dTf[i * LF + c];
-                const float hh = da * bi * kk * E;
-                rs += hh;
-                s.KKf[i * LF + c] = hh;  // for the column sums below (this thread read kk already)
-                const float G = da * E;
-                db += G * kk;
-                gb = bi * G;
-            } else {
-                s.KKf[i * LF + c] = 0.f;
+        const float bi = s.beta[i], gi = s.gam[i];
+        // four columns at a time (16-byte reads and writes); everything computed, then selected: at and above
+        // the diagonal the exponent may be large and the entries are zero. Gb goes straight to bf16 (LGs,
+        // free since dX / dY), the operand of the last products.
+#pragma unroll
+        for (int c4 = cb; c4 < cb + CPP; c4 += 4) {
+            const float4 g4 = *reinterpret_cast<const float4*>(&s.gam[c4]);
+            const float4 k4 = *reinterpret_cast<const float4*>(&s.KKf[i * LF + c4]);
+            const float4 a4 = *reinterpret_cast<const float4*>(&dTf[i * LF + c4]);
+            const float g[4] = {g4.x, g4.y, g4.z, g4.w}, kk[4] = {k4.x, k4.y, k4.z, k4.w};
+            const float da[4] = {a4.x, a4.y, a4.z, a4.w};
+            float hh[4], gb[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const bool low = c4 + u < i;
+                const float E = expf(gi - g[u]);
+                const float G = da[u] * E;
+                hh[u] = low ? da[u] * bi * kk[u] * E : 0.f;
+                gb[u] = low ? bi * G : 0.f;
+                rs += hh[u];
+                db += low ? G * kk[u] : 0.f;
             }
-            tLf[i * LF + c] = gb;
+            // for the column sums below (this thread read its kk already)
+            *reinterpret_cast<float4*>(&s.KKf[i * LF + c4]) = make_float4(hh[0], hh[1], hh[2], hh[3]);
+            *reinterpret_cast<__nv_bfloat162*>(&s.LGs[i * 72 + c4]) = __floats2bfloat162_rn(gb[0], gb[1]);
+            *reinterpret_cast<__nv_bfloat162*>(&s.LGs[i * 72 + c4 + 2]) = __floats2bfloat162_rn(gb[2], gb[3]);
         }
 #pragma unroll
         for (int o = 1; o < PPR; o <<= 1) {
@@ -1047,10 +1075,6 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         float cs = 0.f;
         for (int i = part * RPP; i < part * RPP + RPP; ++i) cs += s.KKf[i * LF + c];
         atomicAdd(&s.dgam[c], -cs);
-    }
-    for (int idx = tid; idx < 64 * 64; idx += NTH) {
-        const int r = idx >> 6, c = idx & 63;
-        s.LGs[r * 72 + c] = __float2bfloat16(tLf[r * LF + c]);
     }
     __syncthreads();
     // d 128, dq / dk finished here through the L2 norm: the raw q, k rows are staged in the phase-2
