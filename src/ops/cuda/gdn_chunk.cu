@@ -648,7 +648,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
         const float gl = expf(glast);
         GM::each(dM, warp, lane, [&](int, int, float& x) { x *= gl; });
         GM::run(dM, s.AD, LV, s.QW[st], LD, warp, lane);
-        GM::each(dM, warp, lane, [&](int r, int c, float& x) { s.dMb[r * LD + c] = __float2bfloat16(x); });
+        GM::each_pair(dM, warp, lane, [&](int r, int c, float& x0, float& x1) {
+            *reinterpret_cast<__nv_bfloat162*>(&s.dMb[r * LD + c]) = __floats2bfloat162_rn(x0, x1);
+        });
         if (ST == 1 && n > 0) {
             __syncthreads();
             issue(n - 1, 0);
@@ -827,7 +829,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     float* Ttf = Tf + 64 * LF;                              // T^T
     float* dTf = Ttf + 64 * LF;                             // dT^T, later dA (row-major)
     float* tLf = dTf + 64 * LF;
-    GD::each(accW, warp, lane, [&](int r, int c, float& v) { dWs[r * LD + c] = __float2bfloat16(-v); });
+    GD::each_pair(accW, warp, lane, [&](int r, int c, float& v0, float& v1) {
+        *reinterpret_cast<__nv_bfloat162*>(&dWs[r * LD + c]) = __floats2bfloat162_rn(-v0, -v1);
+    });
     {
 #pragma unroll
         for (int k = 0; k < TPT; ++k) {
@@ -896,7 +900,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         float acc[G64::MT][G64::NT][4];
         zero(acc);
         G64::run(acc, s.Ks, LD, s.Ks, LD, warp, lane);
-        G64::each(acc, warp, lane, [&](int r, int c, float& v) { s.KKf[r * LF + c] = v; });
+        G64::each_pair(acc, warp, lane, [&](int r, int c, float& v0, float& v1) {
+            *reinterpret_cast<float2*>(&s.KKf[r * LF + c]) = make_float2(v0, v1);
+        });
     }
     __syncthreads();
 

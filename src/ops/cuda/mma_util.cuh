@@ -264,6 +264,19 @@ struct BlockGemm {
                 for (int e = 0; e < 4; ++e)
                     f(m0 + frag_row(mt, e, lane), n0 + frag_col(nt, e, lane), acc[mt][nt][e]);
     }
+    // f(row, col, v0, v1) for each accumulator pair (columns col, col + 1): 4-byte bf16 / 8-byte fp32 writes
+    template <class F>
+    __device__ static void each_pair(Acc& acc, int warp, int lane, F&& f) {
+        const int m0 = row0(warp), n0 = col0(warp);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2)
+                    f(m0 + frag_row(mt, e, lane), n0 + frag_col(nt, e, lane), acc[mt][nt][e],
+                      acc[mt][nt][e + 1]);
+    }
 };
 
 }  // namespace hydra::cuda::mma
