@@ -134,7 +134,8 @@ struct PrepSmem {
     alignas(16) unsigned char QT[QB > TB ? QB : TB];  // Q, then T once P is done
     alignas(16) float As[64 * LA];                    // strictly lower A, then the bf16 high / low factors
     alignas(16) float Zs[3 * 256];                    // the sums of a level's blocks
-    float gam[64], beta[64], bgam[64], rq[64], rk[64];
+    alignas(16) float gam[64];                        // then beta and bgam: 16-byte reads in the factor split
+    float beta[64], bgam[64], rq[64], rk[64];
 };
 
 template <int D, int MINB>
@@ -335,14 +336,20 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
 #pragma unroll
     for (int pass = 0; pass < 2; ++pass) {
         const float* f = pass == 0 ? s.bgam : s.beta;
-        for (int idx = tid; idx < 64 * 32; idx += 256) {
-            const int r = idx >> 5, c = (idx & 31) * 2;
-            const float2 t = *reinterpret_cast<const float2*>(&Tf[r * LT + c]);
-            const float x0 = c <= r ? t.x * f[c] : 0.f, x1 = c + 1 <= r ? t.y * f[c + 1] : 0.f;
-            const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
-            const float2 hf = __bfloat1622float2(hi);
-            *reinterpret_cast<__nv_bfloat162*>(&Fh[r * LA + c]) = hi;
-            *reinterpret_cast<__nv_bfloat162*>(&Fl[r * LA + c]) = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+        for (int idx = tid; idx < 64 * 16; idx += 256) {  // four columns (16-byte reads) at a time
+            const int r = idx >> 4, c = (idx & 15) * 4;
+            const float4 t = *reinterpret_cast<const float4*>(&Tf[r * LT + c]);
+            const float4 fc = *reinterpret_cast<const float4*>(&f[c]);
+            const float x0 = c <= r ? t.x * fc.x : 0.f, x1 = c + 1 <= r ? t.y * fc.y : 0.f;
+            const float x2 = c + 2 <= r ? t.z * fc.z : 0.f, x3 = c + 3 <= r ? t.w * fc.w : 0.f;
+            const __nv_bfloat162 h01 = __floats2bfloat162_rn(x0, x1), h23 = __floats2bfloat162_rn(x2, x3);
+            const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
+            const __nv_bfloat162 l01 = __floats2bfloat162_rn(x0 - f01.x, x1 - f01.y);
+            const __nv_bfloat162 l23 = __floats2bfloat162_rn(x2 - f23.x, x3 - f23.y);
+            *reinterpret_cast<uint2*>(&Fh[r * LA + c]) = make_uint2(*reinterpret_cast<const uint32_t*>(&h01),
+                                                                    *reinterpret_cast<const uint32_t*>(&h23));
+            *reinterpret_cast<uint2*>(&Fl[r * LA + c]) = make_uint2(*reinterpret_cast<const uint32_t*>(&l01),
+                                                                    *reinterpret_cast<const uint32_t*>(&l23));
         }
         __syncthreads();
         float acc[GK::MT][GK::NT][4];
