@@ -4,6 +4,10 @@ use_qk_l2norm_in_kernel=True, fused_recurrent_gated_delta_rule for the decode st
 fused softmax attention (F.scaled_dot_product_attention, causal, GQA through enable_gqa). Called the
 way shared/bench/peer_gdn_sdpa.py calls them (triton.testing.do_bench medians, warmup 25 ms, rep 200 ms).
 
+The GDN decode and chunk-forward rows are timed twice: as Python calls (the way users call fla) and
+replayed from CUDA graphs (`*_graph` rows: fla's kernels without its host-side launch cost, which the
+Python-call times include whenever launching takes longer than the L2 flush before each call).
+
 Then joins with our rows (--ours FILE, JSON lines from cuda_gdn_attention_bench) and prints one table
 with the ratio peer_ms / our_ms (above 1: ours is faster).
 
@@ -58,6 +62,25 @@ emit("ceiling_copy_2GiB", 0, 0, 0, 0, ms, TB_s=round(2 * x.numel() * 2 / ms / 1e
 del x, y
 
 
+def emit_graph(op, B, T, H, D, fn):
+    """Times fn replayed from a CUDA graph (captured after warm-up on a side stream, so Triton's
+    autotuning is done before the capture); a failure is reported and the other rows are kept."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        emit(op, B, T, H, D, bench(lambda: graph.replay()))
+        del graph
+    except Exception as e:
+        print("fla %s under a CUDA graph: %s" % (op, str(e).splitlines()[0] if str(e) else type(e).__name__))
+
+
 def gdn_inputs(B, T, H, D, grad):
     q = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
     k = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16)
@@ -83,6 +106,11 @@ def peer_gdn(B, T, H, D):
         o.backward(do)
 
     emit("gdn_fwdbwd", B, T, H, D, bench(fb))
+    # the forward again, replayed from a CUDA graph: fla's kernels without its Python-side launch cost
+    # (the eager time above includes it whenever launching takes longer than the L2 flush before each
+    # call). Not the forward+backward: capturing fla's backward failed in call AL and left the CUDA
+    # context unusable for the rest of the run.
+    emit_graph("gdn_fwd_graph", B, T, H, D, fwd)
     del q, k, v, g, beta, o, do
     torch.cuda.empty_cache()
 
@@ -123,19 +151,7 @@ def peer_decode(B, H, D):
     emit("gdn_decode", B, 1, H, D, bench(fr))
     # the same step replayed from a CUDA graph: GPU time without the Python launch cost, which can exceed
     # the L2 flush that do_bench runs before each call (then the time above includes host time)
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fr()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fr()
-        emit("gdn_decode_graph", B, 1, H, D, bench(lambda: graph.replay()))
-    except Exception as e:  # report, keep the other rows
-        print("fla decode under a CUDA graph: %s" % (str(e).splitlines()[0] if str(e) else type(e).__name__))
+    emit_graph("gdn_decode_graph", B, 1, H, D, fr)
 
 
 if not args.attn_only:
@@ -176,6 +192,10 @@ for r in rows:
         base, backend = r["op"].split("_sdpa_")
         peer = "torch SDPA, %s backend" % backend
         variants = [(base + "_cudnn", ours.get((base + "_cudnn",) + key[1:]))]
+    elif r["op"] == "gdn_fwd_graph":  # fla's GPU time against our (eager) call
+        peer = "fla, CUDA graph (GPU time)"
+        base = r["op"][: -len("_graph")]
+        variants = [(base, ours.get((base,) + key[1:]))]
     else:  # SDPA as it chooses / fla: against our kernels and, for attention, our cuDNN path
         variants = [(r["op"], ours.get(key))]
         if (r["op"] + "_cudnn",) + key[1:] in ours:
