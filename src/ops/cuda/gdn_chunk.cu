@@ -28,6 +28,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -555,7 +556,7 @@ struct BScanArgs {
     const float* dht;
     float* dh0;
     bf16* dstates;
-    float* ddelta;
+    bf16* ddelta;  // bf16: its one reader, the per-chunk backward, takes it as a bf16 product operand
 };
 
 // The reverse scan, one block per (sequence, value head, VT-row slice of dM) with NW warps (4, 8 or 16), the
@@ -633,8 +634,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
                 const float d0 = dec * a1[0][nt][e] + a.scale * a2[0][nt][e];
                 const float d1 = dec * a1[0][nt][e + 1] + a.scale * a2[0][nt][e + 1];
                 if (t < L)
-                    *reinterpret_cast<float2*>(&a.ddelta[(size_t(bj) * Tp + t0 + t) * D + v0 + c]) =
-                        make_float2(d0, d1);
+                    *reinterpret_cast<__nv_bfloat162*>(&a.ddelta[(size_t(bj) * Tp + t0 + t) * D + v0 + c]) =
+                        __floats2bfloat162_rn(d0, d1);
                 *reinterpret_cast<__nv_bfloat162*>(&s.AD[(64 + t) * LV + c]) =
                     __floats2bfloat162_rn(-d0, -d1);
             }
@@ -674,8 +675,7 @@ struct BChunkArgs {
     bool l2norm;
     const bf16 *q, *k, *v, *d_o;  // q, k raw: normalised in shared memory with rq, rk
     const float *beta, *gam, *rq, *rk, *Tm;
-    const bf16 *states, *dstates, *delta;
-    const float* ddelta;
+    const bf16 *states, *dstates, *delta, *ddelta;
     float *dqv, *dkv;
     bf16* dv;
     float *dg, *dbeta;
@@ -689,8 +689,10 @@ struct BChunkSmem {
     static constexpr int LD = D + 8;
     static constexpr int LF = 68;  // row stride of the fp32 64 x 64 matrices: 16-byte rows for float4 reads
     static constexpr int BIG1 = 2 * D * LD;  // M0, dM (bf16)
-    // dW (bf16) + T, T^T, dT^T (then dA), tL (fp32), in bf16 units
-    static constexpr int BIG2 = 64 * LD + 4 * 64 * LF * 2;
+    // dW (bf16, then the second half of tL in fp32: at d 128 the same bytes) + T, T^T (then the second
+    // half of dA), dT^T (then dA), tL (fp32), in bf16 units
+    static constexpr int DW = 64 * LD > 64 * LF * 2 ? 64 * LD : 64 * LF * 2;
+    static constexpr int BIG2 = DW + 4 * 64 * LF * 2;
     static constexpr int BIG = BIG1 > BIG2 ? BIG1 : BIG2;
     bf16 Qs[64 * LD], Ks[64 * LD], Vs[64 * LD], dOs[64 * LD], Dls[64 * LD], dDs[64 * LD];
     bf16 big[BIG];
@@ -705,6 +707,24 @@ struct BChunkSmem {
 
 static_assert(sizeof(BChunkSmem<128>) <= 227 * 1024,
               "gdn_bwd_chunk_kernel: shared memory over the sm_90 limit");
+
+// The per-chunk backward's two triangular 64 x 64 products with 16 warps (see there): per warp, the tile
+// row I and column J (16 x 16 tiles), the k-blocks of 16 [kb0, kb1), and the part (0: the whole tile, 2: the
+// first half of a split tile, 1: its second half); warps 13-15 have none (I = -1). In constant memory: a
+// table indexed by the warp in registers would sit in local memory.
+struct TrianglePart {
+    signed char I, J, kb0, kb1, part;
+};
+// tL = dT T^T: tile (I, J), I >= J, over k-blocks 0 .. J
+__constant__ TrianglePart kTrianglePartsTL[16] = {
+    {0, 0, 0, 1, 0}, {1, 0, 0, 1, 0},  {2, 0, 0, 1, 0},  {3, 0, 0, 1, 0}, {1, 1, 0, 2, 0}, {2, 1, 0, 2, 0},
+    {3, 1, 0, 2, 0}, {2, 2, 0, 2, 2},  {3, 2, 0, 2, 2},  {3, 3, 0, 2, 2}, {2, 2, 2, 3, 1}, {3, 2, 2, 3, 1},
+    {3, 3, 2, 4, 1}, {-1, 0, 0, 0, 0}, {-1, 0, 0, 0, 0}, {-1, 0, 0, 0, 0}};
+// dA = -T^T tL: tile (I, J), I >= J, over k-blocks I .. 3
+__constant__ TrianglePart kTrianglePartsDA[16] = {
+    {0, 0, 0, 2, 2}, {1, 0, 1, 3, 2},  {1, 1, 1, 3, 2},  {2, 0, 2, 4, 0}, {2, 1, 2, 4, 0}, {2, 2, 2, 4, 0},
+    {3, 0, 3, 4, 0}, {3, 1, 3, 4, 0},  {3, 2, 3, 4, 0},  {3, 3, 3, 4, 0}, {0, 0, 2, 4, 1}, {1, 0, 3, 4, 1},
+    {1, 1, 3, 4, 1}, {-1, 0, 0, 0, 0}, {-1, 0, 0, 0, 0}, {-1, 0, 0, 0, 0}};
 
 template <int D, int NW>
 __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
@@ -733,6 +753,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     load_rows<64, D, NTH>(s.Dls, LD, a.delta + hrow0 * D, D, L, tid);
     load_rows<D, D, NTH>(dMs, LD, a.dstates + chunk * D * D, D, D, tid);
     load_rows<64, D, NTH>(s.Ks, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
+    load_rows<64, D, NTH>(s.dDs, LD, a.ddelta + hrow0 * D, D, L, tid);
     cp_async_commit();
     load_rows<64, D, NTH>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
     cp_async_commit();
@@ -744,13 +765,6 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         const float* Tg = a.Tm + chunk * (kC * kC);
 #pragma unroll
         for (int k = 0; k < TPT; ++k) treg[k] = Tg[tid + NTH * k];
-    }
-    for (int idx = tid; idx < 64 * D / 4; idx += NTH) {
-        const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < L) x = *reinterpret_cast<const float4*>(a.ddelta + (hrow0 + r) * D + c);
-        *reinterpret_cast<__nv_bfloat162*>(&s.dDs[r * LD + c]) = __floats2bfloat162_rn(x.x, x.y);
-        *reinterpret_cast<__nv_bfloat162*>(&s.dDs[r * LD + c + 2]) = __floats2bfloat162_rn(x.z, x.w);
     }
     if (tid < 64) {
         s.gam[tid] = a.gam[hrow0 + tid];
@@ -832,7 +846,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
 
     // ---- phase 2 ----
     bf16* dWs = s.big;
-    float* Tf = reinterpret_cast<float*>(s.big + 64 * LD);  // T, row-major
+    float* Tf = reinterpret_cast<float*>(s.big + BChunkSmem<D>::DW);  // T, row-major
     float* Ttf = Tf + 64 * LF;                              // T^T
     float* dTf = Ttf + 64 * LF;                             // dT^T, later dA (row-major)
     float* tLf = dTf + 64 * LF;
@@ -995,30 +1009,32 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     // tL = dT T^T, then dA = -T^T tL, on tensor cores: out = sign X^T Y (X, Y fp32 in shared memory, row
     // stride LF) as three tf32 products of the operands' big and small parts (big.small + small.big +
     // big.big, about fp32's accuracy: relative error 8e-8 in a numpy model of 64 x 64 products of T-like
-    // matrices, against 1.5-1.8e-7 for sequential fp32 FMAs and 3e-4 for one tf32 product), each warp a
-    // 16 x (64 / WC) tile of the 64 x 64 result. In call AC the FMA loops these replace held 14% of the
-    // kernel's stall samples and 23% of its executed instructions.
-    auto tf32_product = [&](const float* X, const float* Y, float* out, float sign) {
-        constexpr int NTW = 64 / WC / 8;  // n-tiles a warp
-        const int m0 = 16 * (warp % 4), n0 = (warp / 4) * (64 / WC), g = lane >> 2, t = lane & 3;
+    // matrices, against 1.5-1.8e-7 for sequential fp32 FMAs and 3e-4 for one tf32 product). In call AC the
+    // FMA loops these replace held 14% of the kernel's stall samples and 23% of its executed instructions.
+    // tf32_tile: the 16 x (8 NTW) tile (m0, n0) of out over k = k0 .. k1 - 1, Y plus Y2 when Y2 is given.
+    auto tf32_tile = [&](auto ntw, const float* X, const float* Y, const float* Y2, float* out, float sign,
+                         int m0, int n0, int k0, int k1) {
+        constexpr int NTW = decltype(ntw)::value;  // n-tiles of 8
+        const int g = lane >> 2, t = lane & 3;
         float acc[NTW][4];
 #pragma unroll
         for (int i = 0; i < NTW; ++i)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+        auto y = [&](int k, int n) { return Y2 ? Y[k * LF + n] + Y2[k * LF + n] : Y[k * LF + n]; };
 #pragma unroll 1
-        for (int k0 = 0; k0 < 64; k0 += 8) {
+        for (int kk = k0; kk < k1; kk += 8) {
             uint32_t ab[4], as[4];  // A[m][k] = X[k][m]
-            tf32_split(X[(k0 + t) * LF + m0 + g], ab[0], as[0]);
-            tf32_split(X[(k0 + t) * LF + m0 + g + 8], ab[1], as[1]);
-            tf32_split(X[(k0 + t + 4) * LF + m0 + g], ab[2], as[2]);
-            tf32_split(X[(k0 + t + 4) * LF + m0 + g + 8], ab[3], as[3]);
+            tf32_split(X[(kk + t) * LF + m0 + g], ab[0], as[0]);
+            tf32_split(X[(kk + t) * LF + m0 + g + 8], ab[1], as[1]);
+            tf32_split(X[(kk + t + 4) * LF + m0 + g], ab[2], as[2]);
+            tf32_split(X[(kk + t + 4) * LF + m0 + g + 8], ab[3], as[3]);
 #pragma unroll
             for (int i = 0; i < NTW; ++i) {
                 const int nc = n0 + 8 * i + g;
                 uint32_t b0b, b0s, b1b, b1s;
-                tf32_split(Y[(k0 + t) * LF + nc], b0b, b0s);
-                tf32_split(Y[(k0 + t + 4) * LF + nc], b1b, b1s);
+                tf32_split(y(kk + t, nc), b0b, b0s);
+                tf32_split(y(kk + t + 4, nc), b1b, b1s);
                 mma_tf32(acc[i], ab, b0s, b1s);
                 mma_tf32(acc[i], as, b0b, b1b);
                 mma_tf32(acc[i], ab, b0b, b1b);
@@ -1033,10 +1049,48 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                     make_float2(sign * acc[i][2 * h], sign * acc[i][2 * h + 1]);
             }
     };
-    tf32_product(dTf, Ttf, tLf, 1.f);
-    __syncthreads();
-    tf32_product(Tf, tLf, dTf, -1.f);  // dA, row-major, into dT's buffer
-    __syncthreads();
+    // dA is read only below its diagonal (the strictly-lower pass), and T is lower triangular, so of the 16
+    // tiles (16 x 16) of each product only the 10 on or below the diagonal are formed, over the k-range
+    // where T is not zero: tL tile (I, J) over k < 16 (J + 1), dA tile (I, J) over k >= 16 I (1 to 4 k-blocks
+    // of 16). With 16 warps the heaviest tiles are split in two k-halves over the six warps left over, so no
+    // warp runs more than 2 of the 4 k-blocks the full product gave each warp. A split tile's second half
+    // goes to a second buffer (every formed tile writes one: zeros when not split), added where it is read:
+    // tL's into the dW buffer (free since dX), dA's into T^T's (free after tL).
+    float* tL2 = reinterpret_cast<float*>(dWs);  // 64 x LF fp32 (BChunkSmem::DW sizes the slot for it)
+    float* dA2 = Ttf;
+    if constexpr (NW == 16) {
+        // one warp's part of out = sign X^T (Y + Y2) (Y2 may be null); zeros for the second buffer's tile
+        // when the tile is not split
+        auto run_part = [&](const TrianglePart& p, const float* X, const float* Y, const float* Y2,
+                            float* out, float* out2, float sign) {
+            if (p.I < 0) return;
+            const int m0 = 16 * p.I, n0 = 16 * p.J;
+            tf32_tile(std::integral_constant<int, 2>{}, X, Y, Y2, p.part == 1 ? out2 : out, sign, m0, n0,
+                      16 * p.kb0, 16 * p.kb1);
+            if (p.part == 0) {
+                const int r = m0 + (lane >> 1), c = n0 + 8 * (lane & 1);  // 16 rows x 16 columns, 8 a lane
+                *reinterpret_cast<float4*>(&out2[r * LF + c]) = make_float4(0.f, 0.f, 0.f, 0.f);
+                *reinterpret_cast<float4*>(&out2[r * LF + c + 4]) = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        };
+        run_part(kTrianglePartsTL[warp], dTf, Ttf, nullptr, tLf, tL2, 1.f);
+        __syncthreads();
+        run_part(kTrianglePartsDA[warp], Tf, tLf, tL2, dTf, dA2,
+                 -1.f);  // dA, row-major, into dT's buffer (+ dA2)
+        __syncthreads();
+    } else {  // 8 warps (a diagnostic): both products whole, each warp a 16 x 32 tile
+        const int m0 = 16 * (warp % 4), n0 = (warp / 4) * 32;
+        tf32_tile(std::integral_constant<int, 4>{}, dTf, Ttf, nullptr, tLf, 1.f, m0, n0, 0, 64);
+        __syncthreads();
+        tf32_tile(std::integral_constant<int, 4>{}, Tf, tLf, nullptr, dTf, -1.f, m0, n0, 0, 64);
+        {  // the second buffer, read by the strictly-lower pass, holds zeros here
+            const int r = m0 + (lane >> 1), c = n0 + 16 * (lane & 1);
+#pragma unroll
+            for (int u = 0; u < 16; u += 4)
+                *reinterpret_cast<float4*>(&dA2[r * LF + c + u]) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        __syncthreads();
+    }
     // strictly lower part: gamma terms of dA o A, dbeta, Gb = diag(beta) (dA o E) (as bf16, into LGs)
     {
         constexpr int PPR = NTH / 64,
@@ -1052,8 +1106,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             const float4 g4 = *reinterpret_cast<const float4*>(&s.gam[c4]);
             const float4 k4 = *reinterpret_cast<const float4*>(&s.KKf[i * LF + c4]);
             const float4 a4 = *reinterpret_cast<const float4*>(&dTf[i * LF + c4]);
+            const float4 b4 = *reinterpret_cast<const float4*>(&dA2[i * LF + c4]);
             const float g[4] = {g4.x, g4.y, g4.z, g4.w}, kk[4] = {k4.x, k4.y, k4.z, k4.w};
-            const float da[4] = {a4.x, a4.y, a4.z, a4.w};
+            const float da[4] = {a4.x + b4.x, a4.y + b4.y, a4.z + b4.z, a4.w + b4.w};
             float hh[4], gb[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
@@ -1552,7 +1607,7 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
         items.push_back({(void**)&states, chunks * D * D * 2});
         items.push_back({(void**)&delta, hm * D * 2});
         items.push_back({(void**)&dstates, chunks * D * D * 2});
-        items.push_back({(void**)&ddelta, hm * D * 4});
+        items.push_back({(void**)&ddelta, hm * D * 2});
         if (!direct_dqk(s)) {  // otherwise the per-chunk backward writes dq, dk itself
             items.push_back({(void**)&dqv, hm * D * 4});
             items.push_back({(void**)&dkv, hm * D * 4});

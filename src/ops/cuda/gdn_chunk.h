@@ -48,12 +48,13 @@ public:
     // (B, HV, NT, D, D)), delta (B, HV, NT*64, D) bf16
     float* Tm = nullptr;
     bf16 *states = nullptr, *delta = nullptr;
-    // backward scratch: dL/dS leaving each chunk (bf16), d delta (fp32), per-value-head dq/dk (fp32, only
+    // backward scratch: dL/dS leaving each chunk (bf16), d delta (bf16), per-value-head dq/dk (fp32, only
     // when HV > H: with one value head per key head the per-chunk kernel writes dq, dk directly)
     bf16* dstates = nullptr;
-    float *ddelta = nullptr, *dqv = nullptr, *dkv = nullptr;
+    bf16* ddelta = nullptr;
+    float *dqv = nullptr, *dkv = nullptr;
 
-private:
+  private:
     void* base_ = nullptr;
 };
 
