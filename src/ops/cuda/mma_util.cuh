@@ -178,12 +178,14 @@ __device__ __forceinline__ void load_b1(uint32_t (&b)[2], const bf16* B, int ldb
 }
 
 // acc (16MT x 8NT) += opA (16MT x 16KS) opB (16KS x 8NT), operands in shared memory at the warp tile's
-// origin (see the conventions above). n-tiles are loaded in pairs, an odd last one alone.
+// origin (see the conventions above). n-tiles are loaded in pairs, an odd last one alone. Only the k-steps
+// ks0 <= ks < ks1 are run when given (warp-uniform bounds: where a triangular operand is zero).
 template <int MT, int NT, int KS, bool AT, bool BT>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const bf16* A, int lda, const bf16* B,
-                                          int ldb, int lane) {
+                                          int ldb, int lane, int ks0 = 0, int ks1 = KS) {
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
+        if (ks < ks0 || ks >= ks1) continue;
         uint32_t a[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -228,6 +230,15 @@ struct BlockGemm {
         const bf16* pa = AT ? A + m0 : A + m0 * lda;
         const bf16* pb = BT ? B + n0 * ldb : B + n0;
         warp_gemm<MT, NT, KD / 16, AT, BT>(acc, pa, lda, pb, ldb, lane);
+    }
+    // run over the k-steps of 16 ks0 <= ks < ks1 only: the rest of opA's rows of this warp are zero
+    // (a triangular opA), so the same product with less work
+    __device__ static void run_steps(Acc& acc, const bf16* A, int lda, const bf16* B, int ldb, int warp,
+                                     int lane, int ks0, int ks1) {
+        const int m0 = row0(warp), n0 = col0(warp);
+        const bf16* pa = AT ? A + m0 : A + m0 * lda;
+        const bf16* pb = BT ? B + n0 * ldb : B + n0;
+        warp_gemm<MT, NT, KD / 16, AT, BT>(acc, pa, lda, pb, ldb, lane, ks0, ks1);
     }
 
     // f(row) for the rows of this thread's accumulator fragments, out[mt][h] for row row0 + 16 mt + lane / 4
