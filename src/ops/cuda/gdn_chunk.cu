@@ -36,6 +36,7 @@
 #include "ops/cuda/bf16_pack.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gdn_scan_policy.h"
+#include "ops/cuda/gdn_triangle_parts.h"
 #include "ops/cuda/mma_util.cuh"
 
 namespace hydra::cuda {
@@ -708,23 +709,10 @@ struct BChunkSmem {
 static_assert(sizeof(BChunkSmem<128>) <= 227 * 1024,
               "gdn_bwd_chunk_kernel: shared memory over the sm_90 limit");
 
-// The per-chunk backward's two triangular 64 x 64 products with 16 warps (see there): per warp, the tile
-// row I and column J (16 x 16 tiles), the k-blocks of 16 [kb0, kb1), and the part (0: the whole tile, 2: the
-// first half of a split tile, 1: its second half); warps 13-15 have none (I = -1). In constant memory: a
-// table indexed by the warp in registers would sit in local memory.
-struct TrianglePart {
-    signed char I, J, kb0, kb1, part;
-};
-// tL = dT T^T: tile (I, J), I >= J, over k-blocks 0 .. J
-__constant__ TrianglePart kTrianglePartsTL[16] = {
-    {0, 0, 0, 1, 0}, {1, 0, 0, 1, 0},  {2, 0, 0, 1, 0},  {3, 0, 0, 1, 0}, {1, 1, 0, 2, 0}, {2, 1, 0, 2, 0},
-    {3, 1, 0, 2, 0}, {2, 2, 0, 2, 2},  {3, 2, 0, 2, 2},  {3, 3, 0, 2, 2}, {2, 2, 2, 3, 1}, {3, 2, 2, 3, 1},
-    {3, 3, 2, 4, 1}, {-1, 0, 0, 0, 0}, {-1, 0, 0, 0, 0}, {-1, 0, 0, 0, 0}};
-// dA = -T^T tL: tile (I, J), I >= J, over k-blocks I .. 3
-__constant__ TrianglePart kTrianglePartsDA[16] = {
-    {0, 0, 0, 2, 2}, {1, 0, 1, 3, 2},  {1, 1, 1, 3, 2},  {2, 0, 2, 4, 0}, {2, 1, 2, 4, 0}, {2, 2, 2, 4, 0},
-    {3, 0, 3, 4, 0}, {3, 1, 3, 4, 0},  {3, 2, 3, 4, 0},  {3, 3, 3, 4, 0}, {0, 0, 2, 4, 1}, {1, 0, 3, 4, 1},
-    {1, 1, 3, 4, 1}, {-1, 0, 0, 0, 0}, {-1, 0, 0, 0, 0}, {-1, 0, 0, 0, 0}};
+// The per-chunk backward's split of its two triangular tf32 products over 16 warps (gdn_triangle_parts.h),
+// in constant memory: a table indexed by the warp in registers would sit in local memory.
+__constant__ TriangleParts cTrianglePartsTL = kTrianglePartsTL;
+__constant__ TriangleParts cTrianglePartsDA = kTrianglePartsDA;
 
 template <int D, int NW>
 __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
@@ -1063,11 +1051,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                     make_float2(sign * acc[i][2 * h], sign * acc[i][2 * h + 1]);
             }
     };
-    // dA is read only below its diagonal (the strictly-lower pass), and T is lower triangular, so of the 16
-    // tiles (16 x 16) of each product only the 10 on or below the diagonal are formed, over the k-range
-    // where T is not zero: tL tile (I, J) over k < 16 (J + 1), dA tile (I, J) over k >= 16 I (1 to 4 k-blocks
-    // of 16). With 16 warps the heaviest tiles are split in two k-halves over the six warps left over, so no
-    // warp runs more than 2 of the 4 k-blocks the full product gave each warp. A split tile's second half
+    // With 16 warps, only the tiles on or below the diagonal, over the k-blocks where T is not zero, the
+    // heaviest split in k-halves over the spare warps (gdn_triangle_parts.h). A split tile's second half
     // goes to a second buffer (every formed tile writes one: zeros when not split), added where it is read:
     // tL's into the dW buffer (free since dX), dA's into T^T's (free after tL).
     float* tL2 = reinterpret_cast<float*>(dWs);  // 64 x LF fp32 (BChunkSmem::DW sizes the slot for it)
@@ -1087,9 +1072,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 *reinterpret_cast<float4*>(&out2[r * LF + c + 4]) = make_float4(0.f, 0.f, 0.f, 0.f);
             }
         };
-        run_part(kTrianglePartsTL[warp], dTf, Ttf, nullptr, tLf, tL2, 1.f);
+        run_part(cTrianglePartsTL.warp[warp], dTf, Ttf, nullptr, tLf, tL2, 1.f);
         __syncthreads();
-        run_part(kTrianglePartsDA[warp], Tf, tLf, tL2, dTf, dA2,
+        run_part(cTrianglePartsDA.warp[warp], Tf, tLf, tL2, dTf, dA2,
                  -1.f);  // dA, row-major, into dT's buffer (+ dA2)
         __syncthreads();
     } else {  // 8 warps (a diagnostic): both products whole, each warp a 16 x 32 tile
