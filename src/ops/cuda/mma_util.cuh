@@ -226,10 +226,7 @@ struct BlockGemm {
     __device__ static int col0(int warp) { return (warp % WC) * (N / WC); }
 
     __device__ static void run(Acc& acc, const bf16* A, int lda, const bf16* B, int ldb, int warp, int lane) {
-        const int m0 = row0(warp), n0 = col0(warp);
-        const bf16* pa = AT ? A + m0 : A + m0 * lda;
-        const bf16* pb = BT ? B + n0 * ldb : B + n0;
-        warp_gemm<MT, NT, KD / 16, AT, BT>(acc, pa, lda, pb, ldb, lane);
+        run_steps(acc, A, lda, B, ldb, warp, lane, 0, KD / 16);
     }
     // run over the k-steps of 16 ks0 <= ks < ks1 only: the rest of opA's rows of this warp are zero
     // (a triangular opA), so the same product with less work
