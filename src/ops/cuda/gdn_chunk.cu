@@ -184,12 +184,14 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     cp_async_wait_all();
     __syncthreads();
     using G64 = BlockGemm<64, 64, D, 4, 2, false, true>;
-    // K K^T and Q K^T on the raw rows; their epilogues need the 1 / norms computed meanwhile
+    // K K^T and Q K^T on the raw rows, K's fragments loaded once for both; their epilogues need the 1 / norms
+    // computed meanwhile. Both are read only on and below the diagonal (A strictly lower, P lower): the
+    // warps whose tile lies wholly above it (2 of 8) skip them.
     float accA[G64::MT][G64::NT][4], accP[G64::MT][G64::NT][4];
     zero(accA);
     zero(accP);
-    G64::run(accA, s.Ks, LD, s.Ks, LD, warp, lane);
-    G64::run(accP, Qs, LD, s.Ks, LD, warp, lane);
+    if (G64::col0(warp) < G64::row0(warp) + 16)
+        G64::run_shared_b(accA, s.Ks, accP, Qs, LD, s.Ks, LD, warp, lane);
     // 1 / ||row|| of the chunk's k rows (threads 0..127) and q rows (128..255), two threads a row, each
     // summing the squares of eight-element groups (fp32 from bf16; padded rows are zero and give
     // 1 / sqrt(1e-6), never used); 1 without the norm
@@ -357,8 +359,10 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         float acc[GK::MT][GK::NT][4];
         zero(acc);
         const bf16* X = pass == 0 ? s.Ks : s.Vs;
-        GK::run(acc, Fh, LA, X, LD, warp, lane);
-        GK::run(acc, Fl, LA, X, LD, warp, lane);
+        // F (both parts) is lower triangular: the warp's 16 rows in block I need k-blocks 0 .. I only; X's
+        // fragments loaded once for both parts
+        static_assert(GK::MT == 1, "one 16-row block a warp");
+        GK::run_shared_b(acc, Fh, acc, Fl, LA, X, LD, warp, lane, 0, GK::row0(warp) / 16 + 1);
         bf16* dst = (pass == 0 ? a.W : a.U) + hrow0 * D;
         const int r0 = GK::row0(warp), c0 = GK::col0(warp);
 #pragma unroll
