@@ -737,15 +737,15 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     bf16* dMs = s.big + D * LD;
 
     // three copy groups in the order of use, so the first products start while the rest is in flight:
-    // the dq operands, the dk operands, then V (phase 2)
+    // the dq and dW operands, the dk operands, then V (phase 2)
     load_rows<64, D, NTH>(s.dOs, LD, a.d_o + vrow0 * D, size_t(a.HV) * D, L, tid);
     load_rows<D, D, NTH>(M0s, LD, a.states + chunk * D * D, D, D, tid);
     load_rows<64, D, NTH>(s.Qs, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
+    load_rows<64, D, NTH>(s.dDs, LD, a.ddelta + hrow0 * D, D, L, tid);
     cp_async_commit();
     load_rows<64, D, NTH>(s.Dls, LD, a.delta + hrow0 * D, D, L, tid);
     load_rows<D, D, NTH>(dMs, LD, a.dstates + chunk * D * D, D, D, tid);
     load_rows<64, D, NTH>(s.Ks, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
-    load_rows<64, D, NTH>(s.dDs, LD, a.ddelta + hrow0 * D, D, L, tid);
     cp_async_commit();
     load_rows<64, D, NTH>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
     cp_async_commit();
@@ -796,8 +796,14 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     float dqA[GD::MT][GD::NT][4], dkA[GD::MT][GD::NT][4];
     zero(dqA);
     zero(dkA);
-    // dq (inter-chunk) = scale Gamma dO M0;  d gamma_r += q_r . dq_r
-    GD::run(dqA, s.dOs, LD, M0s, LD, warp, lane);
+    // dq (inter-chunk) = scale Gamma dO M0;  d gamma_r += q_r . dq_r. At d 128 with it -dW = d delta M0,
+    // M0's fragments loaded once for both products (at d 64 ptxas then spills: -dW comes after dk there).
+    float accW[GD::MT][GD::NT][4];
+    zero(accW);
+    if constexpr (D == 128)
+        GD::run_shared_b(dqA, s.dOs, accW, s.dDs, LD, M0s, LD, warp, lane);
+    else
+        GD::run(dqA, s.dOs, LD, M0s, LD, warp, lane);
     normalise(s.Qs, s.rqs);
     __syncthreads();
     // per-row factors from registers (BlockGemm::row_values), here and in the epilogues below
@@ -819,9 +825,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         v *= fr[0][r - GD::row0(warp) >= 8];
         return __bfloat162float(s.Ks[r * LD + c]) * v;
     });
-    float accW[GD::MT][GD::NT][4];  // -dW = d delta M0
-    zero(accW);
-    GD::run(accW, s.dDs, LD, M0s, LD, warp, lane);
+    if constexpr (D != 128) GD::run(accW, s.dDs, LD, M0s, LD, warp, lane);  // -dW = d delta M0
     {  // <M0, dM>_F
         float f = 0.f;
         for (int idx = tid; idx < D * D / 2; idx += NTH) {
