@@ -505,7 +505,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
         __syncthreads();
         if (!wwarp) {
             // O = scale [diag(Gamma) Q M0^T + P delta]
-            warp_gemm<2, NV, 4, false, false>(acc, s.Ps[st] + (r0 - 64) * 72, 72, s.Db + c0, LV, lane);
+            // P is lower triangular: rows r0 - 64 .. +32 need the k-steps up to their last 16-row block
+            warp_gemm<2, NV, 4, false, false>(acc, s.Ps[st] + (r0 - 64) * 72, 72, s.Db + c0, LV, lane, 0,
+                                              (r0 - 64) / 16 + 2);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -627,7 +629,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_scan_kernel(BScanArgs a) {
         zero(a1);
         zero(a2);
         warp_gemm<1, NV, D / 16, false, true>(a1, s.Ks[st] + r0 * LD, LD, s.dMb + c0 * LD, LD, lane);
-        warp_gemm<1, NV, 4, true, false>(a2, s.Ps[st] + r0, 72, s.dOs[st] + c0, LV, lane);
+        // P^T is upper triangular: rows r0 .. +16 need the k-steps from their 16-row block on
+        warp_gemm<1, NV, 4, true, false>(a2, s.Ps[st] + r0, 72, s.dOs[st] + c0, LV, lane, r0 / 16, 4);
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // the accumulator's column pairs: 8- and 4-byte accesses
             const int t = r0 + frag_row(0, e, lane);
