@@ -109,6 +109,7 @@ void set_smem(Kern k, size_t bytes) {
 
 struct FwdArgs {
     int B, T, H, HV, NT;
+    int n0;  // the first chunk of this launch (blockIdx.x + n0; a part of the sequence, see forward_impl)
     bool l2norm;  // q, k rows divided by their L2 norms (folded into the products, see the prep kernel)
     const bf16 *q, *k, *v;
     const float *g, *beta;
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     using S = PrepSmem<D>;
     auto& s = *reinterpret_cast<S*>(smem_raw);
     constexpr int LD = S::LD, LA = S::LA, LT = S::LT;
-    const int n = blockIdx.x, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
+    const int n = blockIdx.x + a.n0, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int t0 = n * kC, L = min(kC, a.T - t0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
@@ -382,6 +383,7 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
 
 struct ScanArgs {
     int B, T, H, HV, NT;
+    int n0, n1;  // the chunks n0 .. n1 - 1 of this launch, from state h0 to state ht (a part of the sequence)
     float scale;
     const bf16 *q, *k, *W, *U, *P;  // q, k raw: their 1 / norms rq, rk are diagonal factors
     const float *gam, *rq, *rk;
@@ -455,12 +457,12 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                 s.Mb[r * LD + c] = __float2bfloat16(x);
             }
     }
-    issue(0, 0);
-    for (int n = 0; n < a.NT; ++n) {
-        const int st = ST == 2 ? (n & 1) : 0, t0 = n * kC, L = min(kC, a.T - t0);
+    issue(a.n0, 0);
+    for (int n = a.n0; n < a.n1; ++n) {
+        const int st = ST == 2 ? ((n - a.n0) & 1) : 0, t0 = n * kC, L = min(kC, a.T - t0);
         cp_async_wait_all();
         __syncthreads();
-        if (ST == 2 && n + 1 < a.NT) issue(n + 1, st ^ 1);
+        if (ST == 2 && n + 1 < a.n1) issue(n + 1, st ^ 1);
         if (a.states) store_slice<D, VT, NTH>(a.states + ((size_t(bj) * a.NT + n) * D + v0) * D, s.Mb, tid);
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
@@ -537,7 +539,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                         __floats2bfloat162_rn(M[0][nt][e], M[0][nt][e + 1]);
                 }
         }
-        if (ST == 1 && n + 1 < a.NT) {
+        if (ST == 1 && n + 1 < a.n1) {
             __syncthreads();  // every read of this chunk's buffers is done
             issue(n + 1, 0);
         }
@@ -1496,30 +1498,86 @@ int prep_blocks_per_sm() {
     return nb;
 }
 
+// Parts of a split forward (HYDRA_GDN_PARTS = 1, 2, 4 or 8; 1, the default, runs the prep over every chunk,
+// then the scan). With P parts the chunks are cut into P ranges: the prep of range k + 1 runs on a
+// low-priority stream while the scan of range k runs on a high-priority one, so when the scan's blocks leave
+// room beside them on their SMs (one wave of scan blocks: B1 at d 128, one prep block beside each scan
+// block), the prep hides behind the latency-bound scan. Each range's scan starts from the state the previous
+// one left (GdnWorkspace::hpart).
+int forward_parts(const GdnShape& s, int NT, size_t scan_blocks) {
+    static const int parts = env_choice("HYDRA_GDN_PARTS", {1, 2, 4, 8}, 1);
+    static int sms = 0;
+    if (sms == 0) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    if (parts == 1 || NT < 2 * parts || scan_blocks > size_t(sms)) return 1;
+    return parts;
+}
+
+// The two streams of a split forward (created once) and its events (fork, join, one per part).
+struct PartStreams {
+    cudaStream_t hi = nullptr, lo = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr, prep_done[8] = {};
+    PartStreams() {
+        int least = 0, greatest = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&hi, cudaStreamNonBlocking, greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&lo, cudaStreamNonBlocking, least));
+        CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+        for (auto& e : prep_done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+};
+
 template <int D>
 void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta,
                   const float* h0, bf16* o, float* ht, float scale, bool l2norm, bool save, GdnWorkspace& ws,
                   cudaStream_t st) {
     const int NT = s.num_chunks();
     Stages stages(st);
-    FwdArgs fa{s.B, s.T,  s.H,    s.HV,  NT,    l2norm, q,    k,    v,
-               g,   beta, ws.gam, ws.rq, ws.rk, ws.W,   ws.U, ws.P, save ? ws.Tm : nullptr};
+    FwdArgs fa{s.B,
+               s.T,
+               s.H,
+               s.HV,
+               NT,
+               0,
+               l2norm,
+               q,
+               k,
+               v,
+               g,
+               beta,
+               ws.gam,
+               ws.rq,
+               ws.rk,
+               ws.W,
+               ws.U,
+               ws.P,
+               save ? ws.Tm : nullptr};
     static bool attr = false;
     if (!attr) {
         set_smem(gdn_fwd_prep_kernel<D, 2>, sizeof(PrepSmem<D>));
         set_smem(gdn_fwd_prep_kernel<D, 3>, sizeof(PrepSmem<D>));
         attr = true;
     }
-    if (prep_blocks_per_sm() == 3)
-        gdn_fwd_prep_kernel<D, 3><<<dim3(NT, s.B * s.HV), 256, sizeof(PrepSmem<D>), st>>>(fa);
-    else
-        gdn_fwd_prep_kernel<D, 2><<<dim3(NT, s.B * s.HV), 256, sizeof(PrepSmem<D>), st>>>(fa);
-    CUDA_CHECK(cudaGetLastError());
-    stages.mark("prep");
+    // the prep over chunks n0 .. n1 - 1
+    auto prep = [&](int n0, int n1, cudaStream_t sx) {
+        FwdArgs f = fa;
+        f.n0 = n0;
+        if (prep_blocks_per_sm() == 3)
+            gdn_fwd_prep_kernel<D, 3><<<dim3(n1 - n0, s.B * s.HV), 256, sizeof(PrepSmem<D>), sx>>>(f);
+        else
+            gdn_fwd_prep_kernel<D, 2><<<dim3(n1 - n0, s.B * s.HV), 256, sizeof(PrepSmem<D>), sx>>>(f);
+        CUDA_CHECK(cudaGetLastError());
+    };
     ScanArgs sa{s.B,
                 s.T,
                 s.H,
                 s.HV,
+                NT,
+                0,
                 NT,
                 scale,
                 q,
@@ -1535,13 +1593,45 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                 ht,
                 save ? ws.states : nullptr,
                 save ? ws.delta : nullptr};
-    with_scan_shape(scan_variant(s), [&](auto shape) {
-        using V = decltype(shape);
-        launch_scan<D, V::vt, V::st, V::nw>(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
-                                            sizeof(ScanSmem<D, V::vt, V::st>), s, sa, st);
-    });
-    CUDA_CHECK(cudaGetLastError());
-    stages.mark("scan");
+    const int variant = scan_variant(s);
+    // the scan over chunks n0 .. n1 - 1, from state h_in to h_out
+    auto scan = [&](int n0, int n1, const float* h_in, float* h_out, cudaStream_t sx) {
+        ScanArgs a = sa;
+        a.n0 = n0, a.n1 = n1, a.h0 = h_in, a.ht = h_out;
+        with_scan_shape(variant, [&](auto shape) {
+            using V = decltype(shape);
+            launch_scan<D, V::vt, V::st, V::nw>(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
+                                                sizeof(ScanSmem<D, V::vt, V::st>), s, a, sx);
+        });
+        CUDA_CHECK(cudaGetLastError());
+    };
+    const int parts = forward_parts(s, NT, gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV));
+    if (parts == 1) {
+        prep(0, NT, st);
+        stages.mark("prep");
+        scan(0, NT, h0, ht, st);
+        stages.mark("scan");
+    } else {
+        static PartStreams ps;
+        CUDA_CHECK(cudaEventRecord(ps.fork, st));
+        CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.fork, 0));
+        CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.fork, 0));
+        auto bound = [&](int p) { return int(int64_t(NT) * p / parts); };
+        for (int p = 0; p < parts; ++p) {
+            prep(bound(p), bound(p + 1), ps.lo);
+            CUDA_CHECK(cudaEventRecord(ps.prep_done[p], ps.lo));
+        }
+        const size_t state = size_t(s.B) * s.HV * s.D * s.D;
+        for (int p = 0; p < parts; ++p) {
+            CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.prep_done[p], 0));
+            const float* h_in = p == 0 ? h0 : ws.hpart + state * ((p - 1) & 1);
+            float* h_out = p == parts - 1 ? ht : ws.hpart + state * (p & 1);
+            scan(bound(p), bound(p + 1), h_in, h_out, ps.hi);
+        }
+        CUDA_CHECK(cudaEventRecord(ps.join, ps.hi));
+        CUDA_CHECK(cudaStreamWaitEvent(st, ps.join, 0));
+        stages.mark("prep | scan in parts");
+    }
     stages.report(save ? "forward (saving)" : "forward");
 }
 
@@ -1609,9 +1699,13 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
         void** ptr;
         size_t bytes;
     };
-    std::vector<Item> items = {{(void**)&rq, hm * 4},    {(void**)&rk, hm * 4},
-                               {(void**)&gam, hm * 4},   {(void**)&W, hm * D * 2},
-                               {(void**)&U, hm * D * 2}, {(void**)&P, chunks * kC * kC * 2}};
+    std::vector<Item> items = {{(void**)&rq, hm * 4},
+                               {(void**)&rk, hm * 4},
+                               {(void**)&gam, hm * 4},
+                               {(void**)&W, hm * D * 2},
+                               {(void**)&U, hm * D * 2},
+                               {(void**)&P, chunks * kC * kC * 2},
+                               {(void**)&hpart, 2 * size_t(s.B) * s.HV * D * D * 4}};
     if (train) {
         items.push_back({(void**)&Tm, chunks * kC * kC * 4});
         items.push_back({(void**)&states, chunks * D * D * 2});

@@ -44,6 +44,8 @@ public:
     // (B, HV, NT, 64, 64), from the normalised q, k (the kernels never write normalised copies)
     float *rq = nullptr, *rk = nullptr, *gam = nullptr;
     bf16 *W = nullptr, *U = nullptr, *P = nullptr;
+    // the states between the parts of a split forward (HYDRA_GDN_PARTS): two (B, HV, D, D) fp32
+    float* hpart = nullptr;
     // saved for the backward: T = (I + A)^-1 per chunk (fp32), state entering each chunk (bf16,
     // (B, HV, NT, D, D)), delta (B, HV, NT*64, D) bf16
     float* Tm = nullptr;
