@@ -18,6 +18,7 @@ TEST(GdnScanPolicy, EveryVariantTilesBothHeadDims) {
         EXPECT_EQ(sh.warps % 4, 0);
         EXPECT_LE(sh.warps * 32, 1024);
         for (int D : {64, 128}) {
+            if (!gdn_scan_fits(v, D)) continue;
             EXPECT_EQ(D % sh.rows, 0);
             const int ncg = sh.warps / 4;  // column groups of the forward's [W; Q] M0^T
             EXPECT_EQ(sh.rows % (ncg * 8), 0) << "n-tiles per warp";
@@ -48,6 +49,7 @@ TEST(GdnScanPolicy, OneWaveAndWiderSlicesAsPairsGrow) {
                 const int v = gdn_scan_variant_for(D, pairs, sms);
                 ASSERT_GE(v, 0);
                 ASSERT_LT(v, kGdnScanVariants);
+                EXPECT_TRUE(gdn_scan_fits(v, D));
                 const GdnScanShape sh = kGdnScanShapes[v];
                 // the double-buffered narrow slices only where their blocks fit one wave
                 if (sh.stages == 2 && sh.rows < 64)

@@ -1455,9 +1455,11 @@ int scan_variant(const GdnShape& s) {
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
-    static_assert(kGdnScanVariants == 8, "scan_variant: HYDRA_GDN_SCAN's list names every variant");
-    if (g_scan_override == -2) g_scan_override = env_choice("HYDRA_GDN_SCAN", {0, 1, 2, 3, 4, 5, 6, 7}, -1);
-    if (g_scan_override >= 0) return g_scan_override;
+    static_assert(kGdnScanVariants == 9, "scan_variant: HYDRA_GDN_SCAN's list names every variant");
+    if (g_scan_override == -2)
+        g_scan_override = env_choice("HYDRA_GDN_SCAN", {0, 1, 2, 3, 4, 5, 6, 7, 8}, -1);
+    // a forced variant taller than the state (128 rows at d 64) leaves the choice to the rule
+    if (g_scan_override >= 0 && gdn_scan_fits(g_scan_override, s.D)) return g_scan_override;
     return gdn_scan_variant_for(s.D, size_t(s.B) * s.HV, sms);
 }
 
@@ -1600,8 +1602,9 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         a.n0 = n0, a.n1 = n1, a.h0 = h_in, a.ht = h_out;
         with_scan_shape(variant, [&](auto shape) {
             using V = decltype(shape);
-            launch_scan<D, V::vt, V::st, V::nw>(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
-                                                sizeof(ScanSmem<D, V::vt, V::st>), s, a, sx);
+            if constexpr (V::vt <= D)
+                launch_scan<D, V::vt, V::st, V::nw>(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
+                                                    sizeof(ScanSmem<D, V::vt, V::st>), s, a, sx);
         });
         CUDA_CHECK(cudaGetLastError());
     };
@@ -1658,8 +1661,9 @@ void backward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* 
                  ws.P, d_o, ws.gam, ws.rq, ws.rk, dht,   dh0, ws.dstates, ws.ddelta};
     with_scan_shape(scan_variant(s), [&](auto shape) {
         using V = decltype(shape);
-        launch_scan<D, V::vt, V::st, V::nw>(gdn_bwd_scan_kernel<D, V::vt, V::st, V::nw>,
-                                            sizeof(BScanSmem<D, V::vt, V::st>), s, ba, st);
+        if constexpr (V::vt <= D)
+            launch_scan<D, V::vt, V::st, V::nw>(gdn_bwd_scan_kernel<D, V::vt, V::st, V::nw>,
+                                                sizeof(BScanSmem<D, V::vt, V::st>), s, ba, st);
     });
     CUDA_CHECK(cudaGetLastError());
     stages.mark("bscan");

@@ -14,11 +14,17 @@ struct GdnScanShape {
     int rows, stages, warps;
 };
 
-inline constexpr int kGdnScanVariants = 8;
+inline constexpr int kGdnScanVariants = 9;
 inline constexpr GdnScanShape kGdnScanShapes[kGdnScanVariants] = {
-    {16, 2, 4}, {32, 2, 4}, {32, 1, 4},  {64, 2, 8},   // the first four of the third pass
-    {16, 2, 8}, {32, 2, 8}, {32, 2, 16}, {64, 2, 16},  // the same slices, each chunk's work over more warps
+    {16, 2, 4},   {32, 2, 4}, {32, 1, 4},  {64, 2, 8},   // the first four of the third pass
+    {16, 2, 8},   {32, 2, 8}, {32, 2, 16}, {64, 2, 16},  // the same slices, each chunk's work over more warps
+    {128, 2, 16},  // d 128 only: a whole head a block (the chunk's operands loaded once for all its rows)
 };
+
+// Whether variant v can run at head dimension D (its slice no taller than the state).
+inline constexpr bool gdn_scan_fits(int variant, int D) {
+    return kGdnScanShapes[variant].rows <= D;
+}
 
 // Blocks a scan launches: D / rows slices of each (sequence, value head) pair.
 inline constexpr size_t gdn_scan_blocks(int variant, int D, size_t pairs) {
