@@ -1596,15 +1596,25 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                 save ? ws.states : nullptr,
                 save ? ws.delta : nullptr};
     const int variant = scan_variant(s);
-    // the scan over chunks n0 .. n1 - 1, from state h_in to h_out
-    auto scan = [&](int n0, int n1, const float* h_in, float* h_out, cudaStream_t sx) {
+    // the scan over chunks n0 .. n1 - 1, from state h_in to h_out; split (shared_sm), its SMs are asked for
+    // all their shared memory, so that a prep block fits beside a scan block (otherwise the driver may
+    // configure an SM for the scan block alone and keep the rest as L1)
+    auto scan = [&](int n0, int n1, const float* h_in, float* h_out, cudaStream_t sx, bool shared_sm) {
         ScanArgs a = sa;
         a.n0 = n0, a.n1 = n1, a.h0 = h_in, a.ht = h_out;
         with_scan_shape(variant, [&](auto shape) {
             using V = decltype(shape);
-            if constexpr (V::vt <= D)
+            if constexpr (V::vt <= D) {
+                static bool carveout = false;
+                if (shared_sm && !carveout) {
+                    CUDA_CHECK(cudaFuncSetAttribute(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
+                                                    cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                    int(cudaSharedmemCarveoutMaxShared)));
+                    carveout = true;
+                }
                 launch_scan<D, V::vt, V::st, V::nw>(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
                                                     sizeof(ScanSmem<D, V::vt, V::st>), s, a, sx);
+            }
         });
         CUDA_CHECK(cudaGetLastError());
     };
@@ -1612,10 +1622,17 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
     if (parts == 1) {
         prep(0, NT, st);
         stages.mark("prep");
-        scan(0, NT, h0, ht, st);
+        scan(0, NT, h0, ht, st, false);
         stages.mark("scan");
     } else {
         static PartStreams ps;
+        static bool prep_carveout = false;  // the prep asks for all of an SM's shared memory as well
+        if (!prep_carveout) {
+            for (auto kern : {gdn_fwd_prep_kernel<D, 2>, gdn_fwd_prep_kernel<D, 3>})
+                CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                int(cudaSharedmemCarveoutMaxShared)));
+            prep_carveout = true;
+        }
         CUDA_CHECK(cudaEventRecord(ps.fork, st));
         CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.fork, 0));
         CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.fork, 0));
@@ -1629,7 +1646,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
             CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.prep_done[p], 0));
             const float* h_in = p == 0 ? h0 : ws.hpart + state * ((p - 1) & 1);
             float* h_out = p == parts - 1 ? ht : ws.hpart + state * (p & 1);
-            scan(bound(p), bound(p + 1), h_in, h_out, ps.hi);
+            scan(bound(p), bound(p + 1), h_in, h_out, ps.hi, true);
         }
         CUDA_CHECK(cudaEventRecord(ps.join, ps.hi));
         CUDA_CHECK(cudaStreamWaitEvent(st, ps.join, 0));
