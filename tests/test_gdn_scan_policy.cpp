@@ -35,7 +35,7 @@ TEST(GdnScanPolicy, EveryVariantTilesBothHeadDims) {
 TEST(GdnScanPolicy, ChoicesOnAnH200) {
     const int sms = 132;
     // the shapes the choice was measured on (gdn_scan_policy.h)
-    EXPECT_EQ(gdn_scan_variant_for(128, 8 * 16, sms), 7);
+    EXPECT_EQ(gdn_scan_variant_for(128, 8 * 16, sms), 8);
     EXPECT_EQ(gdn_scan_variant_for(128, 2 * 16, sms), 5);
     EXPECT_EQ(gdn_scan_variant_for(128, 1 * 16, sms), 4);
     EXPECT_EQ(gdn_scan_variant_for(64, 8 * 9, sms), 5);
@@ -58,9 +58,27 @@ TEST(GdnScanPolicy, OneWaveAndWiderSlicesAsPairsGrow) {
                 // never a narrower slice for more pairs (fewer blocks per pair as the GPU fills)
                 EXPECT_GE(sh.rows, prev_rows) << "D " << D << " pairs " << pairs << " sms " << sms;
                 prev_rows = sh.rows;
-                // a pair that alone fills the GPU gets the widest slice at d 128
-                if (D == 128 && 2 * pairs > size_t(sms)) EXPECT_EQ(sh.rows, 64);
+                // pairs that fill half the GPU or more get whole heads at d 128
+                if (D == 128 && 2 * pairs > size_t(sms)) EXPECT_EQ(sh.rows, 128);
             }
         }
+    }
+}
+
+// The split forward: only where the scan leaves room beside its blocks, ranges of 128 chunks or more.
+TEST(GdnScanPolicy, ForwardPartsOnlyBesideAOneWaveScan) {
+    const size_t sm = 228 * 1024, rsv = 1024, prep = 75 * 1024;
+    const size_t scan16 = 141056, scan32 = 153600, scan128 = 224 * 1024;  // ScanSmem<128, 16 / 32 / 128, 2>
+    // the shapes the rule was measured on (gdn_scan_policy.h)
+    EXPECT_EQ(gdn_forward_parts_for(1024, 128, 132, scan16, prep, sm, rsv), 4);  // B1 T65536
+    EXPECT_EQ(gdn_forward_parts_for(256, 128, 132, scan32, prep, sm, rsv), 2);   // B2 T16384
+    // no room beside whole-head blocks, or more scan blocks than SMs, or too few chunks
+    EXPECT_EQ(gdn_forward_parts_for(1024, 128, 132, scan128, prep, sm, rsv), 1);
+    EXPECT_EQ(gdn_forward_parts_for(1024, 144, 132, scan32, prep, sm, rsv), 1);
+    EXPECT_EQ(gdn_forward_parts_for(255, 128, 132, scan16, prep, sm, rsv), 1);
+    for (int chunks = 1; chunks < 100000; chunks += 7) {
+        const int p = gdn_forward_parts_for(chunks, 100, 132, scan16, prep, sm, rsv);
+        EXPECT_TRUE(p == 1 || p == 2 || p == 4) << chunks;
+        EXPECT_GE(chunks / p, p == 1 ? 0 : 128) << chunks;
     }
 }

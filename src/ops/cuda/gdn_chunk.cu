@@ -1445,7 +1445,7 @@ bool direct_dqk(const GdnShape& s) {
 
 // The scans run one block per (sequence, value head, state slice) for the whole sequence, in one of the
 // shapes of gdn_scan_policy.h, chosen there by head dimension, pairs and SMs;
-// gdn_set_scan_variant or HYDRA_GDN_SCAN (0-7) force one.
+// gdn_set_scan_variant or HYDRA_GDN_SCAN (0-8) force one.
 int g_scan_override = -2;  // -2: not read yet, -1: automatic
 
 int scan_variant(const GdnShape& s) {
@@ -1500,28 +1500,44 @@ int prep_blocks_per_sm() {
     return nb;
 }
 
-// Parts of a split forward (HYDRA_GDN_PARTS = 1, 2, 4 or 8; 1, the default, runs the prep over every chunk,
-// then the scan). With P parts the chunks are cut into P ranges: the prep of range k + 1 runs on a
-// low-priority stream while the scan of range k runs on a high-priority one, so when the scan's blocks leave
-// room beside them on their SMs (one wave of scan blocks: B1 at d 128, one prep block beside each scan
-// block), the prep hides behind the latency-bound scan. Each range's scan starts from the state the previous
-// one left (GdnWorkspace::hpart).
-int forward_parts(const GdnShape& s, int NT, size_t scan_blocks) {
-    static const int parts = env_choice("HYDRA_GDN_PARTS", {1, 2, 4, 8}, 1);
-    static int sms = 0;
+// Parts of a split forward. With P parts the chunks are cut into P ranges: the prep of range k + 1 runs on
+// a low-priority stream while the scan of range k runs on a high-priority one, so when the scan's blocks
+// leave room beside them on their SMs (one wave of 16- or 32-row scan blocks: B1, B2 at d 128), the prep
+// hides behind the latency-bound scan. Each range's scan starts from the state the previous one left
+// (GdnWorkspace::hpart). gdn_scan_policy.h's rule picks P; HYDRA_GDN_PARTS = 1, 2, 4 or 8 forces it where
+// the scan leaves room (and each range keeps two chunks), for comparisons and the parity runs.
+int forward_parts(const GdnShape& s, int NT, int variant, size_t scan_smem, size_t prep_smem) {
+    static const int forced = env_choice("HYDRA_GDN_PARTS", {1, 2, 4, 8}, 0);
+    static int sms = 0, sm_smem = 0, reserved = 0;
     if (sms == 0) {
         int dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
     }
-    if (parts == 1 || NT < 2 * parts || scan_blocks > size_t(sms)) return 1;
-    return parts;
+    const size_t blocks = gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV);
+    const auto rule = [&](int chunks) {
+        return gdn_forward_parts_for(chunks, blocks, sms, scan_smem, prep_smem, size_t(sm_smem),
+                                     size_t(reserved));
+    };
+    if (forced == 0) return rule(NT);
+    if (forced == 1 || NT < 2 * forced || rule(1 << 30) == 1) return 1;  // rule(huge) == 1: no room beside
+    return forced;
+}
+
+// Whether the prep of range k + 2 waits for the scan of range k to finish (HYDRA_GDN_PARTS_GATE = 1, the
+// default; 0 for comparisons). Without it the prep blocks queued behind the one beside scan k fill every SM
+// (three a SM) while scan k + 1 waits for its own prep, and scan k + 1's blocks then wait for SMs to drain.
+bool forward_parts_gated() {
+    static const bool gated = env_choice("HYDRA_GDN_PARTS_GATE", {0, 1}, 1) == 1;
+    return gated;
 }
 
 // The two streams of a split forward (created once) and its events (fork, join, one per part).
 struct PartStreams {
     cudaStream_t hi = nullptr, lo = nullptr;
-    cudaEvent_t fork = nullptr, join = nullptr, prep_done[8] = {};
+    cudaEvent_t fork = nullptr, join = nullptr, prep_done[8] = {}, scan_done[8] = {};
     PartStreams() {
         int least = 0, greatest = 0;
         CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -1530,6 +1546,7 @@ struct PartStreams {
         CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
         for (auto& e : prep_done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        for (auto& e : scan_done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
 };
 
@@ -1618,7 +1635,12 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         });
         CUDA_CHECK(cudaGetLastError());
     };
-    const int parts = forward_parts(s, NT, gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV));
+    size_t scan_smem = 0;
+    with_scan_shape(variant, [&](auto shape) {
+        using V = decltype(shape);
+        scan_smem = sizeof(ScanSmem<D, V::vt, V::st>);
+    });
+    const int parts = forward_parts(s, NT, variant, scan_smem, sizeof(PrepSmem<D>));
     if (parts == 1) {
         prep(0, NT, st);
         stages.mark("prep");
@@ -1637,16 +1659,25 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.fork, 0));
         CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.fork, 0));
         auto bound = [&](int p) { return int(int64_t(NT) * p / parts); };
-        for (int p = 0; p < parts; ++p) {
+        auto prep_part = [&](int p) {
             prep(bound(p), bound(p + 1), ps.lo);
             CUDA_CHECK(cudaEventRecord(ps.prep_done[p], ps.lo));
-        }
+        };
+        const bool gated = forward_parts_gated();
+        // ungated, every range's prep is queued at once; gated, ranges 0 and 1 first, then range p + 2
+        // after scan p (so it becomes ready with scan p + 1, whose blocks the priority dispatches first)
+        for (int p = 0; p < (gated ? std::min(parts, 2) : parts); ++p) prep_part(p);
         const size_t state = size_t(s.B) * s.HV * s.D * s.D;
         for (int p = 0; p < parts; ++p) {
             CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.prep_done[p], 0));
             const float* h_in = p == 0 ? h0 : ws.hpart + state * ((p - 1) & 1);
             float* h_out = p == parts - 1 ? ht : ws.hpart + state * (p & 1);
             scan(bound(p), bound(p + 1), h_in, h_out, ps.hi, true);
+            if (gated && p + 2 < parts) {
+                CUDA_CHECK(cudaEventRecord(ps.scan_done[p], ps.hi));
+                CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.scan_done[p], 0));
+                prep_part(p + 2);
+            }
         }
         CUDA_CHECK(cudaEventRecord(ps.join, ps.hi));
         CUDA_CHECK(cudaStreamWaitEvent(st, ps.join, 0));

@@ -39,13 +39,31 @@ inline constexpr size_t gdn_scan_blocks(int variant, int D, size_t pairs) {
 //   d 128, 32 pairs (B2):      32 rows x 8 warps 0.777 / 0.848, x 4 warps 0.994 / 0.982;
 //   d 128, 16 pairs (B1):      16 rows x 8 warps 2.606 / 2.394, x 4 warps 3.122 / 2.833;
 //   d 64, 72 pairs (B8 H9):    32 rows x 8 warps 0.211 / 0.256, 32 rows single-buffered 0.241 / 0.311.
+//   call AO, d 128, 128 pairs: a whole head a block (variant 8) 0.366 / 0.368 against 64 rows x 16 warps
+//   0.416 / 0.456 (each block loads the chunk's operands once for all 128 rows).
+// Beyond one wave of pairs (not measured) whole heads stay the choice: two 64-row blocks of a head cost
+// 2 x 0.208 ms of an SM at B8 (their 256 blocks ran in two waves), one whole-head block 0.366.
 inline constexpr int gdn_scan_variant_for(int D, size_t pairs, int sms) {
     const size_t n = size_t(sms);
-    if (D == 128 && 2 * pairs > n) return 7;                         // 64-row slices still fill the GPU
+    if (D == 128 && 2 * pairs > n) return 8;                         // whole heads still fill the GPU
     if (gdn_scan_blocks(4, D, pairs) <= n) return 4;                 // 16-row slices in one wave
     if (gdn_scan_blocks(5, D, pairs) <= n) return 5;                 // 32-row slices in one wave
     if (D == 64 && gdn_scan_blocks(5, D, pairs) <= 2 * n) return 5;  // two of its blocks fit an SM at d 64
     return 2;                                                        // 32-row slices, two blocks per SM
+}
+
+// Chunk ranges of the split forward (gdn_chunk.cu, forward_impl): the prep of range k + 1 runs beside the
+// scan of range k, which only helps when the scan leaves SMs half idle: its blocks fit one wave and a prep
+// block fits beside a scan block in an SM's shared memory (`reserved` bytes kept per block). Ranges of about
+// 128 chunks or more, at most 4. Measured on an H200, call AO, forward ms at 1 / 2 / 4 / 8 parts:
+//   d 128, B1 T65536 (1024 chunks, 16-row slices): 2.667 / 2.576 / 2.545 / 2.576;
+//   d 128, B2 T16384 (256 chunks, 32-row slices):  0.954 / 0.934 / 0.946 / 0.970.
+inline constexpr int gdn_forward_parts_for(int chunks, size_t scan_blocks, int sms, size_t scan_smem,
+                                           size_t prep_smem, size_t sm_smem, size_t reserved) {
+    if (scan_blocks > size_t(sms) || scan_smem + prep_smem + 2 * reserved > sm_smem) return 1;
+    int parts = 1;
+    while (parts < 4 && chunks / (2 * parts) >= 128) parts *= 2;
+    return parts;
 }
 
 }  // namespace hydra::cuda
