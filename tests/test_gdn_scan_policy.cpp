@@ -38,7 +38,10 @@ TEST(GdnScanPolicy, ChoicesOnAnH200) {
     EXPECT_EQ(gdn_scan_variant_for(128, 8 * 16, sms), 8);
     EXPECT_EQ(gdn_scan_variant_for(128, 2 * 16, sms), 5);
     EXPECT_EQ(gdn_scan_variant_for(128, 1 * 16, sms), 4);
-    EXPECT_EQ(gdn_scan_variant_for(64, 8 * 9, sms), 5);
+    EXPECT_EQ(gdn_scan_variant_for(128, 4 * 16, sms), 7);
+    EXPECT_EQ(gdn_scan_variant_for(64, 8 * 9, sms), 3);
+    EXPECT_EQ(gdn_scan_variant_for(64, 4 * 9, sms), 5);
+    EXPECT_NE(gdn_scan_variant_for(64, 16 * 9, sms), 3);  // whole d 64 heads lost there (call AQ)
 }
 
 TEST(GdnScanPolicy, OneWaveAndWiderSlicesAsPairsGrow) {
@@ -55,8 +58,12 @@ TEST(GdnScanPolicy, OneWaveAndWiderSlicesAsPairsGrow) {
                 if (sh.stages == 2 && sh.rows < 64)
                     EXPECT_LE(gdn_scan_blocks(v, D, pairs), size_t(sms) * (D == 64 ? 2 : 1))
                         << "D " << D << " pairs " << pairs << " sms " << sms;
-                // never a narrower slice for more pairs (fewer blocks per pair as the GPU fills)
-                EXPECT_GE(sh.rows, prev_rows) << "D " << D << " pairs " << pairs << " sms " << sms;
+                // at d 128 never a narrower slice for more pairs (fewer blocks per pair as the GPU fills);
+                // at d 64 whole heads only in one wave, where they leave no SM without a block
+                if (D == 128)
+                    EXPECT_GE(sh.rows, prev_rows) << "pairs " << pairs << " sms " << sms;
+                else if (sh.rows == 64)
+                    EXPECT_LE(pairs, size_t(sms)) << "pairs " << pairs << " sms " << sms;
                 prev_rows = sh.rows;
                 // pairs that fill half the GPU or more get whole heads at d 128
                 if (D == 128 && 2 * pairs > size_t(sms)) EXPECT_EQ(sh.rows, 128);

@@ -1526,18 +1526,10 @@ int forward_parts(const GdnShape& s, int NT, int variant, size_t scan_smem, size
     return forced;
 }
 
-// Whether the prep of range k + 2 waits for the scan of range k to finish (HYDRA_GDN_PARTS_GATE = 1, the
-// default; 0 for comparisons). Without it the prep blocks queued behind the one beside scan k fill every SM
-// (three a SM) while scan k + 1 waits for its own prep, and scan k + 1's blocks then wait for SMs to drain.
-bool forward_parts_gated() {
-    static const bool gated = env_choice("HYDRA_GDN_PARTS_GATE", {0, 1}, 1) == 1;
-    return gated;
-}
-
 // The two streams of a split forward (created once) and its events (fork, join, one per part).
 struct PartStreams {
     cudaStream_t hi = nullptr, lo = nullptr;
-    cudaEvent_t fork = nullptr, join = nullptr, prep_done[8] = {}, scan_done[8] = {};
+    cudaEvent_t fork = nullptr, join = nullptr, prep_done[8] = {};
     PartStreams() {
         int least = 0, greatest = 0;
         CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -1546,7 +1538,6 @@ struct PartStreams {
         CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
         for (auto& e : prep_done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        for (auto& e : scan_done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
 };
 
@@ -1659,25 +1650,16 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.fork, 0));
         CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.fork, 0));
         auto bound = [&](int p) { return int(int64_t(NT) * p / parts); };
-        auto prep_part = [&](int p) {
+        for (int p = 0; p < parts; ++p) {
             prep(bound(p), bound(p + 1), ps.lo);
             CUDA_CHECK(cudaEventRecord(ps.prep_done[p], ps.lo));
-        };
-        const bool gated = forward_parts_gated();
-        // ungated, every range's prep is queued at once; gated, ranges 0 and 1 first, then range p + 2
-        // after scan p (so it becomes ready with scan p + 1, whose blocks the priority dispatches first)
-        for (int p = 0; p < (gated ? std::min(parts, 2) : parts); ++p) prep_part(p);
+        }
         const size_t state = size_t(s.B) * s.HV * s.D * s.D;
         for (int p = 0; p < parts; ++p) {
             CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.prep_done[p], 0));
             const float* h_in = p == 0 ? h0 : ws.hpart + state * ((p - 1) & 1);
             float* h_out = p == parts - 1 ? ht : ws.hpart + state * (p & 1);
             scan(bound(p), bound(p + 1), h_in, h_out, ps.hi, true);
-            if (gated && p + 2 < parts) {
-                CUDA_CHECK(cudaEventRecord(ps.scan_done[p], ps.hi));
-                CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.scan_done[p], 0));
-                prep_part(p + 2);
-            }
         }
         CUDA_CHECK(cudaEventRecord(ps.join, ps.hi));
         CUDA_CHECK(cudaStreamWaitEvent(st, ps.join, 0));
