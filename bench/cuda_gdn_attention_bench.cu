@@ -114,6 +114,7 @@ void sweep_scans(const hydra::cuda::GdnShape& s, const std::function<void()>& fo
     int best_fwd = -1, best_fb = -1;
     float best_fwd_ms = 0.f, best_fb_ms = 0.f;
     for (int variant = 0; variant < hc::kGdnScanVariants; ++variant) {
+        if (!hc::gdn_scan_fits(variant, D)) continue;  // taller than the state (whole d 128 heads at d 64)
         hc::gdn_set_scan_variant(variant);
         g_scan_field = variant;
         const float fwd = median_ms(forward), fb = median_ms(both);

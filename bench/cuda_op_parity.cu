@@ -123,10 +123,14 @@ std::vector<float> down(const Dev<float>& d) {
 // runs the kernels without the q/k L2 norm, on rows scaled by a power of two (exact in bf16) to norms
 // near 1, where the delta rule stays stable.
 void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -1, bool l2norm = true) {
-    const std::string shape = "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) +
-                              " HV" + std::to_string(HV) + " D" + std::to_string(D) +
-                              (scan_variant >= 0 ? " scan " + std::to_string(scan_variant) : "") +
-                              (l2norm ? "" : " no-norm");
+    const std::string shape =
+        "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + " HV" +
+        std::to_string(HV) + " D" + std::to_string(D) +
+        (scan_variant >= 0 ? hydra::cuda::gdn_scan_fits(scan_variant, D)
+                                 ? " scan " + std::to_string(scan_variant)
+                                 : " scan " + std::to_string(scan_variant) + " (too tall: auto)"
+                           : "") +
+        (l2norm ? "" : " no-norm");
     hydra::cuda::gdn_set_scan_variant(scan_variant);
     const size_t nq = size_t(B) * T * H * D, nv = size_t(B) * T * HV * D, ng = size_t(B) * T * HV,
                  ns = size_t(B) * HV * D * D;

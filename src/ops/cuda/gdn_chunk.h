@@ -86,8 +86,9 @@ void gdn_set_profile(bool on);
 
 // Diagnostics: force the state-scan variant of the chunked forward and backward (0: 16-row slices,
 // 1: 32-row double-buffered, 2: 32-row single-buffered at two blocks per SM, 3: 64-row slices with 8
-// warps; 4-7: 16 rows / 8 warps, 32 / 8, 32 / 16, 64 / 16) or -1 to choose by shape (the default;
-// HYDRA_GDN_SCAN=0..7 forces one as well).
+// warps; 4-7: 16 rows / 8 warps, 32 / 8, 32 / 16, 64 / 16; 8: a whole d 128 head, 16 warps; a variant
+// taller than the state is ignored) or -1 to choose by shape (the default; HYDRA_GDN_SCAN=0..8 forces one
+// as well).
 void gdn_set_scan_variant(int variant);
 
 }  // namespace hydra::cuda
