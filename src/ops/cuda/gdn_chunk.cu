@@ -1448,19 +1448,30 @@ bool direct_dqk(const GdnShape& s) {
 // gdn_set_scan_variant or HYDRA_GDN_SCAN (0-8) force one.
 int g_scan_override = -2;  // -2: not read yet, -1: automatic
 
-int scan_variant(const GdnShape& s) {
-    static int sms = 0;
-    if (sms == 0) {
+// What the scan and split-forward rules need to know of the GPU, read once.
+struct DeviceLimits {
+    int sms = 0, sm_smem = 0, reserved = 0;  // SMs; shared memory per SM and reserved per block (bytes)
+};
+const DeviceLimits& device_limits() {
+    static const DeviceLimits lim = [] {
+        DeviceLimits l;
         int dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
+        CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&l.sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&l.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+        return l;
+    }();
+    return lim;
+}
+
+int scan_variant(const GdnShape& s) {
     static_assert(kGdnScanVariants == 9, "scan_variant: HYDRA_GDN_SCAN's list names every variant");
     if (g_scan_override == -2)
         g_scan_override = env_choice("HYDRA_GDN_SCAN", {0, 1, 2, 3, 4, 5, 6, 7, 8}, -1);
     // a forced variant taller than the state (128 rows at d 64) leaves the choice to the rule
     if (g_scan_override >= 0 && gdn_scan_fits(g_scan_override, s.D)) return g_scan_override;
-    return gdn_scan_variant_for(s.D, size_t(s.B) * s.HV, sms);
+    return gdn_scan_variant_for(s.D, size_t(s.B) * s.HV, device_limits().sms);
 }
 
 // One scan kernel over (D / VT slices, B * HV) blocks of NW warps, its shared-memory attribute set on the
@@ -1508,18 +1519,11 @@ int prep_blocks_per_sm() {
 // the scan leaves room (and each range keeps two chunks), for comparisons and the parity runs.
 int forward_parts(const GdnShape& s, int NT, int variant, size_t scan_smem, size_t prep_smem) {
     static const int forced = env_choice("HYDRA_GDN_PARTS", {1, 2, 4, 8}, 0);
-    static int sms = 0, sm_smem = 0, reserved = 0;
-    if (sms == 0) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-    }
+    const DeviceLimits& lim = device_limits();
     const size_t blocks = gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV);
     const auto rule = [&](int chunks) {
-        return gdn_forward_parts_for(chunks, blocks, sms, scan_smem, prep_smem, size_t(sm_smem),
-                                     size_t(reserved));
+        return gdn_forward_parts_for(chunks, blocks, lim.sms, scan_smem, prep_smem, size_t(lim.sm_smem),
+                                     size_t(lim.reserved));
     };
     if (forced == 0) return rule(NT);
     if (forced == 1 || NT < 2 * forced || rule(1 << 30) == 1) return 1;  // rule(huge) == 1: no room beside
