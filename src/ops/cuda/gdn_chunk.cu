@@ -157,8 +157,10 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     bf16* Qs = reinterpret_cast<bf16*>(s.QT);
     float* Tf = reinterpret_cast<float*>(s.QT);
 
+    // two copy groups: K and Q, needed first, then V, needed only by U at the end (its copy overlaps A, P and T)
     load_rows<64, D, 256>(s.Ks, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
     load_rows<64, D, 256>(Qs, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
+    cp_async_commit();
     load_rows<64, D, 256>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
     cp_async_commit();
     if (warp == 0) {
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         s.beta[r0] = b0, s.beta[r1] = b1;
         s.bgam[r0] = b0 * expf(excl + x0), s.bgam[r1] = b1 * expf(excl + x0 + x1);
     }
-    cp_async_wait_all();
+    cp_async_wait<1>();  // K and Q
     __syncthreads();
     using G64 = BlockGemm<64, 64, D, 4, 2, false, true>;
     // K K^T and Q K^T on the raw rows, K's fragments loaded once for both; their epilogues need the 1 / norms
@@ -356,6 +358,7 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
             *reinterpret_cast<uint2*>(&Fl[r * LA + c]) = make_uint2(*reinterpret_cast<const uint32_t*>(&l01),
                                                                     *reinterpret_cast<const uint32_t*>(&l23));
         }
+        if (pass == 1) cp_async_wait_all();  // V
         __syncthreads();
         float acc[GK::MT][GK::NT][4];
         zero(acc);
