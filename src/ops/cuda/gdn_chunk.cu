@@ -38,6 +38,7 @@
 #include "ops/cuda/gdn_scan_policy.h"
 #include "ops/cuda/gdn_triangle_parts.h"
 #include "ops/cuda/mma_util.cuh"
+#include "ops/cuda/tile_store.cuh"
 
 namespace hydra::cuda {
 
@@ -242,6 +243,7 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
             warp, lane, [&](int c) { return s.rk[c]; }, colK);
         G64::col_values(
             warp, lane, [&](int c) { return s.gam[c]; }, colG);
+        uint32_t pw[2][G64::NT];  // P as bf16 pairs, stored in whole sectors after the loop (tile_store.cuh)
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt)
 #pragma unroll
@@ -256,8 +258,9 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
                     vp[e] = c + e <= r ? rowP[0][h] * accP[0][nt][2 * h + e] * E : 0.f;
                 }
                 *reinterpret_cast<float2*>(&s.As[r * LA + c]) = make_float2(va[0], va[1]);
-                *reinterpret_cast<__nv_bfloat162*>(Pg + r * kC + c) = __floats2bfloat162_rn(vp[0], vp[1]);
+                pw[h][nt] = pack_bf16(vp[0], vp[1]);
             }
+        store_tile_bf16<G64::NT>(pw, Pg + r0 * kC + c0, kC, 16, lane);
     }
     if (tid < 64) s.bgam[tid] *= s.rk[tid];  // read after the next barrier
     __syncthreads();                         // A complete; Q no longer read (T takes its place)
@@ -367,17 +370,15 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         // fragments loaded once for both parts
         static_assert(GK::MT == 1, "one 16-row block a warp");
         GK::run_shared_b(acc, Fh, acc, Fl, LA, X, LD, warp, lane, 0, GK::row0(warp) / 16 + 1);
+        // W or U as bf16, in whole 32-byte sectors (tile_store.cuh)
         bf16* dst = (pass == 0 ? a.W : a.U) + hrow0 * D;
         const int r0 = GK::row0(warp), c0 = GK::col0(warp);
+        uint32_t wds[2][GK::NT];
 #pragma unroll
         for (int nt = 0; nt < GK::NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                if (r < L)
-                    *reinterpret_cast<__nv_bfloat162*>(dst + size_t(r) * D + c) =
-                        __floats2bfloat162_rn(acc[0][nt][e], acc[0][nt][e + 1]);
-            }
+            for (int h = 0; h < 2; ++h) wds[h][nt] = pack_bf16(acc[0][nt][2 * h], acc[0][nt][2 * h + 1]);
+        store_tile_bf16<GK::NT>(wds, dst + size_t(r0) * D + c0, D, L - r0, lane);
         if (pass == 0) __syncthreads();  // the factor buffers are rewritten for U
     }
 }
@@ -995,19 +996,26 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         GKT::row_values(
             warp, lane, [&](int r) { return s.beta[r]; }, br);
         const int r0 = GKT::row0(warp), c0 = GKT::col0(warp);
+        constexpr bool kWhole = GKT::NT % 4 == 0;  // dv in whole 32-byte sectors (tile_store.cuh)
+        [[maybe_unused]] uint32_t wv[2][GKT::NT];
 #pragma unroll
         for (int nt = 0; nt < GKT::NT; ++nt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = r0 + (lane >> 2) + 8 * h, c = c0 + frag_col(nt, 0, lane);
                 const float y0 = acc[0][nt][2 * h], y1 = acc[0][nt][2 * h + 1];
-                if (r < L)
+                if constexpr (kWhole)
+                    wv[h][nt] = pack_bf16(br[0][h] * y0, br[0][h] * y1);
+                else if (r < L)
                     *reinterpret_cast<__nv_bfloat162*>(&a.dv[(vrow0 + size_t(r) * a.HV) * D + c]) =
                         __floats2bfloat162_rn(br[0][h] * y0, br[0][h] * y1);
                 const float2 vv =
                     __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&s.Vs[r * LD + c]));
                 ys[h] += y0 * vv.x + y1 * vv.y;
             }
+        if constexpr (kWhole)
+            store_tile_bf16<GKT::NT>(wv, a.dv + (vrow0 + size_t(r0) * a.HV) * D + c0, size_t(a.HV) * D,
+                                     L - r0, lane);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             ys[h] += __shfl_xor_sync(0xffffffffu, ys[h], 1);
@@ -1224,9 +1232,10 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             }
             __syncthreads();
         }
-        each_pair([&](int r, int c, int nt, int e) {
-            const size_t row = qrow0 + size_t(r) * a.H;
-            float q2[2] = {dqA[0][nt][e], dqA[0][nt][e + 1]}, k2[2] = {dkA[0][nt][e], dkA[0][nt][e + 1]};
+        // dq, dk of the pair (nt, e) in row r (valid), through the norm's backward when there is one
+        auto finish = [&](int r, int c, int nt, int e, float(&q2)[2], float(&k2)[2]) {
+            q2[0] = dqA[0][nt][e], q2[1] = dqA[0][nt][e + 1], k2[0] = dkA[0][nt][e],
+            k2[1] = dkA[0][nt][e + 1];
             if (a.l2norm) {
                 float y[2];
                 yrow(true, r, c, y);
@@ -1236,9 +1245,33 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 const float rk = rsv(false, r), dk = s.dotk[r];
                 k2[0] = rk * (k2[0] - dk * y[0]), k2[1] = rk * (k2[1] - dk * y[1]);
             }
-            *reinterpret_cast<__nv_bfloat162*>(a.dq_out + row * D + c) = __floats2bfloat162_rn(q2[0], q2[1]);
-            *reinterpret_cast<__nv_bfloat162*>(a.dk_out + row * D + c) = __floats2bfloat162_rn(k2[0], k2[1]);
-        });
+        };
+        if constexpr (GD::NT % 4 == 0) {  // in whole 32-byte sectors (tile_store.cuh)
+            uint32_t wq[2][GD::NT], wk[2][GD::NT];
+#pragma unroll
+            for (int nt = 0; nt < GD::NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
+                    float q2[2] = {0.f, 0.f}, k2[2] = {0.f, 0.f};
+                    if (r < L) finish(r, c, nt, e, q2, k2);
+                    wq[e >> 1][nt] = pack_bf16(q2[0], q2[1]);
+                    wk[e >> 1][nt] = pack_bf16(k2[0], k2[1]);
+                }
+            const size_t tile = (qrow0 + size_t(r0) * a.H) * D + c0, ld = size_t(a.H) * D;
+            store_tile_bf16<GD::NT>(wq, a.dq_out + tile, ld, L - r0, lane);
+            store_tile_bf16<GD::NT>(wk, a.dk_out + tile, ld, L - r0, lane);
+        } else {
+            each_pair([&](int r, int c, int nt, int e) {
+                const size_t row = qrow0 + size_t(r) * a.H;
+                float q2[2], k2[2];
+                finish(r, c, nt, e, q2, k2);
+                *reinterpret_cast<__nv_bfloat162*>(a.dq_out + row * D + c) =
+                    __floats2bfloat162_rn(q2[0], q2[1]);
+                *reinterpret_cast<__nv_bfloat162*>(a.dk_out + row * D + c) =
+                    __floats2bfloat162_rn(k2[0], k2[1]);
+            });
+        }
     } else {
         each_pair([&](int r, int c, int nt, int e) {
             *reinterpret_cast<float2*>(a.dqv + (hrow0 + r) * D + c) =
