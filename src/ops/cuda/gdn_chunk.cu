@@ -128,7 +128,7 @@ struct FwdArgs {
 // K and V are bf16 already, so the products carry about 16 bits of the factor, against bf16 storage of W
 // and U).
 // T: the four diagonal blocks by forward substitution (one column per thread), then the blocks below
-// the diagonal, level by level: T_IJ = -T_II sum_{J <= K < I} A_IK T_KJ.
+// the diagonal, level by level on tensor cores: T_IJ = -T_II sum_{J <= K < I} A_IK T_KJ.
 template <int D>
 struct PrepSmem {
     static constexpr int LD = D + 8, LA = 72, LT = 68;
@@ -137,7 +137,7 @@ struct PrepSmem {
     bf16 Vs[64 * LD];
     alignas(16) unsigned char QT[QB > TB ? QB : TB];  // Q, then T once P is done
     alignas(16) float As[64 * LA];                    // strictly lower A, then the bf16 high / low factors
-    alignas(16) float Zs[3 * 256];                    // the sums of a level's blocks
+    alignas(16) float Zs[3 * 256];                    // a level's Z strips: 16 x 8 for each of up to 6 warps
     alignas(16) float gam[64];                        // then beta and bgam: 16-byte reads in the factor split
     float beta[64], bgam[64], rq[64], rk[64];
 };
@@ -288,47 +288,51 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         for (int r = 0; r < 16; ++r) Tf[(o + r) * LT + o + c] = x[r];
     }
     __syncthreads();
-    // the blocks d below the diagonal: Z = sum_{K = J}^{I - 1} A_IK T_KJ, then T_IJ = -T_II Z (I = J + d);
-    // each thread computes four adjacent columns of a row, so that every shared-memory load is 16 bytes
-    // and feeds four FMAs ((4 - d) x 64 items: 192, 128, 64 of the 256 threads)
+    // the blocks d below the diagonal, level by level on tensor cores: Z = sum_{K = J}^{I - 1} A_IK T_KJ,
+    // then T_IJ = -T_II Z (I = J + d). A warp forms one 16 x 8 strip of a block ((4 - d) x 2 strips: 6, 4, 2
+    // of the 8 warps), Z through its own 16 x 8 scratch in Zs (same warp, so no block barrier between the two
+    // products). tf32 with both operands split in big and small parts, three products (about fp32's accuracy,
+    // as in the per-chunk backward). In call AO's ncu the FMA loops these replace held 36% of the prep's
+    // shared-memory wavefronts (float4 rows re-read by every thread) and 23% of its stall samples.
+    {
+        const int g = lane >> 2, t = lane & 3;
+        // c (16 x 8) += X[r0 .., k0 ..] (16 x 8, row stride lx) Y[k0 .., c0 ..] (8 x 8, row stride ly)
+        auto mma3 = [&](float(&c)[4], const float* X, int lx, const float* Y, int ly) {
+            uint32_t ab[4], as[4], b0b, b0s, b1b, b1s;
+            tf32_split(X[g * lx + t], ab[0], as[0]);
+            tf32_split(X[(g + 8) * lx + t], ab[1], as[1]);
+            tf32_split(X[g * lx + t + 4], ab[2], as[2]);
+            tf32_split(X[(g + 8) * lx + t + 4], ab[3], as[3]);
+            tf32_split(Y[t * ly + g], b0b, b0s);
+            tf32_split(Y[(t + 4) * ly + g], b1b, b1s);
+            mma_tf32(c, ab, b0s, b1s);
+            mma_tf32(c, as, b0b, b1b);
+            mma_tf32(c, ab, b0b, b1b);
+        };
 #pragma unroll
-    for (int d = 1; d < 4; ++d) {
-        const int e = tid;
-        const int J = e >> 6, I = J + d, r = (e >> 2) & 15, c = (e & 3) * 4;
-        if (e < (4 - d) * 64) {
-            const float* ar = &s.As[(16 * I + r) * LA + 16 * J];
-            const float* tc = &Tf[16 * J * LT + 16 * J + c];
-            float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int d = 1; d < 4; ++d) {
+            if (warp < 2 * (4 - d)) {
+                const int J = warp >> 1, I = J + d, c0 = 16 * J + 8 * (warp & 1);
+                float z[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int k = 0; k < 16 * d; k += 4) {
-                const float4 w = *reinterpret_cast<const float4*>(ar + k);
-                const float wk[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float4 t = *reinterpret_cast<const float4*>(tc + (k + i) * LT);
-                    z.x += wk[i] * t.x, z.y += wk[i] * t.y, z.z += wk[i] * t.z, z.w += wk[i] * t.w;
+                for (int kk = 0; kk < 2 * d; ++kk) {  // k = 16 J .. 16 I - 1
+                    const int k0 = 16 * J + 8 * kk;
+                    mma3(z, &s.As[16 * I * LA + k0], LA, &Tf[k0 * LT + c0], LT);
                 }
-            }
-            *reinterpret_cast<float4*>(&s.Zs[J * 256 + r * 16 + c]) = z;
-        }
-        __syncthreads();
-        if (e < (4 - d) * 64) {
-            const float* tr = &Tf[(16 * I + r) * LT + 16 * I];
-            const float* zc = &s.Zs[J * 256 + c];
-            float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+                float* zs = &s.Zs[warp * 128];  // 16 x 8, row stride 8
+                *reinterpret_cast<float2*>(&zs[g * 8 + 2 * t]) = make_float2(z[0], z[1]);
+                *reinterpret_cast<float2*>(&zs[(g + 8) * 8 + 2 * t]) = make_float2(z[2], z[3]);
+                __syncwarp();
+                float o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int m = 0; m < 16; m += 4) {
-                const float4 w = *reinterpret_cast<const float4*>(tr + m);
-                const float wm[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float4 zz = *reinterpret_cast<const float4*>(zc + (m + i) * 16);
-                    t.x += wm[i] * zz.x, t.y += wm[i] * zz.y, t.z += wm[i] * zz.z, t.w += wm[i] * zz.w;
-                }
+                for (int k0 = 0; k0 < 16; k0 += 8)
+                    mma3(o, &Tf[16 * I * LT + 16 * I + k0], LT, &zs[k0 * 8], 8);
+                *reinterpret_cast<float2*>(&Tf[(16 * I + g) * LT + c0 + 2 * t]) = make_float2(-o[0], -o[1]);
+                *reinterpret_cast<float2*>(&Tf[(16 * I + g + 8) * LT + c0 + 2 * t]) =
+                    make_float2(-o[2], -o[3]);
             }
-            *reinterpret_cast<float4*>(&Tf[(16 * I + r) * LT + 16 * J + c]) = make_float4(-t.x, -t.y, -t.z, -t.w);
+            __syncthreads();
         }
-        __syncthreads();
     }
     if (a.Tm) {  // T for the backward, zeros above the diagonal
         float* dst = a.Tm + (size_t(bj) * a.NT + n) * (kC * kC);
