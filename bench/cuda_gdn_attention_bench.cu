@@ -71,6 +71,31 @@ float median_ms(const std::function<void()>& f, const std::function<void()>& pre
     return t[t.size() / 2];
 }
 
+// GPU time of the work `enqueue` puts on a stream, measured the way bench/cuda_peers.py measures fla
+// replayed from a CUDA graph: captured once into a graph, then replayed with 256 MiB written before each
+// call (triton.testing.do_bench's L2 flush, which also keeps the GPU busy while the next launch is queued,
+// so no launch latency is counted). The caller runs the work once eagerly first (attributes, allocations).
+float graph_ms(const std::function<void(cudaStream_t)>& enqueue) {
+    void* flush = nullptr;
+    const size_t flush_bytes = size_t(256) << 20;
+    CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+    cudaStream_t st;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    enqueue(st);
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const float ms = median_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, 0)); },
+                               [&] { CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes, 0)); });
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(st));
+    CUDA_CHECK(cudaFree(flush));
+    return ms;
+}
+
 template <typename T>
 T* dev_random(size_t n, std::mt19937_64& gen, float lo, float hi, bool bf) {
     std::uniform_real_distribution<float> u(lo, hi);
@@ -172,6 +197,12 @@ void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
         emit("gdn_fwd", B, T, H, D, fwd, double(B) * T, 0, 0);
         const float fb = median_ms(both);
         emit("gdn_fwdbwd", B, T, H, D, fb, double(B) * T, 0, 0);
+        // the forward's GPU time alone, as fla's forward replayed from a CUDA graph is measured (L2 flushed
+        // before each call, no launch latency counted)
+        const float fwd_g = graph_ms([&](cudaStream_t st) {
+            hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws, st);
+        });
+        emit("gdn_fwd_graph", B, T, H, D, fwd_g, double(B) * T, 0, 0);
         // one more call of each with per-kernel times on stderr
         hydra::cuda::gdn_set_profile(true);
         std::fprintf(stderr, "B%d T%d H%d D%d\n", B, T, H, D);
@@ -253,29 +284,11 @@ void bench_decode(int B, int H, int D, std::mt19937_64& gen) {
     const float ms_ip = median_ms(
         [&] { hydra::cuda::gdn_decode_step(B, H, H, D, q, k, v, g, beta, s0, s0, o, scale, true); });
     emit("gdn_decode_inplace", B, 1, H, D, ms_ip, double(B), 0, 2.0 * ns * 4);
-    {
-        // GPU time alone, measured the way bench/cuda_peers.py measures fla's step replayed from a CUDA
-        // graph: 256 MiB written before each call (triton.testing.do_bench's L2 flush, which also keeps
-        // the GPU busy while the next launch is queued), the step replayed from a graph
-        void* flush = nullptr;
-        const size_t flush_bytes = size_t(256) << 20;
-        CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
-        cudaStream_t st;
-        CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    // GPU time alone, as fla's step replayed from a CUDA graph is measured
+    const float ms_g = graph_ms([&](cudaStream_t st) {
         hydra::cuda::gdn_decode_step(B, H, H, D, q, k, v, g, beta, s0, s1, o, scale, true, st);
-        CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        const float ms_g = median_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, 0)); },
-                                     [&] { CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes, 0)); });
-        emit("gdn_decode_graph", B, 1, H, D, ms_g, double(B), 0, 2.0 * ns * 4);
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(graph));
-        CUDA_CHECK(cudaStreamDestroy(st));
-        CUDA_CHECK(cudaFree(flush));
-    }
+    });
+    emit("gdn_decode_graph", B, 1, H, D, ms_g, double(B), 0, 2.0 * ns * 4);
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)g, (void*)beta, (void*)s0, (void*)s1, (void*)o})
         CUDA_CHECK(cudaFree(p));
 }

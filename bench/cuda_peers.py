@@ -6,7 +6,9 @@ way shared/bench/peer_gdn_sdpa.py calls them (triton.testing.do_bench medians, w
 
 The GDN decode and chunk-forward rows are timed twice: as Python calls (the way users call fla) and
 replayed from CUDA graphs (`*_graph` rows: fla's kernels without its host-side launch cost, which the
-Python-call times include whenever launching takes longer than the L2 flush before each call).
+Python-call times include whenever launching takes longer than the L2 flush before each call). Our
+bench replays its decode step and chunk forward from CUDA graphs the same way (same flush), so those rows
+compare GPU time with GPU time.
 
 Then joins with our rows (--ours FILE, JSON lines from cuda_gdn_attention_bench) and prints one table
 with the ratio peer_ms / our_ms (above 1: ours is faster).
@@ -192,7 +194,10 @@ for r in rows:
         base, backend = r["op"].split("_sdpa_")
         peer = "torch SDPA, %s backend" % backend
         variants = [(base + "_cudnn", ours.get((base + "_cudnn",) + key[1:]))]
-    elif r["op"] == "gdn_fwd_graph":  # fla's GPU time against our (eager) call
+    elif r["op"] == "gdn_fwd_graph" and key in ours:  # GPU time against GPU time, both from CUDA graphs
+        peer = "fla, both from CUDA graphs (GPU time)"
+        variants = [(r["op"], ours[key])]
+    elif r["op"] == "gdn_fwd_graph":  # fla's GPU time against our (eager) call (an older bench's output)
         peer = "fla, CUDA graph (GPU time)"
         base = r["op"][: -len("_graph")]
         variants = [(base, ours.get((base,) + key[1:]))]
