@@ -72,28 +72,20 @@ TEST(GdnScanPolicy, OneWaveAndWiderSlicesAsPairsGrow) {
     }
 }
 
-// The split forward: only where the scan leaves room beside its blocks, ranges of 128 chunks or more (32
-// where a third of the SMs have no scan block).
+// The split forward: only where the scan leaves room beside its blocks, ranges of 128 chunks or more.
 TEST(GdnScanPolicy, ForwardPartsOnlyBesideAOneWaveScan) {
     const size_t sm = 228 * 1024, rsv = 1024, prep = 75 * 1024;
     const size_t scan16 = 141056, scan32 = 153600, scan128 = 224 * 1024;  // ScanSmem<128, 16 / 32 / 128, 2>
     // the shapes the rule was measured on (gdn_scan_policy.h)
     EXPECT_EQ(gdn_forward_parts_for(1024, 128, 132, scan16, prep, sm, rsv), 4);  // B1 T65536
     EXPECT_EQ(gdn_forward_parts_for(256, 128, 132, scan32, prep, sm, rsv), 2);   // B2 T16384
-    // d 64 B8 T4096 H9: 72 whole-head blocks leave 60 SMs idle, 2 ranges of 32 chunks
-    EXPECT_EQ(gdn_forward_parts_for(64, 72, 132, scan16, prep, sm, rsv), 2);
-    EXPECT_EQ(gdn_forward_parts_for(63, 72, 132, scan16, prep, sm, rsv), 1);
-    EXPECT_EQ(gdn_forward_parts_for(128, 88, 132, scan16, prep, sm, rsv), 4);   // 88 = two thirds of 132
-    EXPECT_EQ(gdn_forward_parts_for(128, 89, 132, scan16, prep, sm, rsv), 1);   // fewer idle SMs: 128 chunks a range
     // no room beside whole-head blocks, or more scan blocks than SMs, or too few chunks
     EXPECT_EQ(gdn_forward_parts_for(1024, 128, 132, scan128, prep, sm, rsv), 1);
     EXPECT_EQ(gdn_forward_parts_for(1024, 144, 132, scan32, prep, sm, rsv), 1);
     EXPECT_EQ(gdn_forward_parts_for(255, 128, 132, scan16, prep, sm, rsv), 1);
     for (int chunks = 1; chunks < 100000; chunks += 7) {
-        for (const size_t blocks : {size_t(72), size_t(100)}) {
-            const int p = gdn_forward_parts_for(chunks, blocks, 132, scan16, prep, sm, rsv);
-            EXPECT_TRUE(p == 1 || p == 2 || p == 4) << chunks;
-            EXPECT_GE(chunks / p, p == 1 ? 0 : (blocks == 72 ? 32 : 128)) << chunks;
-        }
+        const int p = gdn_forward_parts_for(chunks, 100, 132, scan16, prep, sm, rsv);
+        EXPECT_TRUE(p == 1 || p == 2 || p == 4) << chunks;
+        EXPECT_GE(chunks / p, p == 1 ? 0 : 128) << chunks;
     }
 }

@@ -66,15 +66,11 @@ inline constexpr int gdn_scan_variant_for(int D, size_t pairs, int sms) {
 // 128 chunks or more, at most 4. Measured on an H200, call AO, forward ms at 1 / 2 / 4 / 8 parts:
 //   d 128, B1 T65536 (1024 chunks, 16-row slices): 2.667 / 2.576 / 2.545 / 2.576;
 //   d 128, B2 T16384 (256 chunks, 32-row slices):  0.954 / 0.934 / 0.946 / 0.970.
-// Where the scan leaves a third of the SMs or more without any of its blocks, the next range's prep runs
-// there at full occupancy, and ranges of 32 chunks pay off. Call AU, d 64, B8 T4096 H9 (64 chunks, 72 whole-
-// head blocks on 132 SMs), forward ms at 1 / 2 / 4 parts: 0.308 and 0.299 (two rounds) / 0.289 / 0.289.
 inline constexpr int gdn_forward_parts_for(int chunks, size_t scan_blocks, int sms, size_t scan_smem,
                                            size_t prep_smem, size_t sm_smem, size_t reserved) {
     if (scan_blocks > size_t(sms) || scan_smem + prep_smem + 2 * reserved > sm_smem) return 1;
-    const int min_range = 3 * scan_blocks <= 2 * size_t(sms) ? 32 : 128;
     int parts = 1;
-    while (parts < 4 && chunks / (2 * parts) >= min_range) parts *= 2;
+    while (parts < 4 && chunks / (2 * parts) >= 128) parts *= 2;
     return parts;
 }
 
