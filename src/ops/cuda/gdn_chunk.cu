@@ -136,7 +136,7 @@ struct PrepSmem {
     bf16 Ks[64 * LD];
     bf16 Vs[64 * LD];
     alignas(16) unsigned char QT[QB > TB ? QB : TB];  // Q, then T once P is done
-    alignas(16) float As[64 * LA];                    // strictly lower A, then the bf16 high / low factors
+    alignas(16) float As[64 * LA];                    // strictly lower A
     alignas(16) float Zs[3 * 256];                    // a level's Z strips: 16 x 8 for each of up to 6 warps
     alignas(16) float gam[64];                        // then beta and bgam: 16-byte reads in the factor split
     float beta[64], bgam[64], rq[64], rk[64];
@@ -343,47 +343,61 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
                 c <= r ? t.x : 0.f, c + 1 <= r ? t.y : 0.f, c + 2 <= r ? t.z : 0.f, c + 3 <= r ? t.w : 0.f);
         }
     }
-    // W, then U: the factor F = T diag(f) split into bf16 high / low parts in A's buffer, then F X
-    bf16* Fh = reinterpret_cast<bf16*>(s.As);
-    bf16* Fl = Fh + 64 * LA;
-    using GK = BlockGemm<64, D, 64, 4, 2, false, false>;
+    // W = F K, then U = F V, with F = T diag(f) (f = beta Gamma rk for W, beta for U), lower triangular.
+    // Each warp forms its A fragments straight from fp32 T in shared memory: scaled by f and split into bf16
+    // high and low parts in registers (two products; K and V are bf16 already, so the products carry about
+    // 16 bits of the factor, against bf16 storage of W and U), over the k-blocks 0 .. I of its 16 rows in
+    // block I only (T's diagonal blocks hold zeros above their diagonals; the blocks above are never read).
+    // No split pass through shared memory and no barrier between W and U but the one for V's copy.
+    {
+        using GK = BlockGemm<64, D, 64, 4, 2, false, false>;
+        static_assert(GK::MT == 1 && GK::NT % 2 == 0, "one 16-row block a warp, n-tiles in pairs");
+        const int r0 = GK::row0(warp), c0 = GK::col0(warp), I = r0 / 16;
+        const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int pass = 0; pass < 2; ++pass) {
-        const float* f = pass == 0 ? s.bgam : s.beta;
-        for (int idx = tid; idx < 64 * 16; idx += 256) {  // four columns (16-byte reads) at a time
-            const int r = idx >> 4, c = (idx & 15) * 4;
-            const float4 t = *reinterpret_cast<const float4*>(&Tf[r * LT + c]);
-            const float4 fc = *reinterpret_cast<const float4*>(&f[c]);
-            const float x0 = c <= r ? t.x * fc.x : 0.f, x1 = c + 1 <= r ? t.y * fc.y : 0.f;
-            const float x2 = c + 2 <= r ? t.z * fc.z : 0.f, x3 = c + 3 <= r ? t.w * fc.w : 0.f;
-            const __nv_bfloat162 h01 = __floats2bfloat162_rn(x0, x1), h23 = __floats2bfloat162_rn(x2, x3);
-            const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
-            const __nv_bfloat162 l01 = __floats2bfloat162_rn(x0 - f01.x, x1 - f01.y);
-            const __nv_bfloat162 l23 = __floats2bfloat162_rn(x2 - f23.x, x3 - f23.y);
-            *reinterpret_cast<uint2*>(&Fh[r * LA + c]) = make_uint2(*reinterpret_cast<const uint32_t*>(&h01),
-                                                                    *reinterpret_cast<const uint32_t*>(&h23));
-            *reinterpret_cast<uint2*>(&Fl[r * LA + c]) = make_uint2(*reinterpret_cast<const uint32_t*>(&l01),
-                                                                    *reinterpret_cast<const uint32_t*>(&l23));
+        for (int pass = 0; pass < 2; ++pass) {
+            if (pass == 1) {
+                cp_async_wait_all();  // V
+                __syncthreads();
+            }
+            const float* f = pass == 0 ? s.bgam : s.beta;
+            const bf16* X = pass == 0 ? s.Ks : s.Vs;
+            float acc[1][GK::NT][4];
+            zero(acc);
+#pragma unroll
+            for (int kb = 0; kb < 4; ++kb) {
+                if (kb > I) break;  // warp-uniform: F is zero right of the warp's diagonal block
+                // a[0]: (row g, k 2t), a[1]: (g + 8, 2t), a[2]: (g, 2t + 8), a[3]: (g + 8, 2t + 8); pairs along k
+                uint32_t hi[4], lo[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = r0 + g + 8 * (i & 1), c = 16 * kb + 2 * t + 8 * (i >> 1);
+                    const float2 tv = *reinterpret_cast<const float2*>(&Tf[r * LT + c]);
+                    const float2 fv = *reinterpret_cast<const float2*>(&f[c]);
+                    const float x0 = tv.x * fv.x, x1 = tv.y * fv.y;
+                    hi[i] = pack_bf16(x0, x1);
+                    const float2 h = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hi[i]));
+                    lo[i] = pack_bf16(x0 - h.x, x1 - h.y);
+                }
+#pragma unroll
+                for (int np = 0; np < GK::NT / 2; ++np) {
+                    uint32_t b[4];
+                    load_b2<false>(b, X + (16 * kb) * LD + c0 + 16 * np, LD, lane);
+                    mma_bf16(acc[0][2 * np], hi, b[0], b[1]);
+                    mma_bf16(acc[0][2 * np + 1], hi, b[2], b[3]);
+                    mma_bf16(acc[0][2 * np], lo, b[0], b[1]);
+                    mma_bf16(acc[0][2 * np + 1], lo, b[2], b[3]);
+                }
+            }
+            // W or U as bf16, in whole 32-byte sectors (tile_store.cuh)
+            bf16* dst = (pass == 0 ? a.W : a.U) + hrow0 * D;
+            uint32_t wds[2][GK::NT];
+#pragma unroll
+            for (int nt = 0; nt < GK::NT; ++nt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) wds[h][nt] = pack_bf16(acc[0][nt][2 * h], acc[0][nt][2 * h + 1]);
+            store_tile_bf16<GK::NT>(wds, dst + size_t(r0) * D + c0, D, L - r0, lane);
         }
-        if (pass == 1) cp_async_wait_all();  // V
-        __syncthreads();
-        float acc[GK::MT][GK::NT][4];
-        zero(acc);
-        const bf16* X = pass == 0 ? s.Ks : s.Vs;
-        // F (both parts) is lower triangular: the warp's 16 rows in block I need k-blocks 0 .. I only; X's
-        // fragments loaded once for both parts
-        static_assert(GK::MT == 1, "one 16-row block a warp");
-        GK::run_shared_b(acc, Fh, acc, Fl, LA, X, LD, warp, lane, 0, GK::row0(warp) / 16 + 1);
-        // W or U as bf16, in whole 32-byte sectors (tile_store.cuh)
-        bf16* dst = (pass == 0 ? a.W : a.U) + hrow0 * D;
-        const int r0 = GK::row0(warp), c0 = GK::col0(warp);
-        uint32_t wds[2][GK::NT];
-#pragma unroll
-        for (int nt = 0; nt < GK::NT; ++nt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) wds[h][nt] = pack_bf16(acc[0][nt][2 * h], acc[0][nt][2 * h + 1]);
-        store_tile_bf16<GK::NT>(wds, dst + size_t(r0) * D + c0, D, L - r0, lane);
-        if (pass == 0) __syncthreads();  // the factor buffers are rewritten for U
     }
 }
 
