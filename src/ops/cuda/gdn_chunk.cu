@@ -444,14 +444,18 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
     auto& s = *reinterpret_cast<S*>(smem_raw);
     constexpr int NTH = NW * 32, LD = S::LD, LV = S::LV;
     constexpr int NCG = NW / 4, NV = VT / NCG / 8;  // column groups of [W; Q] M0^T, n-tiles per warp
-    constexpr int NWW = NW / 2, RG = VT / 16;       // warps owning the state, its 16-row groups
+    // warps owning the state and its 16-row groups: the W-row warps, or for whole heads every warp (16 rows x
+    // D / 2 columns each: the state update's products spread over all 16 warps, and 32 state registers a
+    // warp instead of 64, where the W-row warps alone spilled a loop counter in call AW)
+    constexpr bool kAllOwn = VT == 128;
+    constexpr int NWW = kAllOwn ? NW : NW / 2, RG = VT / 16;
     static_assert(RG <= NWW, "gdn_fwd_scan_kernel: more 16-row groups than state-owning warps");
     constexpr int MC = D * RG / NWW;  // state columns per owning warp
     const int v0 = blockIdx.x * VT, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
     const int r0 = 32 * (warp / NCG), c0 = (warp % NCG) * (VT / NCG);  // this warp's tile of [W; Q] M0^T
-    const bool wwarp = warp < NWW;
+    const bool wrows = warp < NW / 2, owner = warp < NWW;  // the W rows of [W; Q] M0^T (r0 < 64); a state part
     const int mrow0 = 16 * (warp / (NWW / RG)), mcol0 = (warp % (NWW / RG)) * MC;  // its state part
 
     auto issue = [&](int n, int st) {
@@ -468,7 +472,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
     };
 
     float M[1][MC / 8][4];
-    if (wwarp) {
+    if (owner) {
 #pragma unroll
         for (int nt = 0; nt < MC / 8; ++nt)
 #pragma unroll
@@ -492,7 +496,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
         zero(acc);
         // [W; Q] M0^T: the W rows (-> delta) and the Q rows (-> outputs)
         warp_gemm<2, NV, D / 16, false, true>(acc, s.QW[st] + r0 * LD, LD, s.Mb + c0 * LD, LD, lane);
-        if (wwarp) {  // delta = U - W M0^T (rows t = r0 ..)
+        if (wrows) {  // delta = U - W M0^T (rows t = r0 ..)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -527,24 +531,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                 }
         }
         __syncthreads();
-        if (!wwarp) {
-            // O = scale [diag(Gamma) Q M0^T + P delta]
-            // P is lower triangular: rows r0 - 64 .. +32 need the k-steps up to their last 16-row block
-            warp_gemm<2, NV, 4, false, false>(acc, s.Ps[st] + (r0 - 64) * 72, 72, s.Db + c0, LV, lane, 0,
-                                              (r0 - 64) / 16 + 2);
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < NV; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; e += 2) {
-                        const int t = r0 - 64 + frag_row(mt, e, lane), c = c0 + frag_col(nt, e, lane);
-                        if (t < L)
-                            *reinterpret_cast<__nv_bfloat162*>(a.o + ((size_t(b) * a.T + t0 + t) * a.HV + j) * D +
-                                                               v0 + c) =
-                                __floats2bfloat162_rn(a.scale * acc[mt][nt][e], a.scale * acc[mt][nt][e + 1]);
-                    }
-        } else {
+        // the state update first (the next chunk waits for it), then the outputs of the Q-row warps
+        if (owner) {
             // M1 = Gamma_L M0 + (dec delta)^T K
             const float gl = expf(glast);
 #pragma unroll
@@ -561,12 +549,30 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                         __floats2bfloat162_rn(M[0][nt][e], M[0][nt][e + 1]);
                 }
         }
+        if (!wrows) {
+            // O = scale [diag(Gamma) Q M0^T + P delta]
+            // P is lower triangular: rows r0 - 64 .. +32 need the k-steps up to their last 16-row block
+            warp_gemm<2, NV, 4, false, false>(acc, s.Ps[st] + (r0 - 64) * 72, 72, s.Db + c0, LV, lane, 0,
+                                              (r0 - 64) / 16 + 2);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NV; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; e += 2) {
+                        const int t = r0 - 64 + frag_row(mt, e, lane), c = c0 + frag_col(nt, e, lane);
+                        if (t < L)
+                            *reinterpret_cast<__nv_bfloat162*>(a.o + ((size_t(b) * a.T + t0 + t) * a.HV + j) * D +
+                                                               v0 + c) =
+                                __floats2bfloat162_rn(a.scale * acc[mt][nt][e], a.scale * acc[mt][nt][e + 1]);
+                    }
+        }
         if (ST == 1 && n + 1 < a.n1) {
             __syncthreads();  // every read of this chunk's buffers is done
             issue(n + 1, 0);
         }
     }
-    if (a.ht && wwarp) {
+    if (a.ht && owner) {
 #pragma unroll
         for (int nt = 0; nt < MC / 8; ++nt)
 #pragma unroll
