@@ -200,7 +200,8 @@ void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
         // the forward's GPU time alone, as fla's forward replayed from a CUDA graph is measured (L2 flushed
         // before each call, no launch latency counted)
         const float fwd_g = graph_ms([&](cudaStream_t st) {
-            hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws, st);
+            hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, false, ws,
+                                           st);
         });
         emit("gdn_fwd_graph", B, T, H, D, fwd_g, double(B) * T, 0, 0);
         // one more call of each with per-kernel times on stderr

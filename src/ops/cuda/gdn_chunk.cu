@@ -158,7 +158,8 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     bf16* Qs = reinterpret_cast<bf16*>(s.QT);
     float* Tf = reinterpret_cast<float*>(s.QT);
 
-    // two copy groups: K and Q, needed first, then V, needed only by U at the end (its copy overlaps A, P and T)
+    // two copy groups: K and Q, needed first, then V, needed only by U at the end (its copy overlaps A, P and
+    // T)
     load_rows<64, D, 256>(s.Ks, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
     load_rows<64, D, 256>(Qs, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
     cp_async_commit();
@@ -367,7 +368,8 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
 #pragma unroll
             for (int kb = 0; kb < 4; ++kb) {
                 if (kb > I) break;  // warp-uniform: F is zero right of the warp's diagonal block
-                // a[0]: (row g, k 2t), a[1]: (g + 8, 2t), a[2]: (g, 2t + 8), a[3]: (g + 8, 2t + 8); pairs along k
+                // a[0]: (row g, k 2t), a[1]: (g + 8, 2t), a[2]: (g, 2t + 8), a[3]: (g + 8, 2t + 8); pairs
+                // along k
                 uint32_t hi[4], lo[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
@@ -455,7 +457,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
     const int r0 = 32 * (warp / NCG), c0 = (warp % NCG) * (VT / NCG);  // this warp's tile of [W; Q] M0^T
-    const bool wrows = warp < NW / 2, owner = warp < NWW;  // the W rows of [W; Q] M0^T (r0 < 64); a state part
+    // wrows: the warp computes W rows of [W; Q] M0^T (r0 < 64); owner: it holds a part of the state
+    const bool wrows = warp < NW / 2, owner = warp < NWW;
     const int mrow0 = 16 * (warp / (NWW / RG)), mcol0 = (warp % (NWW / RG)) * MC;  // its state part
 
     auto issue = [&](int n, int st) {
