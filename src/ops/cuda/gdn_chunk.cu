@@ -292,9 +292,10 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     // the blocks d below the diagonal, level by level on tensor cores: Z = sum_{K = J}^{I - 1} A_IK T_KJ,
     // then T_IJ = -T_II Z (I = J + d). A warp forms one 16 x 8 strip of a block ((4 - d) x 2 strips: 6, 4, 2
     // of the 8 warps), Z through its own 16 x 8 scratch in Zs (same warp, so no block barrier between the two
-    // products). tf32 with both operands split in big and small parts, three products (about fp32's accuracy,
-    // as in the per-chunk backward). In call AO's ncu the FMA loops these replace held 36% of the prep's
-    // shared-memory wavefronts (float4 rows re-read by every thread) and 23% of its stall samples.
+    // products). tf32 with both operands split in big and small parts, three products (mma_tf32_3x, about
+    // fp32's accuracy, as in the per-chunk backward). In call AO's ncu the FMA loops these replace held 36%
+    // of the prep's shared-memory wavefronts (float4 rows re-read by every thread) and 23% of its stall
+    // samples.
     {
         const int g = lane >> 2, t = lane & 3;
         // c (16 x 8) += X[r0 .., k0 ..] (16 x 8, row stride lx) Y[k0 .., c0 ..] (8 x 8, row stride ly)
@@ -306,9 +307,7 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
             tf32_split(X[(g + 8) * lx + t + 4], ab[3], as[3]);
             tf32_split(Y[t * ly + g], b0b, b0s);
             tf32_split(Y[(t + 4) * ly + g], b1b, b1s);
-            mma_tf32(c, ab, b0s, b1s);
-            mma_tf32(c, as, b0b, b1b);
-            mma_tf32(c, ab, b0b, b1b);
+            mma_tf32_3x(c, ab, as, b0b, b0s, b1b, b1s);
         };
 #pragma unroll
         for (int d = 1; d < 4; ++d) {
@@ -1060,9 +1059,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         atomicAdd(&s.dgam[tid], s.beta[tid] * g * px);
     }
     // tL = dT T^T, then dA = -T^T tL, on tensor cores: out = sign X^T Y (X, Y fp32 in shared memory, row
-    // stride LF) as three tf32 products of the operands' big and small parts (big.small + small.big +
-    // big.big, about fp32's accuracy: relative error 8e-8 in a numpy model of 64 x 64 products of T-like
-    // matrices, against 1.5-1.8e-7 for sequential fp32 FMAs and 3e-4 for one tf32 product). In call AC the
+    // stride LF) as three tf32 products of the operands' big and small parts (mma_tf32_3x: about fp32's
+    // accuracy, relative error 8e-8 against 1.5-1.8e-7 for sequential fp32 FMAs). In call AC the
     // FMA loops these replace held 14% of the kernel's stall samples and 23% of its executed instructions.
     // tf32_tile: the 16 x (8 NTW) tile (m0, n0) of out over k = k0 .. k1 - 1, Y plus Y2 when Y2 is given.
     auto tf32_tile = [&](auto ntw, const float* X, const float* Y, const float* Y2, float* out, float sign,
@@ -1088,9 +1086,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 uint32_t b0b, b0s, b1b, b1s;
                 tf32_split(y(kk + t, nc), b0b, b0s);
                 tf32_split(y(kk + t + 4, nc), b1b, b1s);
-                mma_tf32(acc[i], ab, b0s, b1s);
-                mma_tf32(acc[i], as, b0b, b1b);
-                mma_tf32(acc[i], ab, b0b, b1b);
+                mma_tf32_3x(acc[i], ab, as, b0b, b0s, b1b, b1s);
             }
         }
 #pragma unroll

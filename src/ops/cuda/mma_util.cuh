@@ -79,6 +79,17 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c += a b in about fp32's accuracy from tf32 operands split into big and small parts (tf32_split): three
+// products, big.small + small.big + big.big (the small.small term is below fp32's rounding). In a numpy
+// model of 64 x 64 products of T-like matrices: relative error 8e-8, against 3e-4 for one tf32 product.
+__device__ __forceinline__ void mma_tf32_3x(float (&c)[4], const uint32_t (&a_big)[4],
+                                            const uint32_t (&a_small)[4], uint32_t b0_big, uint32_t b0_small,
+                                            uint32_t b1_big, uint32_t b1_small) {
+    mma_tf32(c, a_big, b0_small, b1_small);
+    mma_tf32(c, a_small, b0_big, b1_big);
+    mma_tf32(c, a_big, b0_big, b1_big);
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
