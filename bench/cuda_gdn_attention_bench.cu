@@ -86,7 +86,9 @@ float graph_ms(const std::function<void(cudaStream_t)>& enqueue) {
     CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     enqueue(st);
     CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    // per-node priorities, as our graphs run them (src/gpu/cuda_graph.cpp): the split and streamed GDN
+    // forwards launch their scan on a high-priority stream
+    CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
     const float ms = median_ms([&] { CUDA_CHECK(cudaGraphLaunch(exec, 0)); },
                                [&] { CUDA_CHECK(cudaMemsetAsync(flush, 0, flush_bytes, 0)); });
     CUDA_CHECK(cudaGraphExecDestroy(exec));

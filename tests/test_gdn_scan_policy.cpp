@@ -89,3 +89,19 @@ TEST(GdnScanPolicy, ForwardPartsOnlyBesideAOneWaveScan) {
         EXPECT_GE(chunks / p, p == 1 ? 0 : 128) << chunks;
     }
 }
+
+// The streamed forward: a prep block beside every block of a one-wave scan, in shared memory and registers.
+TEST(GdnScanPolicy, PrepBesideScanNeedsSharedMemoryAndRegisters) {
+    const size_t sm = 228 * 1024, rsv = 1024, regs = 65536, prep = 75008, prep_regs = 256 * 80;
+    const size_t scan32 = 153600, scan128 = 228864;      // ScanSmem<128, 32 / 128, 2>
+    const size_t regs8 = 256 * 128, regs16 = 512 * 128;  // 8 and 16 warps of 128 registers
+    EXPECT_TRUE(
+        gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, rsv, regs8, prep_regs, regs));  // B2 d 128
+    EXPECT_TRUE(
+        gdn_prep_fits_beside_scan(72, 132, 121344, 58624, sm, rsv, regs8, prep_regs, regs));  // B8 d 64
+    // whole d 128 heads: neither shared memory nor registers leave room; more blocks than SMs never
+    EXPECT_FALSE(gdn_prep_fits_beside_scan(128, 132, scan128, prep, sm, rsv, regs16, prep_regs, regs));
+    EXPECT_FALSE(gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, rsv, regs16, prep_regs, regs));
+    EXPECT_FALSE(gdn_prep_fits_beside_scan(133, 132, scan32, prep, sm, rsv, regs8, prep_regs, regs));
+    EXPECT_FALSE(gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, 3 * 1024, regs8, prep_regs, regs));
+}

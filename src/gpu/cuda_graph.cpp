@@ -44,7 +44,10 @@ CudaGraph CudaGraph::capture(cudaStream_t stream, const std::function<void()>& r
         throw;
     }
     CUDA_CHECK(cudaStreamEndCapture(stream, &g.graph_));
-    CUDA_CHECK(cudaGraphInstantiate(&g.exec_, g.graph_, 0));
+    // the kernels keep the priorities of the streams they were captured from (without the flag a graph runs
+    // every node at its launch stream's priority): the GDN forward's scan runs on a high-priority stream
+    // beside its prep (ops/cuda/gdn_chunk.cu)
+    CUDA_CHECK(cudaGraphInstantiateWithFlags(&g.exec_, g.graph_, cudaGraphInstantiateFlagUseNodePriority));
     CUDA_CHECK(cudaGraphUpload(g.exec_, stream));  // first replay without the upload cost
     return g;
 }

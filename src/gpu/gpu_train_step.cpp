@@ -937,7 +937,9 @@ bool GpuTrainStep::run_step_graph(const std::vector<double>& key, const std::fun
     if (why.empty() && end != cudaSuccess) why = cudaGetErrorString(end);
     cudaGraphExec_t exec = nullptr;
     if (why.empty()) {
-        const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+        // per-node priorities, as src/gpu/cuda_graph.cpp instantiates (the GDN forward's high-priority scan)
+        const cudaError_t inst =
+            cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
         if (inst != cudaSuccess) why = cudaGetErrorString(inst);
     }
     if (graph) (void)cudaGraphDestroy(graph);

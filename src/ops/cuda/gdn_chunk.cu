@@ -38,12 +38,14 @@
 #include "ops/cuda/gdn_scan_policy.h"
 #include "ops/cuda/gdn_triangle_parts.h"
 #include "ops/cuda/mma_util.cuh"
+#include "ops/cuda/ready_flags.cuh"
 #include "ops/cuda/tile_store.cuh"
 
 namespace hydra::cuda {
 
 using namespace hydra::cuda::mma;
 using namespace hydra::cuda::bf16_pack;
+using namespace hydra::cuda::ready_flags;
 
 namespace {
 
@@ -117,6 +119,9 @@ struct FwdArgs {
     float *gam, *rq, *rk;  // (B, HV, NT*64): gate cumsum, 1 / ||q_t||, 1 / ||k_t|| (1 without the norm)
     bf16 *W, *U, *P;
     float* Tm;  // null unless saving for the backward
+    // streamed forward (forward_impl): blocks run pair-major (blockIdx.x = pair, blockIdx.y = chunk) and
+    // each sets its (pair, chunk) flag once its outputs are written; null: chunk-major, no flags
+    int* ready;
 };
 
 // The preparation. The q, k rows come in raw: with the L2 norm on, the 1 / norms rq, rk of the chunk's
@@ -148,7 +153,10 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     using S = PrepSmem<D>;
     auto& s = *reinterpret_cast<S*>(smem_raw);
     constexpr int LD = S::LD, LA = S::LA, LT = S::LT;
-    const int n = blockIdx.x + a.n0, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
+    // streamed: the pairs vary fastest, so the first chunks of every pair come first (the scan waits for
+    // them)
+    const int n = (a.ready ? blockIdx.y : blockIdx.x) + a.n0, bj = a.ready ? blockIdx.x : blockIdx.y;
+    const int b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int t0 = n * kC, L = min(kC, a.T - t0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
@@ -400,6 +408,10 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
             store_tile_bf16<GK::NT>(wds, dst + size_t(r0) * D + c0, D, L - r0, lane);
         }
     }
+    if (a.ready) {
+        __syncthreads();  // every thread's stores of this chunk (gam, rq, rk, P, W, U) are issued
+        if (tid == 0) signal_ready(a.ready + size_t(bj) * a.NT + n);
+    }
 }
 
 // ---- forward: the state scan with the outputs ------------------------------------------------------
@@ -415,6 +427,9 @@ struct ScanArgs {
     float* ht;
     bf16* states;  // null unless saving
     bf16* delta;   // null unless saving
+    // streamed forward: the prep's (pair, chunk) flags, waited for before each chunk's copies; null: the prep
+    // has finished before the scan starts
+    const int* ready;
 };
 
 // One block per (sequence, value head, VT-row state slice) with NW warps (4, 8 or 16), walking the chunks in
@@ -485,12 +500,26 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                 s.Mb[r * LD + c] = __float2bfloat16(x);
             }
     }
+    // streamed: thread 0 waits for a chunk's flag before the barrier that precedes its copies; the flag of
+    // the chunk copied next (ST chunks ahead) is loaded a chunk early, so only a chunk the prep has not
+    // finished yet costs a wait
+    const int* ready = a.ready ? a.ready + size_t(bj) * a.NT : nullptr;
+    int next_ready = 1;  // thread 0: the flag of the next chunk to copy, as loaded a chunk ago
+    if (ready) {
+        if (tid == 0) {
+            wait_ready(ready + a.n0);
+            if (a.n0 + 1 < a.n1) next_ready = peek_ready(ready + a.n0 + 1);
+        }
+        __syncthreads();
+    }
     issue(a.n0, 0);
     for (int n = a.n0; n < a.n1; ++n) {
         const int st = ST == 2 ? ((n - a.n0) & 1) : 0, t0 = n * kC, L = min(kC, a.T - t0);
+        if (ST == 2 && ready && tid == 0 && n + 1 < a.n1 && !next_ready) wait_ready(ready + n + 1);
         cp_async_wait_all();
         __syncthreads();
         if (ST == 2 && n + 1 < a.n1) issue(n + 1, st ^ 1);
+        if (ready && tid == 0 && n + ST < a.n1) next_ready = peek_ready(ready + n + ST);
         if (a.states) store_slice<D, VT, NTH>(a.states + ((size_t(bj) * a.NT + n) * D + v0) * D, s.Mb, tid);
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
@@ -570,6 +599,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                     }
         }
         if (ST == 1 && n + 1 < a.n1) {
+            if (ready && tid == 0 && !next_ready) wait_ready(ready + n + 1);
             __syncthreads();  // every read of this chunk's buffers is done
             issue(n + 1, 0);
         }
@@ -1510,6 +1540,7 @@ int g_scan_override = -2;  // -2: not read yet, -1: automatic
 // What the scan and split-forward rules need to know of the GPU, read once.
 struct DeviceLimits {
     int sms = 0, sm_smem = 0, reserved = 0;  // SMs; shared memory per SM and reserved per block (bytes)
+    int sm_regs = 0;                         // registers per SM
 };
 const DeviceLimits& device_limits() {
     static const DeviceLimits lim = [] {
@@ -1519,6 +1550,7 @@ const DeviceLimits& device_limits() {
         CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&l.sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&l.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&l.sm_regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev));
         return l;
     }();
     return lim;
@@ -1576,8 +1608,12 @@ int prep_blocks_per_sm() {
 // hides behind the latency-bound scan. Each range's scan starts from the state the previous one left
 // (GdnWorkspace::hpart). gdn_scan_policy.h's rule picks P; HYDRA_GDN_PARTS = 1, 2, 4 or 8 forces it where
 // the scan leaves room (and each range keeps two chunks), for comparisons and the parity runs.
-int forward_parts(const GdnShape& s, int NT, int variant, size_t scan_smem, size_t prep_smem) {
+int forced_parts() {
     static const int forced = env_choice("HYDRA_GDN_PARTS", {1, 2, 4, 8}, 0);
+    return forced;
+}
+int forward_parts(const GdnShape& s, int NT, int variant, size_t scan_smem, size_t prep_smem) {
+    const int forced = forced_parts();
     const DeviceLimits& lim = device_limits();
     const size_t blocks = gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV);
     const auto rule = [&](int chunks) {
@@ -1604,6 +1640,50 @@ struct PartStreams {
     }
 };
 
+// The prep asks for all of an SM's shared memory when it runs beside the scan (split or streamed forward), as
+// the scan does, so that the driver does not configure an SM for one of them and keep the rest as L1.
+template <int D>
+void set_shared_carveout() {
+    static bool done = false;
+    if (done) return;
+    for (auto kern : {gdn_fwd_prep_kernel<D, 2>, gdn_fwd_prep_kernel<D, 3>})
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        int(cudaSharedmemCarveoutMaxShared)));
+    done = true;
+}
+
+// Registers a block of kernel `kern` holds with `threads` threads (allocated per warp, 256 at a time).
+template <class Kern>
+size_t block_registers(Kern kern, int threads) {
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
+    const size_t per_warp = (size_t(fa.numRegs) * 32 + 255) / 256 * 256;
+    return per_warp * size_t((threads + 31) / 32);
+}
+
+// Whether the forward streams (the prep and the scan at the same time, the scan waiting on per-chunk flags):
+// where a prep block fits beside every scan block (gdn_prep_fits_beside_scan), unless HYDRA_GDN_STREAM=0.
+// The streamed prep's grid is (pairs, chunks): at most 65535 chunks (T up to 4M).
+template <int D>
+bool stream_forward(const GdnShape& s, int NT, int variant, size_t scan_smem) {
+    static const bool allowed = env_choice("HYDRA_GDN_STREAM", {0, 1}, 1) == 1;
+    if (!allowed || NT > 65535) return false;
+    const DeviceLimits& lim = device_limits();
+    static size_t scan_regs[kGdnScanVariants] = {};  // per variant, read once
+    if (scan_regs[variant] == 0)
+        with_scan_shape(variant, [&](auto shape) {
+            using V = decltype(shape);
+            if constexpr (V::vt <= D)
+                scan_regs[variant] = block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>, V::nw * 32);
+        });
+    static const size_t prep_regs = prep_blocks_per_sm() == 3
+                                        ? block_registers(gdn_fwd_prep_kernel<D, 3>, 256)
+                                        : block_registers(gdn_fwd_prep_kernel<D, 2>, 256);
+    return gdn_prep_fits_beside_scan(gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV), lim.sms, scan_smem,
+                                     sizeof(PrepSmem<D>), size_t(lim.sm_smem), size_t(lim.reserved),
+                                     scan_regs[variant], prep_regs, size_t(lim.sm_regs));
+}
+
 template <int D>
 void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g, const float* beta,
                   const float* h0, bf16* o, float* ht, float scale, bool l2norm, bool save, GdnWorkspace& ws,
@@ -1628,21 +1708,24 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                ws.W,
                ws.U,
                ws.P,
-               save ? ws.Tm : nullptr};
+               save ? ws.Tm : nullptr,
+               nullptr};
     static bool attr = false;
     if (!attr) {
         set_smem(gdn_fwd_prep_kernel<D, 2>, sizeof(PrepSmem<D>));
         set_smem(gdn_fwd_prep_kernel<D, 3>, sizeof(PrepSmem<D>));
         attr = true;
     }
-    // the prep over chunks n0 .. n1 - 1
-    auto prep = [&](int n0, int n1, cudaStream_t sx) {
+    // the prep over chunks n0 .. n1 - 1; with flags (streamed), pair-major and setting them
+    auto prep = [&](int n0, int n1, cudaStream_t sx, int* ready = nullptr) {
         FwdArgs f = fa;
         f.n0 = n0;
+        f.ready = ready;
+        const dim3 grid = ready ? dim3(s.B * s.HV, n1 - n0) : dim3(n1 - n0, s.B * s.HV);
         if (prep_blocks_per_sm() == 3)
-            gdn_fwd_prep_kernel<D, 3><<<dim3(n1 - n0, s.B * s.HV), 256, sizeof(PrepSmem<D>), sx>>>(f);
+            gdn_fwd_prep_kernel<D, 3><<<grid, 256, sizeof(PrepSmem<D>), sx>>>(f);
         else
-            gdn_fwd_prep_kernel<D, 2><<<dim3(n1 - n0, s.B * s.HV), 256, sizeof(PrepSmem<D>), sx>>>(f);
+            gdn_fwd_prep_kernel<D, 2><<<grid, 256, sizeof(PrepSmem<D>), sx>>>(f);
         CUDA_CHECK(cudaGetLastError());
     };
     ScanArgs sa{s.B,
@@ -1665,14 +1748,16 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                 o,
                 ht,
                 save ? ws.states : nullptr,
-                save ? ws.delta : nullptr};
+                save ? ws.delta : nullptr,
+                nullptr};
     const int variant = scan_variant(s);
     // the scan over chunks n0 .. n1 - 1, from state h_in to h_out; split (shared_sm), its SMs are asked for
     // all their shared memory, so that a prep block fits beside a scan block (otherwise the driver may
     // configure an SM for the scan block alone and keep the rest as L1)
-    auto scan = [&](int n0, int n1, const float* h_in, float* h_out, cudaStream_t sx, bool shared_sm) {
+    auto scan = [&](int n0, int n1, const float* h_in, float* h_out, cudaStream_t sx, bool shared_sm,
+                    const int* ready = nullptr) {
         ScanArgs a = sa;
-        a.n0 = n0, a.n1 = n1, a.h0 = h_in, a.ht = h_out;
+        a.n0 = n0, a.n1 = n1, a.h0 = h_in, a.ht = h_out, a.ready = ready;
         with_scan_shape(variant, [&](auto shape) {
             using V = decltype(shape);
             if constexpr (V::vt <= D) {
@@ -1694,21 +1779,34 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         using V = decltype(shape);
         scan_smem = sizeof(ScanSmem<D, V::vt, V::st>);
     });
-    const int parts = forward_parts(s, NT, variant, scan_smem, sizeof(PrepSmem<D>));
-    if (parts == 1) {
+    // streamed where a prep block fits beside the scan's, unless HYDRA_GDN_PARTS asks for the split forward
+    const bool streamed = forced_parts() == 0 && stream_forward<D>(s, NT, variant, scan_smem);
+    const int parts = streamed ? 1 : forward_parts(s, NT, variant, scan_smem, sizeof(PrepSmem<D>));
+    if (streamed) {
+        // streamed: the prep (low priority, launched first, pair-major) and the scan (high priority) run at
+        // the same time; the scan's blocks wait for each chunk's flag (ready_flags.cuh) and the prep's blocks
+        // fill the room beside them (gdn_prep_fits_beside_scan)
+        static PartStreams ps;
+        set_shared_carveout<D>();
+        CUDA_CHECK(cudaMemsetAsync(ws.ready, 0, size_t(s.B) * s.HV * NT * sizeof(int), st));
+        CUDA_CHECK(cudaEventRecord(ps.fork, st));
+        CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.fork, 0));
+        CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.fork, 0));
+        prep(0, NT, ps.lo, ws.ready);
+        scan(0, NT, h0, ht, ps.hi, true, ws.ready);
+        CUDA_CHECK(cudaEventRecord(ps.prep_done[0], ps.lo));
+        CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.prep_done[0], 0));
+        CUDA_CHECK(cudaEventRecord(ps.join, ps.hi));
+        CUDA_CHECK(cudaStreamWaitEvent(st, ps.join, 0));
+        stages.mark("prep | scan streamed");
+    } else if (parts == 1) {
         prep(0, NT, st);
         stages.mark("prep");
         scan(0, NT, h0, ht, st, false);
         stages.mark("scan");
     } else {
         static PartStreams ps;
-        static bool prep_carveout = false;  // the prep asks for all of an SM's shared memory as well
-        if (!prep_carveout) {
-            for (auto kern : {gdn_fwd_prep_kernel<D, 2>, gdn_fwd_prep_kernel<D, 3>})
-                CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                int(cudaSharedmemCarveoutMaxShared)));
-            prep_carveout = true;
-        }
+        set_shared_carveout<D>();
         CUDA_CHECK(cudaEventRecord(ps.fork, st));
         CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.fork, 0));
         CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.fork, 0));
@@ -1802,7 +1900,8 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
                                {(void**)&W, hm * D * 2},
                                {(void**)&U, hm * D * 2},
                                {(void**)&P, chunks * kC * kC * 2},
-                               {(void**)&hpart, 2 * size_t(s.B) * s.HV * D * D * 4}};
+                               {(void**)&hpart, 2 * size_t(s.B) * s.HV * D * D * 4},
+                               {(void**)&ready, chunks * sizeof(int)}};
     if (train) {
         items.push_back({(void**)&Tm, chunks * kC * kC * 4});
         items.push_back({(void**)&states, chunks * D * D * 2});

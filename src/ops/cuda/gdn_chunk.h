@@ -46,6 +46,8 @@ public:
     bf16 *W = nullptr, *U = nullptr, *P = nullptr;
     // the states between the parts of a split forward (HYDRA_GDN_PARTS): two (B, HV, D, D) fp32
     float* hpart = nullptr;
+    // the streamed forward's per-chunk ready flags (B, HV, NT), set by the prep, waited for by the scan
+    int* ready = nullptr;
     // saved for the backward: T = (I + A)^-1 per chunk (fp32), state entering each chunk (bf16,
     // (B, HV, NT, D, D)), delta (B, HV, NT*64, D) bf16
     float* Tm = nullptr;
@@ -62,6 +64,10 @@ public:
 
 // o = GDN(q, k, v, g, beta; h0) and, when ht is given, the final state. h0 null = zeros.
 // save = keep what gdn_chunk_backward needs in ws (ws must be a training workspace).
+// Where the GPU has room, the preparation and the state scan run at the same time on two streams of their
+// own, the scan at high priority (gdn_chunk.cu, forward_impl); captured into a CUDA graph, instantiate it
+// with cudaGraphInstantiateFlagUseNodePriority to keep that priority (without it the result is the same,
+// slower).
 void gdn_chunk_forward(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g,
                        const float* beta, const float* h0, bf16* o, float* ht, float scale, bool l2norm_qk,
                        bool save, GdnWorkspace& ws, cudaStream_t stream = nullptr);

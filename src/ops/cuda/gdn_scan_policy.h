@@ -60,6 +60,18 @@ inline constexpr int gdn_scan_variant_for(int D, size_t pairs, int sms) {
     return 2;                                                        // 32-row slices, two blocks per SM
 }
 
+// Whether a prep block fits beside every block of a one-wave scan: the scan's blocks no more than the SMs,
+// and a prep block beside one of them in an SM's shared memory (`reserved` bytes kept per block) and in its
+// register file (`*_regs`: registers a block holds). The streamed forward (gdn_chunk.cu, forward_impl)
+// needs it: there the scan's blocks wait for the prep's, and without room beside them the waiting blocks
+// would hold the SMs the prep needs.
+inline constexpr bool gdn_prep_fits_beside_scan(size_t scan_blocks, int sms, size_t scan_smem,
+                                                size_t prep_smem, size_t sm_smem, size_t reserved,
+                                                size_t scan_regs, size_t prep_regs, size_t sm_regs) {
+    return scan_blocks <= size_t(sms) && scan_smem + prep_smem + 2 * reserved <= sm_smem &&
+           scan_regs + prep_regs <= sm_regs;
+}
+
 // Chunk ranges of the split forward (gdn_chunk.cu, forward_impl): the prep of range k + 1 runs beside the
 // scan of range k, which only helps when the scan leaves SMs half idle: its blocks fit one wave and a prep
 // block fits beside a scan block in an SM's shared memory (`reserved` bytes kept per block). Ranges of about
