@@ -453,7 +453,9 @@ struct ScanSmem {
     bf16 Dd[64 * LV];  // dec * delta
 };
 
-template <int D, int VT, int ST, int NW>
+// SAVE: the saving forward's instantiation, which also writes each chunk's entering state and delta
+// (a.states, a.delta) for the backward; the plain forward's has none of that code.
+template <int D, int VT, int ST, int NW, bool SAVE>
 __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     using S = ScanSmem<D, VT, ST>;
@@ -520,7 +522,6 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
         __syncthreads();
         if (ST == 2 && n + 1 < a.n1) issue(n + 1, st ^ 1);
         if (ready && tid == 0 && n + ST < a.n1) next_ready = peek_ready(ready + n + ST);
-        if (a.states) store_slice<D, VT, NTH>(a.states + ((size_t(bj) * a.NT + n) * D + v0) * D, s.Mb, tid);
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
         float acc[2][NV][4];
@@ -545,9 +546,6 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                         *reinterpret_cast<__nv_bfloat162*>(&s.Db[t * LV + c]) = dl;
                         *reinterpret_cast<__nv_bfloat162*>(&s.Dd[t * LV + c]) =
                             __floats2bfloat162_rn(dec * d0, dec * d1);
-                        if (a.delta && t < L)
-                            *reinterpret_cast<__nv_bfloat162*>(
-                                &a.delta[(size_t(bj) * Tp + t0 + t) * D + v0 + c]) = dl;
                     }
                 }
         } else {  // diag(Gamma rq) Q M0^T (rows t = r0 - 64 ..)
@@ -560,6 +558,11 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) acc[mt][nt][e] *= G;
                 }
+            // saving: the state entering this chunk, by the Q-row warps, whose part before the barrier is
+            // shorter than the W-row warps' delta epilogue (the stores stay off the chain of the next chunk)
+            if constexpr (SAVE)
+                store_slice<D, VT, NTH / 2>(a.states + ((size_t(bj) * a.NT + n) * D + v0) * D, s.Mb,
+                                            tid - NTH / 2);
         }
         __syncthreads();
         // the state update first (the next chunk waits for it), then the outputs of the Q-row warps
@@ -579,6 +582,15 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
                     *reinterpret_cast<__nv_bfloat162*>(&s.Mb[r * LD + c]) =
                         __floats2bfloat162_rn(M[0][nt][e], M[0][nt][e + 1]);
                 }
+        }
+        if (SAVE && wrows) {
+            // saving: delta from shared memory in 16-byte pieces by the W-row warps, while the Q-row warps
+            // compute the outputs (Db is rewritten only after the next chunk's first barrier)
+            for (int idx = tid; idx < L * (VT / 8); idx += NTH / 2) {
+                const int t = idx / (VT / 8), c = (idx % (VT / 8)) * 8;
+                *reinterpret_cast<uint4*>(&a.delta[(size_t(bj) * Tp + t0 + t) * D + v0 + c]) =
+                    *reinterpret_cast<const uint4*>(&s.Db[t * LV + c]);
+            }
         }
         if (!wrows) {
             // O = scale [diag(Gamma) Q M0^T + P delta]
@@ -1569,10 +1581,10 @@ int scan_variant(const GdnShape& s) {
 // first launch of each instantiation (Args tells the forward from the reverse scan).
 template <int D, int VT, int ST, int NW, class Args>
 void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args& args, cudaStream_t st) {
-    static bool attr = false;
-    if (!attr) {
+    static std::vector<void (*)(Args)> attributed;  // the kernels of this shape given the attribute already
+    if (std::find(attributed.begin(), attributed.end(), kern) == attributed.end()) {
         set_smem(kern, smem);
-        attr = true;
+        attributed.push_back(kern);
     }
     kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
 }
@@ -1596,10 +1608,13 @@ void with_scan_shape(int v, F&& f) {
 }
 
 // Blocks per SM the preparation's registers are budgeted for: 3 (at most 85 registers a thread; its
-// shared memory allows three) or 2 with HYDRA_GDN_PREP_BLOCKS=2 (128 registers, no spills), for comparisons.
-int prep_blocks_per_sm() {
-    static const int nb = env_choice("HYDRA_GDN_PREP_BLOCKS", {2, 3}, 3);
-    return nb;
+// shared memory allows three) where it has the GPU to itself, 2 (128 registers, no spills) in the streamed
+// forward, where an SM beside a scan block holds one prep block only. Calls BB and BC, streamed, from graphs,
+// 3 -> 2: B8 d 64 0.268 -> 0.251 ms, B2 d 128 0.822 -> 0.809, B1 2.223 -> 2.239; alone at B8 d 128 2 lost
+// (forward 0.630 -> 0.677). HYDRA_GDN_PREP_BLOCKS = 2 or 3 forces one, for comparisons.
+int prep_blocks_per_sm(bool streamed) {
+    static const int forced = env_choice("HYDRA_GDN_PREP_BLOCKS", {2, 3}, 0);
+    return forced != 0 ? forced : streamed ? 2 : 3;
 }
 
 // Parts of a split forward. With P parts the chunks are cut into P ranges: the prep of range k + 1 runs on
@@ -1665,23 +1680,25 @@ size_t block_registers(Kern kern, int threads) {
 // where a prep block fits beside every scan block (gdn_prep_fits_beside_scan), unless HYDRA_GDN_STREAM=0.
 // The streamed prep's grid is (pairs, chunks): at most 65535 chunks (T up to 4M).
 template <int D>
-bool stream_forward(const GdnShape& s, int NT, int variant, size_t scan_smem) {
+bool stream_forward(const GdnShape& s, int NT, int variant, size_t scan_smem, bool save) {
     static const bool allowed = env_choice("HYDRA_GDN_STREAM", {0, 1}, 1) == 1;
     if (!allowed || NT > 65535) return false;
     const DeviceLimits& lim = device_limits();
-    static size_t scan_regs[kGdnScanVariants] = {};  // per variant, read once
-    if (scan_regs[variant] == 0)
+    static size_t scan_regs[2][kGdnScanVariants] = {};  // per saving or not and variant, read once
+    size_t& regs = scan_regs[save][variant];
+    if (regs == 0)
         with_scan_shape(variant, [&](auto shape) {
             using V = decltype(shape);
             if constexpr (V::vt <= D)
-                scan_regs[variant] = block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>, V::nw * 32);
+                regs = save ? block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, true>, V::nw * 32)
+                            : block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, false>, V::nw * 32);
         });
-    static const size_t prep_regs = prep_blocks_per_sm() == 3
+    static const size_t prep_regs = prep_blocks_per_sm(true) == 3
                                         ? block_registers(gdn_fwd_prep_kernel<D, 3>, 256)
                                         : block_registers(gdn_fwd_prep_kernel<D, 2>, 256);
     return gdn_prep_fits_beside_scan(gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV), lim.sms, scan_smem,
-                                     sizeof(PrepSmem<D>), size_t(lim.sm_smem), size_t(lim.reserved),
-                                     scan_regs[variant], prep_regs, size_t(lim.sm_regs));
+                                     sizeof(PrepSmem<D>), size_t(lim.sm_smem), size_t(lim.reserved), regs,
+                                     prep_regs, size_t(lim.sm_regs));
 }
 
 template <int D>
@@ -1722,7 +1739,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         f.n0 = n0;
         f.ready = ready;
         const dim3 grid = ready ? dim3(s.B * s.HV, n1 - n0) : dim3(n1 - n0, s.B * s.HV);
-        if (prep_blocks_per_sm() == 3)
+        if (prep_blocks_per_sm(ready != nullptr) == 3)
             gdn_fwd_prep_kernel<D, 3><<<grid, 256, sizeof(PrepSmem<D>), sx>>>(f);
         else
             gdn_fwd_prep_kernel<D, 2><<<grid, 256, sizeof(PrepSmem<D>), sx>>>(f);
@@ -1761,15 +1778,20 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         with_scan_shape(variant, [&](auto shape) {
             using V = decltype(shape);
             if constexpr (V::vt <= D) {
-                static bool carveout = false;
-                if (shared_sm && !carveout) {
-                    CUDA_CHECK(cudaFuncSetAttribute(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
-                                                    cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                    int(cudaSharedmemCarveoutMaxShared)));
-                    carveout = true;
-                }
-                launch_scan<D, V::vt, V::st, V::nw>(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw>,
-                                                    sizeof(ScanSmem<D, V::vt, V::st>), s, a, sx);
+                auto go = [&](auto save_c) {  // std::bool_constant: the saving or the plain instantiation
+                    const auto kern = gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, decltype(save_c)::value>;
+                    static bool carveout = false;  // one flag per instantiation of this lambda
+                    if (shared_sm && !carveout) {
+                        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                        int(cudaSharedmemCarveoutMaxShared)));
+                        carveout = true;
+                    }
+                    launch_scan<D, V::vt, V::st, V::nw>(kern, sizeof(ScanSmem<D, V::vt, V::st>), s, a, sx);
+                };
+                if (save)
+                    go(std::true_type{});
+                else
+                    go(std::false_type{});
             }
         });
         CUDA_CHECK(cudaGetLastError());
@@ -1780,7 +1802,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         scan_smem = sizeof(ScanSmem<D, V::vt, V::st>);
     });
     // streamed where a prep block fits beside the scan's, unless HYDRA_GDN_PARTS asks for the split forward
-    const bool streamed = forced_parts() == 0 && stream_forward<D>(s, NT, variant, scan_smem);
+    const bool streamed = forced_parts() == 0 && stream_forward<D>(s, NT, variant, scan_smem, save);
     const int parts = streamed ? 1 : forward_parts(s, NT, variant, scan_smem, sizeof(PrepSmem<D>));
     if (streamed) {
         // streamed: the prep (low priority, launched first, pair-major) and the scan (high priority) run at
