@@ -1617,12 +1617,14 @@ int prep_blocks_per_sm(bool streamed) {
     return forced != 0 ? forced : streamed ? 2 : 3;
 }
 
-// Parts of a split forward. With P parts the chunks are cut into P ranges: the prep of range k + 1 runs on
-// a low-priority stream while the scan of range k runs on a high-priority one, so when the scan's blocks
-// leave room beside them on their SMs (one wave of 16- or 32-row scan blocks: B1, B2 at d 128), the prep
-// hides behind the latency-bound scan. Each range's scan starts from the state the previous one left
-// (GdnWorkspace::hpart). gdn_scan_policy.h's rule picks P; HYDRA_GDN_PARTS = 1, 2, 4 or 8 forces it where
-// the scan leaves room (and each range keeps two chunks), for comparisons and the parity runs.
+// Parts of a split forward, the streamed forward's predecessor, still run where streaming is off
+// (HYDRA_GDN_STREAM=0) or HYDRA_GDN_PARTS asks for it. With P parts the chunks are cut into P ranges: the
+// prep of range k + 1 runs on a low-priority stream while the scan of range k runs on a high-priority one, so
+// when the scan's blocks leave room beside them on their SMs (one wave of 16- or 32-row scan blocks: B1, B2
+// at d 128), the prep hides behind the latency-bound scan. Each range's scan starts from the state the
+// previous one left (GdnWorkspace::hpart). gdn_scan_policy.h's rule picks P; HYDRA_GDN_PARTS = 1, 2, 4 or 8
+// forces it where the scan leaves room (and each range keeps two chunks), for comparisons and the parity
+// runs.
 int forced_parts() {
     static const int forced = env_choice("HYDRA_GDN_PARTS", {1, 2, 4, 8}, 0);
     return forced;
