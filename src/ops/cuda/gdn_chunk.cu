@@ -1810,9 +1810,10 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         // streamed: the prep (low priority, launched first, pair-major) and the scan (high priority) run at
         // the same time; the scan's blocks wait for each chunk's flag (ready_flags.cuh) and the prep's blocks
         // fill the room beside them (gdn_prep_fits_beside_scan).
-        // Why it cannot deadlock: the prep never waits; every SM that holds a scan block has room for a prep
-        // block, so the prep always progresses while scans wait; and a run that serialises kernels
-        // (CUDA_LAUNCH_BLOCKING, a sanitizer) finishes the prep, launched first, before the scan starts.
+        // Why it cannot deadlock: the prep never waits; the scan's blocks are no more than the SMs and a prep
+        // block fits beside any one of them, so some SM always has room for the prep while scans wait; and a
+        // run that serialises kernels (CUDA_LAUNCH_BLOCKING, a sanitizer) finishes the prep, launched first,
+        // before the scan starts.
         static PartStreams ps;
         set_shared_carveout<D>();
         CUDA_CHECK(cudaMemsetAsync(ws.ready, 0, size_t(s.B) * s.HV * NT * sizeof(int), st));
