@@ -1642,7 +1642,8 @@ int forward_parts(const GdnShape& s, int NT, int variant, size_t scan_smem, size
     return forced;
 }
 
-// The two streams of a split forward (created once) and its events (fork, join, one per part).
+// The two streams of the split and the streamed forward (high priority for the scan, low for the prep) and
+// their events (fork, join, one per part), created once and shared by both.
 struct PartStreams {
     cudaStream_t hi = nullptr, lo = nullptr;
     cudaEvent_t fork = nullptr, join = nullptr, prep_done[8] = {};
@@ -1655,7 +1656,22 @@ struct PartStreams {
         CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
         for (auto& e : prep_done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
+    // hi and lo start after the work queued on st so far
+    void fork_from(cudaStream_t st) {
+        CUDA_CHECK(cudaEventRecord(fork, st));
+        CUDA_CHECK(cudaStreamWaitEvent(hi, fork, 0));
+        CUDA_CHECK(cudaStreamWaitEvent(lo, fork, 0));
+    }
+    // st continues after the work queued on hi (which has waited for everything queued on lo)
+    void join_into(cudaStream_t st) {
+        CUDA_CHECK(cudaEventRecord(join, hi));
+        CUDA_CHECK(cudaStreamWaitEvent(st, join, 0));
+    }
 };
+PartStreams& part_streams() {
+    static PartStreams ps;
+    return ps;
+}
 
 // The prep asks for all of an SM's shared memory when it runs beside the scan (split or streamed forward), as
 // the scan does, so that the driver does not configure an SM for one of them and keep the rest as L1.
@@ -1814,18 +1830,15 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         // block fits beside any one of them, so some SM always has room for the prep while scans wait; and a
         // run that serialises kernels (CUDA_LAUNCH_BLOCKING, a sanitizer) finishes the prep, launched first,
         // before the scan starts.
-        static PartStreams ps;
+        PartStreams& ps = part_streams();
         set_shared_carveout<D>();
         CUDA_CHECK(cudaMemsetAsync(ws.ready, 0, size_t(s.B) * s.HV * NT * sizeof(int), st));
-        CUDA_CHECK(cudaEventRecord(ps.fork, st));
-        CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.fork, 0));
-        CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.fork, 0));
+        ps.fork_from(st);
         prep(0, NT, ps.lo, ws.ready);
         scan(0, NT, h0, ht, ps.hi, true, ws.ready);
         CUDA_CHECK(cudaEventRecord(ps.prep_done[0], ps.lo));
         CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.prep_done[0], 0));
-        CUDA_CHECK(cudaEventRecord(ps.join, ps.hi));
-        CUDA_CHECK(cudaStreamWaitEvent(st, ps.join, 0));
+        ps.join_into(st);
         stages.mark("prep | scan streamed");
     } else if (parts == 1) {
         prep(0, NT, st);
@@ -1833,11 +1846,9 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         scan(0, NT, h0, ht, st, false);
         stages.mark("scan");
     } else {
-        static PartStreams ps;
+        PartStreams& ps = part_streams();
         set_shared_carveout<D>();
-        CUDA_CHECK(cudaEventRecord(ps.fork, st));
-        CUDA_CHECK(cudaStreamWaitEvent(ps.hi, ps.fork, 0));
-        CUDA_CHECK(cudaStreamWaitEvent(ps.lo, ps.fork, 0));
+        ps.fork_from(st);
         auto bound = [&](int p) { return int(int64_t(NT) * p / parts); };
         for (int p = 0; p < parts; ++p) {
             prep(bound(p), bound(p + 1), ps.lo);
@@ -1850,8 +1861,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
             float* h_out = p == parts - 1 ? ht : ws.hpart + state * (p & 1);
             scan(bound(p), bound(p + 1), h_in, h_out, ps.hi, true);
         }
-        CUDA_CHECK(cudaEventRecord(ps.join, ps.hi));
-        CUDA_CHECK(cudaStreamWaitEvent(st, ps.join, 0));
+        ps.join_into(st);
         stages.mark("prep | scan in parts");
     }
     stages.report(save ? "forward (saving)" : "forward");
