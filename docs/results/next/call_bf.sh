@@ -3,7 +3,7 @@
 # built with BUILD_DIR=/work/main/build-device-exp tools/device_build.sh there): T saved for the backward on and
 # below its diagonal only (half of Tm's bytes written by the saving prep and read by the per-chunk backward);
 # the scan rule's variant 3 (64 rows x 8 warps) instead of 7 at 33-66 pairs of d 128 (B4: call AY's sweep).
-# build-device/ is main 89a761b (the kernels of main's tip; later commits changed comments and docs only).
+# build-device/: rebuild from main (4b424da or later: BUILD_DIR=build-device tools/device_build.sh) before the call.
 # 1. parity of the branch (full; scans 8, 5, 3 forced); 2. main and branch benches (+ B4 T8192); 3. B1 T32768 d 64 (call BE:
 # forward+backward 2.188 ms not streamed, 2.396 streamed, unexplained) twice each way with every profile line;
 # 4. fla against the branch's rows (compare main's rows by hand if the branch loses).
