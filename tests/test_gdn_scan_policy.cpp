@@ -38,7 +38,7 @@ TEST(GdnScanPolicy, ChoicesOnAnH200) {
     EXPECT_EQ(gdn_scan_variant_for(128, 8 * 16, sms), 8);
     EXPECT_EQ(gdn_scan_variant_for(128, 2 * 16, sms), 5);
     EXPECT_EQ(gdn_scan_variant_for(128, 1 * 16, sms), 4);
-    EXPECT_EQ(gdn_scan_variant_for(128, 4 * 16, sms), 7);
+    EXPECT_EQ(gdn_scan_variant_for(128, 4 * 16, sms), 3);  // 64 rows x 8 warps beat x 16 (call AY)
     EXPECT_EQ(gdn_scan_variant_for(64, 8 * 9, sms), 3);
     EXPECT_EQ(gdn_scan_variant_for(64, 4 * 9, sms), 5);
     EXPECT_NE(gdn_scan_variant_for(64, 16 * 9, sms), 3);  // whole d 64 heads lost there (call AQ)

@@ -342,10 +342,12 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
             __syncthreads();
         }
     }
-    if (a.Tm) {  // T for the backward, zeros above the diagonal
+    if (a.Tm) {  // T for the backward: the 16-byte pieces on or below the diagonal only (the per-chunk
+                 // backward reads no others), zeros above it within them
         float* dst = a.Tm + (size_t(bj) * a.NT + n) * (kC * kC);
         for (int idx = tid; idx < 64 * 16; idx += 256) {
             const int r = idx >> 4, c = (idx & 15) * 4;
+            if (c > r) continue;
             const float4 t = *reinterpret_cast<const float4*>(&Tf[r * LT + c]);
             *reinterpret_cast<float4*>(dst + r * kC + c) = make_float4(
                 c <= r ? t.x : 0.f, c + 1 <= r ? t.y : 0.f, c + 2 <= r ? t.z : 0.f, c + 3 <= r ? t.w : 0.f);
@@ -832,8 +834,12 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     float treg[TPT];
     {
         const float* Tg = a.Tm + chunk * (kC * kC);
+        // only the prep's pieces on or below the diagonal were written: the rest is zero, not read
 #pragma unroll
-        for (int k = 0; k < TPT; ++k) treg[k] = Tg[tid + NTH * k];
+        for (int k = 0; k < TPT; ++k) {
+            const int i = tid + NTH * k;
+            treg[k] = (i & 63) <= (i >> 6) ? Tg[i] : 0.f;
+        }
     }
     if (tid < 64) {
         s.gam[tid] = a.gam[hrow0 + tid];

@@ -48,7 +48,8 @@ public:
     float* hpart = nullptr;
     // the streamed forward's per-chunk ready flags (B, HV, NT), set by the prep, waited for by the scan
     int* ready = nullptr;
-    // saved for the backward: T = (I + A)^-1 per chunk (fp32), state entering each chunk (bf16,
+    // saved for the backward: T = (I + A)^-1 per chunk (fp32; only its 16-byte pieces on or below the
+    // diagonal are written and read), state entering each chunk (bf16,
     // (B, HV, NT, D, D)), delta (B, HV, NT*64, D) bf16
     float* Tm = nullptr;
     bf16 *states = nullptr, *delta = nullptr;

@@ -47,12 +47,15 @@ inline constexpr size_t gdn_scan_blocks(int variant, int D, size_t pairs) {
 //   0.510 / 0.523, whole heads 0.704 / 0.707; 32 pairs (B2): 32 rows x 8 warps 0.540 / 0.594, x 16 warps
 //   0.662 (reverse), 64 rows x 16 warps 0.823 / 0.903; 16 pairs (B1): 16 rows x 8 warps 1.849 / 1.851,
 //   x 4 warps 1.916 (reverse), 32 rows x 8 warps 2.331 (reverse).
+//   call AY (two builds), d 128, 64 pairs (B4 T8192): 64 rows x 8 warps 0.380 / 0.420 against x 16 warps
+//   0.411 / 0.455 (saving scan 0.413 against 0.464; forward+backward 2.712 against 2.807 ms), the rule's
+//   choice until then (AQ had not compared the two).
 //   call AQ, d 64, 72 pairs (B8 H9): whole 64-row heads x 8 warps 0.152 / 0.148 against 32 rows x 8 warps
 //   0.156 / 0.175; at 36 and 144 pairs whole heads lose (0.156 against 0.101, 0.312 against 0.233).
 inline constexpr int gdn_scan_variant_for(int D, size_t pairs, int sms) {
     const size_t n = size_t(sms);
     if (D == 128 && 2 * pairs > n) return 8;                         // whole heads still fill the GPU
-    if (D == 128 && 4 * pairs > n) return 7;                         // 64-row slices, one wave, half or more
+    if (D == 128 && 4 * pairs > n) return 3;                         // 64-row slices x 8 warps, one wave
     if (D == 64 && 2 * pairs > n && pairs <= n) return 3;  // whole d 64 heads, one wave, half or more
     if (gdn_scan_blocks(4, D, pairs) <= n) return 4;                 // 16-row slices in one wave
     if (gdn_scan_blocks(5, D, pairs) <= n) return 5;                 // 32-row slices in one wave
