@@ -13,7 +13,8 @@
 #   tools/device_build.sh --fetch   where apt works: download libfmt-dev and nlohmann-json3-dev into
 #                                   .devdeps/ and unpack them
 #                                   (.devdeps/ is git-ignored; carry it to the GPU machine)
-#   tools/device_build.sh           build into ${BUILD_DIR:-build-device}/ (here or on the GPU machine)
+#   tools/device_build.sh           build into ${BUILD_DIR:-build-device}/ (here or on the GPU machine);
+#                                   NVEXTRA adds nvcc flags (NVEXTRA=-lineinfo for per-line profiles)
 # The outputs run on either machine (x86-64-v3 host code, static CUDA runtime, sm_90 device code).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -52,6 +53,9 @@ for d in "$FMT_INC" "$JSON_INC"; do [[ "$d" == /usr/include ]] || DEP_INC+=(-isy
 CXXFLAGS=(-O3 -std=c++20 -march=x86-64-v3 -fopenmp -DFMT_HEADER_ONLY -I"$ROOT/src" "${DEP_INC[@]}")
 NVFLAGS=(-O3 -std=c++17 --expt-relaxed-constexpr -gencode arch=compute_90,code=sm_90 -DFMT_HEADER_ONLY
          -I"$ROOT/src" "${DEP_INC[@]}" -Xcompiler -fopenmp,-march=x86-64-v3)
+# NVEXTRA: more nvcc flags, e.g. NVEXTRA=-lineinfo for Nsight Compute's per-source-line counters
+read -r -a NV_EXTRA <<< "${NVEXTRA:-}"
+NVFLAGS+=("${NV_EXTRA[@]}")
 
 CPP_SRCS=(src/core/error.cpp src/ops/cpu/attention.cpp src/ops/cpu/gdn_recurrence.cpp src/ops/cpu/l2norm.cpp
           src/ops/cpu/embedding.cpp src/ops/cpu/rmsnorm.cpp src/ops/cpu/rope.cpp src/ops/cpu/swiglu.cpp

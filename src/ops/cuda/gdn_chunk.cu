@@ -943,10 +943,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         }
     }
     if (tid < 64) atomicAdd(&s.dgam[tid], -s.tmp[tid]);
-    if (tid == 0) {
-        float sum = 0.f;
-        for (int r = 0; r < 64; ++r) sum += s.tmp[r];
-        s.glast = sum + expf(gL) * s.glast;
+    if (warp == 0) {  // glast = sum of tmp + exp(gL) <M0, dM>
+        const float sum = warp_sum(s.tmp[lane] + s.tmp[lane + 32]);
+        if (lane == 0) s.glast = sum + expf(gL) * s.glast;
     }
     using G64 = BlockGemm<64, 64, D, 4, WC, false, true>;
     // dP, Q K^T, K K^T and dT are read only on and below their diagonals (dP, Q K^T through the causal mask
@@ -1351,13 +1350,25 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 make_float2(dkA[0][nt][e], dkA[0][nt][e + 1]);
         });
     }
-    if (tid == 0) {
-        s.dgam[L - 1] += s.glast;
-        float acc = 0.f;
-        for (int r = L - 1; r >= 0; --r) {
-            acc += s.dgam[r];
-            a.dg[vrow0 + size_t(r) * a.HV] = acc;
+    // dg = the suffix sums of d gamma (glast joins row L - 1), by the last warp: lane l owns rows 2l, 2l + 1
+    // (a single thread's 64 dependent steps held the SM at the block's end, no other block beside it)
+    if (warp == NW - 1) {
+        const int r = 2 * lane;
+        const float x0 = r < L ? s.dgam[r] + (r == L - 1 ? s.glast : 0.f) : 0.f;
+        const float x1 = r + 1 < L ? s.dgam[r + 1] + (r + 1 == L - 1 ? s.glast : 0.f) : 0.f;
+        float suf = x0 + x1;  // inclusive suffix over the lanes: rows 2l .. 63
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_down_sync(0xffffffffu, suf, o);
+            if (lane + o < 32) suf += y;
+        }
+        if (r < L) {
+            a.dg[vrow0 + size_t(r) * a.HV] = suf;
             a.dbeta[vrow0 + size_t(r) * a.HV] = s.dbet[r];
+        }
+        if (r + 1 < L) {
+            a.dg[vrow0 + size_t(r + 1) * a.HV] = suf - x0;
+            a.dbeta[vrow0 + size_t(r + 1) * a.HV] = s.dbet[r + 1];
         }
     }
 }
