@@ -773,8 +773,8 @@ struct BChunkSmem {
     static constexpr int LD = D + 8;
     static constexpr int LF = 68;  // row stride of the fp32 64 x 64 matrices: 16-byte rows for float4 reads
     static constexpr int BIG1 = 2 * D * LD;  // M0, dM (bf16)
-    // dW (bf16, then the second half of tL in fp32: at d 128 the same bytes) + T, T^T (then the second
-    // half of dA), dT^T (then dA), tL (fp32), in bf16 units
+    // dW (bf16, then the second half of tL in fp32: at d 128 the same bytes) + T, the second half of dA,
+    // dT (then dA), tL (fp32), in bf16 units
     static constexpr int DW = 64 * LD > 64 * LF * 2 ? 64 * LD : 64 * LF * 2;
     static constexpr int BIG2 = DW + 4 * 64 * LF * 2;
     static constexpr int BIG = BIG1 > BIG2 ? BIG1 : BIG2;
@@ -909,13 +909,19 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         return __bfloat162float(s.Ks[r * LD + c]) * v;
     });
     if constexpr (D != 128) GD::run(accW, s.dDs, LD, M0s, LD, warp, lane);  // -dW = d delta M0
-    {  // <M0, dM>_F
+    {  // <M0, dM>_F, eight elements (16 bytes) of each a step
         float f = 0.f;
-        for (int idx = tid; idx < D * D / 2; idx += NTH) {
-            const int r = idx / (D / 2), c = (idx % (D / 2)) * 2;
-            const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&M0s[r * LD + c]));
-            const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dMs[r * LD + c]));
-            f += x.x * y.x + x.y * y.y;
+#pragma unroll
+        for (int it = 0; it < D * D / 8 / NTH; ++it) {
+            const int idx = tid + it * NTH, r = idx / (D / 8), c = (idx % (D / 8)) * 8;
+            const uint4 xu = *reinterpret_cast<const uint4*>(&M0s[r * LD + c]);
+            const uint4 yu = *reinterpret_cast<const uint4*>(&dMs[r * LD + c]);
+            const uint32_t xw[4] = {xu.x, xu.y, xu.z, xu.w}, yw[4] = {yu.x, yu.y, yu.z, yu.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // a bf16 is the top half of its fp32
+                f = fmaf(__uint_as_float(xw[e] << 16), __uint_as_float(yw[e] << 16), f);
+                f = fmaf(__uint_as_float(xw[e] & 0xffff0000u), __uint_as_float(yw[e] & 0xffff0000u), f);
+            }
         }
         f = warp_sum(f);
         if (lane == 0) atomicAdd(&s.glast, f);
@@ -926,8 +932,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     // ---- phase 2 ----
     bf16* dWs = s.big;
     float* Tf = reinterpret_cast<float*>(s.big + BChunkSmem<D>::DW);  // T, row-major
-    float* Ttf = Tf + 64 * LF;                              // T^T
-    float* dTf = Ttf + 64 * LF;                             // dT^T, later dA (row-major)
+    float* dA2 = Tf + 64 * LF;  // the second half of dA (below)
+    float* dTf = dA2 + 64 * LF;  // dT, later dA (both row-major)
     float* tLf = dTf + 64 * LF;
     GD::each_pair(accW, warp, lane, [&](int r, int c, float& v0, float& v1) {
         *reinterpret_cast<__nv_bfloat162*>(&dWs[r * LD + c]) = __floats2bfloat162_rn(-v0, -v1);
@@ -938,7 +944,6 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             const int idx = tid + NTH * k, r = idx >> 6, c = idx & 63;
             const float t = treg[k];
             Tf[r * LF + c] = t;
-            Ttf[c * LF + r] = t;
             s.LGs[r * 72 + c] = __float2bfloat16(t);
         }
     }
@@ -969,6 +974,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt) {
             cs[nt][0] = cs[nt][1] = 0.f;
+            float gpe[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
@@ -979,8 +985,13 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 if (e < 2) rs0 += hh;
                 else rs1 += hh;
                 cs[nt][e & 1] += hh;
-                s.GPs[r * 72 + c] = __float2bfloat16(gp * E);
+                gpe[e] = gp * E;
             }
+#pragma unroll
+            for (int e = 0; e < 4; e += 2)  // columns c, c + 1 of row r as one bf16 pair
+                *reinterpret_cast<__nv_bfloat162*>(&s.GPs[(r0 + frag_row(0, e, lane)) * 72 + c0 +
+                                                          frag_col(nt, e, lane)]) =
+                    __floats2bfloat162_rn(gpe[e], gpe[e + 1]);
         }
         rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
         rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
@@ -1028,10 +1039,11 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
 #pragma unroll
         for (int nt = 0; nt < G64::NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
+            for (int e = 0; e < 4; e += 2) {
                 const int r = r0 + frag_row(0, e, lane), c = c0 + frag_col(nt, e, lane);
-                dTf[c * LF + r] =
-                    bgc[nt][e & 1] * acc1[0][nt][e] + bc[nt][e & 1] * acc2[0][nt][e];  // transposed
+                *reinterpret_cast<float2*>(&dTf[r * LF + c]) =
+                    make_float2(bgc[nt][0] * acc1[0][nt][e] + bc[nt][0] * acc2[0][nt][e],
+                                bgc[nt][1] * acc1[0][nt][e + 1] + bc[nt][1] * acc2[0][nt][e + 1]);
             }
     }
     using GK = BlockGemm<64, D, 64, 4, WC, false, false>;
@@ -1105,28 +1117,37 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         atomicAdd(&s.dbet[tid], g * px + s.tmpY[tid]);
         atomicAdd(&s.dgam[tid], s.beta[tid] * g * px);
     }
-    // tL = dT T^T, then dA = -T^T tL, on tensor cores: out = sign X^T Y (X, Y fp32 in shared memory, row
+    // tL = dT T^T, then dA = -T^T tL, on tensor cores: out = sign A B (A, B fp32 in shared memory, row
     // stride LF) as three tf32 products of the operands' big and small parts (mma_tf32_3x: about fp32's
     // accuracy, relative error 8e-8 against 1.5-1.8e-7 for sequential fp32 FMAs). In call AC the
     // FMA loops these replace held 14% of the kernel's stall samples and 23% of its executed instructions.
-    // tf32_tile: the 16 x (8 NTW) tile (m0, n0) of out over k = k0 .. k1 - 1, Y plus Y2 when Y2 is given.
-    auto tf32_tile = [&](auto ntw, const float* X, const float* Y, const float* Y2, float* out, float sign,
-                         int m0, int n0, int k0, int k1) {
+    // tf32_tile: the 16 x (8 NTW) tile (m0, n0) of out over k = k0 .. k1 - 1. A is X^T, or X itself with XR
+    // (X row-major: A[m][k] = X[m][k]); B is Y, Y plus Y2 when Y2 is given, or Y^T with YT. The row-major
+    // reads (lanes g = 0..7 rows apart, t = 0..3 columns) hit 32 different banks at LF = 68; the others
+    // (t rows apart) two lanes a bank. So tL reads dT and T as stored, with no transposed copy of T (its
+    // scalar stores, 68 floats apart, met 8 lanes a bank).
+    auto tf32_tile = [&](auto ntw, auto xr, auto yt, const float* X, const float* Y, const float* Y2, float* out,
+                         float sign, int m0, int n0, int k0, int k1) {
         constexpr int NTW = decltype(ntw)::value;  // n-tiles of 8
+        constexpr bool XR = decltype(xr)::value, YT = decltype(yt)::value;
         const int g = lane >> 2, t = lane & 3;
         float acc[NTW][4];
 #pragma unroll
         for (int i = 0; i < NTW; ++i)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
-        auto y = [&](int k, int n) { return Y2 ? Y[k * LF + n] + Y2[k * LF + n] : Y[k * LF + n]; };
+        auto x = [&](int k, int m) { return XR ? X[m * LF + k] : X[k * LF + m]; };  // A[m][k]
+        auto y = [&](int k, int n) {                                                // B[k][n]
+            if constexpr (YT) return Y[n * LF + k];
+            else return Y2 ? Y[k * LF + n] + Y2[k * LF + n] : Y[k * LF + n];
+        };
 #pragma unroll 1
         for (int kk = k0; kk < k1; kk += 8) {
-            uint32_t ab[4], as[4];  // A[m][k] = X[k][m]
-            tf32_split(X[(kk + t) * LF + m0 + g], ab[0], as[0]);
-            tf32_split(X[(kk + t) * LF + m0 + g + 8], ab[1], as[1]);
-            tf32_split(X[(kk + t + 4) * LF + m0 + g], ab[2], as[2]);
-            tf32_split(X[(kk + t + 4) * LF + m0 + g + 8], ab[3], as[3]);
+            uint32_t ab[4], as[4];
+            tf32_split(x(kk + t, m0 + g), ab[0], as[0]);
+            tf32_split(x(kk + t, m0 + g + 8), ab[1], as[1]);
+            tf32_split(x(kk + t + 4, m0 + g), ab[2], as[2]);
+            tf32_split(x(kk + t + 4, m0 + g + 8), ab[3], as[3]);
 #pragma unroll
             for (int i = 0; i < NTW; ++i) {
                 const int nc = n0 + 8 * i + g;
@@ -1148,34 +1169,37 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     // With 16 warps, only the tiles on or below the diagonal, over the k-blocks where T is not zero, the
     // heaviest split in k-halves over the spare warps (gdn_triangle_parts.h). A split tile's second half
     // goes to a second buffer (every formed tile writes one: zeros when not split), added where it is read:
-    // tL's into the dW buffer (free since dX), dA's into T^T's (free after tL).
+    // tL's into the dW buffer (free since dX), dA's into dA2.
     float* tL2 = reinterpret_cast<float*>(dWs);  // 64 x LF fp32 (BChunkSmem::DW sizes the slot for it)
-    float* dA2 = Ttf;
+    using tL_layout = std::true_type;             // tL = dT T^T: A = dT, B = T^T, as stored (row-major)
+    using dA_layout = std::false_type;            // dA = -T^T tL: A = T^T, B = tL + tL2
     if constexpr (NW == 16) {
-        // one warp's part of out = sign X^T (Y + Y2) (Y2 may be null); zeros for the second buffer's tile
-        // when the tile is not split
-        auto run_part = [&](const TrianglePart& p, const float* X, const float* Y, const float* Y2,
+        // one warp's part of out = sign A B (the layouts above); zeros for the second buffer's tile when
+        // the tile is not split
+        auto run_part = [&](auto layout, const TrianglePart& p, const float* X, const float* Y, const float* Y2,
                             float* out, float* out2, float sign) {
             if (p.I < 0) return;
             const int m0 = 16 * p.I, n0 = 16 * p.J;
-            tf32_tile(std::integral_constant<int, 2>{}, X, Y, Y2, p.part == 1 ? out2 : out, sign, m0, n0,
-                      16 * p.kb0, 16 * p.kb1);
+            tf32_tile(std::integral_constant<int, 2>{}, layout, layout, X, Y, Y2, p.part == 1 ? out2 : out,
+                      sign, m0, n0, 16 * p.kb0, 16 * p.kb1);
             if (p.part == 0) {
                 const int r = m0 + (lane >> 1), c = n0 + 8 * (lane & 1);  // 16 rows x 16 columns, 8 a lane
                 *reinterpret_cast<float4*>(&out2[r * LF + c]) = make_float4(0.f, 0.f, 0.f, 0.f);
                 *reinterpret_cast<float4*>(&out2[r * LF + c + 4]) = make_float4(0.f, 0.f, 0.f, 0.f);
             }
         };
-        run_part(cTrianglePartsTL.warp[warp], dTf, Ttf, nullptr, tLf, tL2, 1.f);
+        run_part(tL_layout{}, cTrianglePartsTL.warp[warp], dTf, Tf, nullptr, tLf, tL2, 1.f);
         __syncthreads();
-        run_part(cTrianglePartsDA.warp[warp], Tf, tLf, tL2, dTf, dA2,
+        run_part(dA_layout{}, cTrianglePartsDA.warp[warp], Tf, tLf, tL2, dTf, dA2,
                  -1.f);  // dA, row-major, into dT's buffer (+ dA2)
         __syncthreads();
     } else {  // 8 warps (a diagnostic): both products whole, each warp a 16 x 32 tile
         const int m0 = 16 * (warp % 4), n0 = (warp / 4) * 32;
-        tf32_tile(std::integral_constant<int, 4>{}, dTf, Ttf, nullptr, tLf, 1.f, m0, n0, 0, 64);
+        tf32_tile(std::integral_constant<int, 4>{}, tL_layout{}, tL_layout{}, dTf, Tf, nullptr, tLf, 1.f, m0, n0,
+                  0, 64);
         __syncthreads();
-        tf32_tile(std::integral_constant<int, 4>{}, Tf, tLf, nullptr, dTf, -1.f, m0, n0, 0, 64);
+        tf32_tile(std::integral_constant<int, 4>{}, dA_layout{}, dA_layout{}, Tf, tLf, nullptr, dTf, -1.f, m0, n0,
+                  0, 64);
         {  // the second buffer, read by the strictly-lower pass, holds zeros here
             const int r = m0 + (lane >> 1), c = n0 + 16 * (lane & 1);
 #pragma unroll
