@@ -49,7 +49,8 @@ inline constexpr size_t gdn_scan_blocks(int variant, int D, size_t pairs) {
 //   x 4 warps 1.916 (reverse), 32 rows x 8 warps 2.331 (reverse).
 //   call AY (two builds), d 128, 64 pairs (B4 T8192): 64 rows x 8 warps 0.380 / 0.420 against x 16 warps
 //   0.411 / 0.455 (saving scan 0.413 against 0.464; forward+backward 2.712 against 2.807 ms), the rule's
-//   choice until then (AQ had not compared the two).
+//   choice until then (AQ had not compared the two). Call BF, after parity with variant 3 forced (104/104):
+//   B4 T8192 forward 0.727 -> 0.688 ms, forward+backward 2.781 -> 2.712 against the rule's 7 (same call).
 //   call AQ, d 64, 72 pairs (B8 H9): whole 64-row heads x 8 warps 0.152 / 0.148 against 32 rows x 8 warps
 //   0.156 / 0.175; at 36 and 144 pairs whole heads lose (0.156 against 0.101, 0.312 against 0.233).
 inline constexpr int gdn_scan_variant_for(int D, size_t pairs, int sms) {
