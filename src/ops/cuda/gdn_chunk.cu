@@ -932,8 +932,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     // ---- phase 2 ----
     bf16* dWs = s.big;
     float* Tf = reinterpret_cast<float*>(s.big + BChunkSmem<D>::DW);  // T, row-major
-    float* dA2 = Tf + 64 * LF;  // the second half of dA (below)
-    float* dTf = dA2 + 64 * LF;  // dT, later dA (both row-major)
+    float* dA2 = Tf + 64 * LF;                                        // the second half of dA (below)
+    float* dTf = dA2 + 64 * LF;                                       // dT, later dA (both row-major)
     float* tLf = dTf + 64 * LF;
     GD::each_pair(accW, warp, lane, [&](int r, int c, float& v0, float& v1) {
         *reinterpret_cast<__nv_bfloat162*>(&dWs[r * LD + c]) = __floats2bfloat162_rn(-v0, -v1);
@@ -989,8 +989,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             }
 #pragma unroll
             for (int e = 0; e < 4; e += 2)  // columns c, c + 1 of row r as one bf16 pair
-                *reinterpret_cast<__nv_bfloat162*>(&s.GPs[(r0 + frag_row(0, e, lane)) * 72 + c0 +
-                                                          frag_col(nt, e, lane)]) =
+                *reinterpret_cast<__nv_bfloat162*>(
+                    &s.GPs[(r0 + frag_row(0, e, lane)) * 72 + c0 + frag_col(nt, e, lane)]) =
                     __floats2bfloat162_rn(gpe[e], gpe[e + 1]);
         }
         rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
@@ -1126,8 +1126,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     // reads (lanes g = 0..7 rows apart, t = 0..3 columns) hit 32 different banks at LF = 68; the others
     // (t rows apart) two lanes a bank. So tL reads dT and T as stored, with no transposed copy of T (its
     // scalar stores, 68 floats apart, met 8 lanes a bank).
-    auto tf32_tile = [&](auto ntw, auto xr, auto yt, const float* X, const float* Y, const float* Y2, float* out,
-                         float sign, int m0, int n0, int k0, int k1) {
+    auto tf32_tile = [&](auto ntw, auto xr, auto yt, const float* X, const float* Y, const float* Y2,
+                         float* out, float sign, int m0, int n0, int k0, int k1) {
         constexpr int NTW = decltype(ntw)::value;  // n-tiles of 8
         constexpr bool XR = decltype(xr)::value, YT = decltype(yt)::value;
         const int g = lane >> 2, t = lane & 3;
@@ -1138,8 +1138,10 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
         auto x = [&](int k, int m) { return XR ? X[m * LF + k] : X[k * LF + m]; };  // A[m][k]
         auto y = [&](int k, int n) {                                                // B[k][n]
-            if constexpr (YT) return Y[n * LF + k];
-            else return Y2 ? Y[k * LF + n] + Y2[k * LF + n] : Y[k * LF + n];
+            if constexpr (YT)
+                return Y[n * LF + k];
+            else
+                return Y2 ? Y[k * LF + n] + Y2[k * LF + n] : Y[k * LF + n];
         };
 #pragma unroll 1
         for (int kk = k0; kk < k1; kk += 8) {
@@ -1171,13 +1173,13 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     // goes to a second buffer (every formed tile writes one: zeros when not split), added where it is read:
     // tL's into the dW buffer (free since dX), dA's into dA2.
     float* tL2 = reinterpret_cast<float*>(dWs);  // 64 x LF fp32 (BChunkSmem::DW sizes the slot for it)
-    using tL_layout = std::true_type;             // tL = dT T^T: A = dT, B = T^T, as stored (row-major)
-    using dA_layout = std::false_type;            // dA = -T^T tL: A = T^T, B = tL + tL2
+    using tL_layout = std::true_type;            // tL = dT T^T: A = dT, B = T^T, as stored (row-major)
+    using dA_layout = std::false_type;           // dA = -T^T tL: A = T^T, B = tL + tL2
     if constexpr (NW == 16) {
         // one warp's part of out = sign A B (the layouts above); zeros for the second buffer's tile when
         // the tile is not split
-        auto run_part = [&](auto layout, const TrianglePart& p, const float* X, const float* Y, const float* Y2,
-                            float* out, float* out2, float sign) {
+        auto run_part = [&](auto layout, const TrianglePart& p, const float* X, const float* Y,
+                            const float* Y2, float* out, float* out2, float sign) {
             if (p.I < 0) return;
             const int m0 = 16 * p.I, n0 = 16 * p.J;
             tf32_tile(std::integral_constant<int, 2>{}, layout, layout, X, Y, Y2, p.part == 1 ? out2 : out,
@@ -1195,11 +1197,11 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         __syncthreads();
     } else {  // 8 warps (a diagnostic): both products whole, each warp a 16 x 32 tile
         const int m0 = 16 * (warp % 4), n0 = (warp / 4) * 32;
-        tf32_tile(std::integral_constant<int, 4>{}, tL_layout{}, tL_layout{}, dTf, Tf, nullptr, tLf, 1.f, m0, n0,
-                  0, 64);
+        tf32_tile(std::integral_constant<int, 4>{}, tL_layout{}, tL_layout{}, dTf, Tf, nullptr, tLf, 1.f, m0,
+                  n0, 0, 64);
         __syncthreads();
-        tf32_tile(std::integral_constant<int, 4>{}, dA_layout{}, dA_layout{}, Tf, tLf, nullptr, dTf, -1.f, m0, n0,
-                  0, 64);
+        tf32_tile(std::integral_constant<int, 4>{}, dA_layout{}, dA_layout{}, Tf, tLf, nullptr, dTf, -1.f, m0,
+                  n0, 0, 64);
         {  // the second buffer, read by the strictly-lower pass, holds zeros here
             const int r = m0 + (lane >> 1), c = n0 + 16 * (lane & 1);
 #pragma unroll
