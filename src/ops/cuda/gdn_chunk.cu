@@ -1165,27 +1165,26 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         // stride LF) as three tf32 products of the operands' big and small parts (mma_tf32_3x: about fp32's
         // accuracy, relative error 8e-8 against 1.5-1.8e-7 for sequential fp32 FMAs). In call AC the
         // FMA loops these replace held 14% of the kernel's stall samples and 23% of its executed
-        // instructions. tf32_tile: the 16 x (8 NTW) tile (m0, n0) of out over k = k0 .. k1 - 1. A is X^T, or
-        // X itself with XR (X row-major: A[m][k] = X[m][k]); B is Y, Y plus Y2 when Y2 is given, or Y^T with
-        // YT. The row-major reads (lanes g = 0..7 rows apart, t = 0..3 columns) hit 32 different banks at LF
-        // = 68; the others (t rows apart) two lanes a bank. So tL reads dT and T as stored, with no
-        // transposed copy of T (its scalar stores, 68 floats apart, met 8 lanes a bank).
-        auto tf32_tile = [&](auto ntw, auto xr, auto yt, const float* X, const float* Y, const float* Y2,
-                             float* out, float sign, int m0, int n0, int k0, int k1) {
+        // instructions. tf32_tile: the 16 x (8 NTW) tile (m0, n0) of out over k = k0 .. k1 - 1, B taken as Y
+        // plus Y2 when Y2 is given. Two layouts: RM (row-major reads) A = X and B = Y^T (A[m][k] = X[m][k],
+        // B[k][n] = Y[n][k]), else A = X^T and B = Y. The row-major reads (lanes g = 0..7 rows apart, t =
+        // 0..3 columns) hit 32 different banks at LF = 68; the others (t rows apart) two lanes a bank. So tL
+        // reads dT and T as stored, with no transposed copy of T (its scalar stores, 68 floats apart, met 8
+        // lanes a bank).
+        auto tf32_tile = [&](auto ntw, auto rm, const float* X, const float* Y, const float* Y2, float* out,
+                             float sign, int m0, int n0, int k0, int k1) {
             constexpr int NTW = decltype(ntw)::value;  // n-tiles of 8
-            constexpr bool XR = decltype(xr)::value, YT = decltype(yt)::value;
+            constexpr bool RM = decltype(rm)::value;
             const int g = lane >> 2, t = lane & 3;
             float acc[NTW][4];
 #pragma unroll
             for (int i = 0; i < NTW; ++i)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
-            auto x = [&](int k, int m) { return XR ? X[m * LF + k] : X[k * LF + m]; };  // A[m][k]
+            auto x = [&](int k, int m) { return RM ? X[m * LF + k] : X[k * LF + m]; };  // A[m][k]
             auto y = [&](int k, int n) {                                                // B[k][n]
-                if constexpr (YT)
-                    return Y[n * LF + k];
-                else
-                    return Y2 ? Y[k * LF + n] + Y2[k * LF + n] : Y[k * LF + n];
+                const int i = RM ? n * LF + k : k * LF + n;
+                return Y2 ? Y[i] + Y2[i] : Y[i];
             };
 #pragma unroll 1
             for (int kk = k0; kk < k1; kk += 8) {
@@ -1226,8 +1225,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                                 const float* Y2, float* out, float* out2, float sign) {
                 if (p.I < 0) return;
                 const int m0 = 16 * p.I, n0 = 16 * p.J;
-                tf32_tile(std::integral_constant<int, 2>{}, layout, layout, X, Y, Y2,
-                          p.part == 1 ? out2 : out, sign, m0, n0, 16 * p.kb0, 16 * p.kb1);
+                tf32_tile(std::integral_constant<int, 2>{}, layout, X, Y, Y2, p.part == 1 ? out2 : out, sign,
+                          m0, n0, 16 * p.kb0, 16 * p.kb1);
                 if (p.part == 0) {
                     const int r = m0 + (lane >> 1),
                               c = n0 + 8 * (lane & 1);  // 16 rows x 16 columns, 8 a lane
@@ -1242,11 +1241,11 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             __syncthreads();
         } else {  // 8 warps (a diagnostic): both products whole, each warp a 16 x 32 tile
             const int m0 = 16 * (warp % 4), n0 = (warp / 4) * 32;
-            tf32_tile(std::integral_constant<int, 4>{}, tL_layout{}, tL_layout{}, dTf, Tf, nullptr, tLf, 1.f,
-                      m0, n0, 0, 64);
+            tf32_tile(std::integral_constant<int, 4>{}, tL_layout{}, dTf, Tf, nullptr, tLf, 1.f, m0, n0, 0,
+                      64);
             __syncthreads();
-            tf32_tile(std::integral_constant<int, 4>{}, dA_layout{}, dA_layout{}, Tf, tLf, nullptr, dTf, -1.f,
-                      m0, n0, 0, 64);
+            tf32_tile(std::integral_constant<int, 4>{}, dA_layout{}, Tf, tLf, nullptr, dTf, -1.f, m0, n0, 0,
+                      64);
             {  // the second buffer, read by the strictly-lower pass, holds zeros here
                 const int r = m0 + (lane >> 1), c = n0 + 16 * (lane & 1);
 #pragma unroll
