@@ -24,6 +24,7 @@
 //          value head per key head the per-chunk kernel does this itself and the pass is skipped).
 #include "ops/cuda/gdn_chunk.h"
 
+#include <cuda.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,7 @@
 
 #include "core/error.h"
 #include "ops/cuda/bf16_pack.cuh"
+#include "ops/cuda/cluster_copy.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gdn_scan_policy.h"
 #include "ops/cuda/gdn_triangle_parts.h"
@@ -436,6 +438,9 @@ struct ScanArgs {
     // streamed forward: the prep's (pair, chunk) flags, waited for before each chunk's copies; null: the prep
     // has finished before the scan starts
     const int* ready;
+    // the tile-copy scan (MC): tensor maps of W (D, T, B * HV, 1), q and k (D, H, T, B), boxes of 64 x 64
+    // with a 128-byte swizzle
+    CUtensorMap tm_w, tm_q, tm_k;
 };
 
 // One block per (sequence, value head, VT-row state slice) with NW warps (4, 8 or 16), walking the chunks in
@@ -457,15 +462,53 @@ struct ScanSmem {
     bf16 Mb[VT * LD];
     bf16 Db[64 * LV];  // delta
     bf16 Dd[64 * LV];  // dec * delta
+    alignas(8) uint64_t full[ST], empty[ST];  // unused here (the tile-copy layout's barriers)
 };
+
+// The tile-copy scan's shared memory (MC): W, Q and K of a chunk as 64 x 64 tiles written by the copy engine
+// with a 128-byte swizzle (Swz64 below), the rest as ScanSmem; the start aligned to 1024 bytes by the
+// kernel (the launch asks for 1 KB more).
+template <int D, int VT, int ST>
+struct ScanSmemTile {
+    static constexpr int LD = D + 8, LV = VT + 8;
+    alignas(1024) bf16 Wt[ST][64 * D];  // D / 64 tiles side by side (columns 0..63, 64..127)
+    alignas(1024) bf16 Qt[ST][64 * D];
+    alignas(1024) bf16 Kt[ST][64 * D];
+    bf16 Us[ST][64 * LV];
+    bf16 Ps[ST][64 * 72];
+    float gam[ST][64], rq[ST][64], rk[ST][64];
+    bf16 Mb[VT * LD];
+    bf16 Db[64 * LV];
+    bf16 Dd[64 * LV];
+    // per stage, the copies' barrier (full) and the cluster's "done reading" (empty)
+    alignas(8) uint64_t full[ST], empty[ST];
+};
+
+// Element (r, c) of a 64-row tile stack written by a 128-byte-swizzled tensor-map copy: column c / 64 picks
+// the 64 x 64 tile, and within it the 16-byte piece c % 64 / 8 of row r sits at piece (c % 64 / 8) ^ (r % 8).
+// ldmatrix's eight rows of one piece then land in eight different bank groups.
+__device__ __forceinline__ const bf16* swz64(const bf16* tiles, int r, int c) {
+    return tiles + (c >> 6) * 4096 + r * 64 + ((((c & 63) >> 3) ^ (r & 7)) << 3) + (c & 7);
+}
 
 // SAVE: the saving forward's instantiation, which also writes each chunk's entering state and delta
 // (a.states, a.delta) for the backward; the plain forward's has none of that code.
-template <int D, int VT, int ST, int NW, bool SAVE>
-__global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
+// MC: W, Q and K by tensor-map tile copies (cluster_copy.cuh) in 64 x 64 swizzled tiles (ScanSmemTile), one
+// instruction a tile; launched in clusters of the head's slice blocks, which read the same tiles, each tile
+// is copied once for the cluster and multicast into every block's shared memory (each block issuing its
+// share); the U slice, P and the scalars stay per-block cp.async copies. A stage is copied into again once
+// every block of the cluster has reported (on the stage's empty barrier) that it finished reading it. ST = 2.
+template <int D, int VT, int ST, int NW, bool SAVE, bool MC>
+// The tile-copy 16- and 32-row slices are held to 128 registers (two blocks' worth an SM), so that a prep
+// block fits beside them in the streamed forward (gdn_prep_fits_beside_scan).
+__global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
+    gdn_fwd_scan_kernel(const __grid_constant__ ScanArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    using S = ScanSmem<D, VT, ST>;
-    auto& s = *reinterpret_cast<S*>(smem_raw);
+    using S = std::conditional_t<MC, ScanSmemTile<D, VT, ST>, ScanSmem<D, VT, ST>>;
+    auto& s =
+        *reinterpret_cast<S*>(MC ? reinterpret_cast<unsigned char*>(
+                                       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))
+                                 : smem_raw);
     constexpr int NTH = NW * 32, LD = S::LD, LV = S::LV;
     constexpr int NCG = NW / 4, NV = VT / NCG / 8;  // column groups of [W; Q] M0^T, n-tiles per warp
     // warps owning the state and its 16-row groups: the W-row warps, or for whole heads every warp (16 rows x
@@ -474,32 +517,71 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
     constexpr bool kAllOwn = VT == 128;
     constexpr int NWW = kAllOwn ? NW : NW / 2, RG = VT / 16;
     static_assert(RG <= NWW, "gdn_fwd_scan_kernel: more 16-row groups than state-owning warps");
-    constexpr int MC = D * RG / NWW;  // state columns per owning warp
+    constexpr int MCOLS = D * RG / NWW;  // state columns per owning warp
     const int v0 = blockIdx.x * VT, bj = blockIdx.y, b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
     const int r0 = 32 * (warp / NCG), c0 = (warp % NCG) * (VT / NCG);  // this warp's tile of [W; Q] M0^T
     // wrows: the warp computes W rows of [W; Q] M0^T (r0 < 64); owner: it holds a part of the state
     const bool wrows = warp < NW / 2, owner = warp < NWW;
-    const int mrow0 = 16 * (warp / (NWW / RG)), mcol0 = (warp % (NWW / RG)) * MC;  // its state part
+    const int mrow0 = 16 * (warp / (NWW / RG)), mcol0 = (warp % (NWW / RG)) * MCOLS;  // its state part
 
+    static_assert(!MC || ST == 2, "gdn_fwd_scan_kernel: cluster copies need two stages");
+    // this block's own copies (all of them without MC; with MC the U slice, P and the scalars)
     auto issue = [&](int n, int st) {
         const int t0 = n * kC, L = min(kC, a.T - t0);
         const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
         const size_t hrow0 = size_t(bj) * Tp + t0;
-        load_rows<64, D, NTH>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
-        load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, D, NTH>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
-        load_rows<64, VT, NTH>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
+        if constexpr (!MC) {
+            load_rows<64, D, NTH>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
+            load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
+            load_rows<64, D, NTH>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
+        }
         load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
+        load_rows<64, VT, NTH>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
         load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, tid);
         cp_async_commit();
     };
+    // MC, the last warp: this block's share of chunk n's tile copies into stage st (tile i of W, Q, K's
+    // 3 D / 64 by rank i % CL), once every block has finished reading the stage's previous chunk (from the
+    // second use of each stage on). Rows past the sequence's end come as zeros (outside the tensor maps).
+    const uint32_t rank = MC ? cluster_copy::rank() : 0, CL = MC ? cluster_copy::size() : 1;
+    auto issue_shared = [&](int n, int st) {
+        if constexpr (MC) {
+            const int t0 = n * kC, use = (n - a.n0) >> 1;
+            constexpr int kTiles = 3 * (D / 64);
+            if (use > 0) cluster_copy::wait_cluster(&s.empty[st], (use - 1) & 1);
+            if (lane == 0) {
+                cluster_copy::expect(&s.full[st], uint32_t(kTiles * 64 * 64 * 2));
+                cluster_copy::fence_async_global();  // the prep's stores (streamed: its flag was seen) first
+                const uint16_t mask = CL > 1 ? uint16_t((1u << CL) - 1) : uint16_t(1);
+                for (int i = int(rank); i < kTiles; i += int(CL)) {
+                    const int m = i / (D / 64), c0 = (i % (D / 64)) * 64;
+                    bf16* dst = (m == 0 ? s.Wt[st] : m == 1 ? s.Qt[st] : s.Kt[st]) + (c0 / 64) * 4096;
+                    if (m == 0)
+                        cluster_copy::tile4(dst, &a.tm_w, c0, t0, bj, 0, &s.full[st], mask);
+                    else
+                        cluster_copy::tile4(dst, m == 1 ? &a.tm_q : &a.tm_k, c0, h, t0, b, &s.full[st], mask);
+                }
+            }
+            __syncwarp();
+        }
+    };
+    constexpr int kIssuer = NW - 1;  // a Q-row warp: its part before the middle barrier is the shorter
+    if constexpr (MC) {
+        if (tid == 0) {
+            for (int i = 0; i < ST; ++i) {
+                cluster_copy::init(&s.full[i], 1);
+                cluster_copy::init(&s.empty[i], CL);
+            }
+        }
+        cluster_copy::sync();  // every block's barriers initialised before any copy or arrival reaches them
+    }
 
-    float M[1][MC / 8][4];
+    float M[1][MCOLS / 8][4];
     if (owner) {
 #pragma unroll
-        for (int nt = 0; nt < MC / 8; ++nt)
+        for (int nt = 0; nt < MCOLS / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = mrow0 + frag_row(0, e, lane), c = mcol0 + frag_col(nt, e, lane);
@@ -521,11 +603,17 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
         __syncthreads();
     }
     issue(a.n0, 0);
+    if (MC && warp == kIssuer) issue_shared(a.n0, 0);
     for (int n = a.n0; n < a.n1; ++n) {
         const int st = ST == 2 ? ((n - a.n0) & 1) : 0, t0 = n * kC, L = min(kC, a.T - t0);
         if (ST == 2 && ready && tid == 0 && n + 1 < a.n1 && !next_ready) wait_ready(ready + n + 1);
+        if constexpr (MC) cluster_copy::wait(&s.full[st], ((n - a.n0) >> 1) & 1);
         cp_async_wait_all();
         __syncthreads();
+        // MC: this block is done with the other stage (chunk n - 1): told to every block that will copy
+        // into it (chunk n + 1)
+        if (MC && n - 1 >= a.n0 && n + 1 < a.n1 && tid < int(CL))
+            cluster_copy::arrive_remote(&s.empty[st ^ 1], tid);
         if (ST == 2 && n + 1 < a.n1) issue(n + 1, st ^ 1);
         if (ready && tid == 0 && n + ST < a.n1) next_ready = peek_ready(ready + n + ST);
         const float* gm = s.gam[st];
@@ -533,7 +621,26 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
         float acc[2][NV][4];
         zero(acc);
         // [W; Q] M0^T: the W rows (-> delta) and the Q rows (-> outputs)
-        warp_gemm<2, NV, D / 16, false, true>(acc, s.QW[st] + r0 * LD, LD, s.Mb + c0 * LD, LD, lane);
+        if constexpr (MC) {
+            const bf16* tiles = r0 < 64 ? s.Wt[st] : s.Qt[st];
+            const int rb = r0 & 63;
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ++ks) {
+                uint32_t af[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+                    ldsm_x4(af[mt], swz64(tiles, rb + mt * 16 + (lane & 15), ks * 16 + ((lane >> 4) << 3)));
+#pragma unroll
+                for (int nt = 0; nt < NV; ++nt) {
+                    uint32_t bf[2];
+                    load_b1<true>(bf, s.Mb + (c0 + nt * 8) * LD + ks * 16, LD, lane);
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt) mma_bf16(acc[mt][nt], af[mt], bf[0], bf[1]);
+                }
+            }
+        } else {
+            warp_gemm<2, NV, D / 16, false, true>(acc, s.QW[st] + r0 * LD, LD, s.Mb + c0 * LD, LD, lane);
+        }
         if (wrows) {  // delta = U - W M0^T (rows t = r0 ..)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
@@ -569,6 +676,10 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
             if constexpr (SAVE)
                 store_slice<D, VT, NTH / 2>(a.states + ((size_t(bj) * a.NT + n) * D + v0) * D, s.Mb,
                                             tid - NTH / 2);
+            // MC: the next chunk's cluster copies, issued here rather than right after the first barrier, so
+            // that the other blocks' reports on the stage (sent after that barrier) have had this phase's
+            // time to arrive
+            if (MC && warp == kIssuer && n + 1 < a.n1) issue_shared(n + 1, st ^ 1);
         }
         __syncthreads();
         // the state update first (the next chunk waits for it), then the outputs of the Q-row warps
@@ -576,12 +687,29 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
             // M1 = Gamma_L M0 + (dec delta)^T K
             const float gl = expf(glast);
 #pragma unroll
-            for (int nt = 0; nt < MC / 8; ++nt)
+            for (int nt = 0; nt < MCOLS / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) M[0][nt][e] *= gl;
-            warp_gemm<1, MC / 8, 4, true, false>(M, s.Dd + mrow0, LV, s.Ks[st] + mcol0, LD, lane);
+            if constexpr (MC) {
+                static_assert(MCOLS % 16 == 0, "gdn_fwd_scan_kernel: state columns in pairs of n-tiles");
 #pragma unroll
-            for (int nt = 0; nt < MC / 8; ++nt)
+                for (int ks = 0; ks < 4; ++ks) {
+                    uint32_t af[4];
+                    load_a<true>(af, s.Dd + (ks * 16) * LV + mrow0, LV, lane);
+                    const int i = lane >> 3, kr = ks * 16 + ((i & 1) << 3) + (lane & 7);
+#pragma unroll
+                    for (int np = 0; np < MCOLS / 16; ++np) {
+                        uint32_t bf[4];
+                        ldsm_x4_t(bf, swz64(s.Kt[st], kr, mcol0 + np * 16 + ((i >> 1) << 3)));
+                        mma_bf16(M[0][2 * np], af, bf[0], bf[1]);
+                        mma_bf16(M[0][2 * np + 1], af, bf[2], bf[3]);
+                    }
+                }
+            } else {
+                warp_gemm<1, MCOLS / 8, 4, true, false>(M, s.Dd + mrow0, LV, s.Ks[st] + mcol0, LD, lane);
+            }
+#pragma unroll
+            for (int nt = 0; nt < MCOLS / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; e += 2) {
                     const int r = mrow0 + frag_row(0, e, lane), c = mcol0 + frag_col(nt, e, lane);
@@ -624,13 +752,14 @@ __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(ScanArgs a) {
     }
     if (a.ht && owner) {
 #pragma unroll
-        for (int nt = 0; nt < MC / 8; ++nt)
+        for (int nt = 0; nt < MCOLS / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = mrow0 + frag_row(0, e, lane), c = mcol0 + frag_col(nt, e, lane);
                 a.ht[(size_t(bj) * D + v0 + r) * D + c] = M[0][nt][e];
             }
     }
+    if constexpr (MC) cluster_copy::sync();  // no block leaves while another may still signal its barriers
 }
 
 // ---- backward: reverse state-gradient scan ---------------------------------------------------------
@@ -1675,16 +1804,137 @@ int scan_variant(const GdnShape& s) {
     return gdn_scan_variant_for(s.D, size_t(s.B) * s.HV, device_limits().sms);
 }
 
-// One scan kernel over (D / VT slices, B * HV) blocks of NW warps, its shared-memory attribute set on the
-// first launch of each instantiation (Args tells the forward from the reverse scan).
+// One scan kernel over (D / VT slices, B * HV) blocks of NW warps, in clusters of `cluster` slice blocks
+// (1: no clusters), its shared-memory attribute set on the first launch of each instantiation (Args tells
+// the forward from the reverse scan).
 template <int D, int VT, int ST, int NW, class Args>
-void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args& args, cudaStream_t st) {
+void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args& args, cudaStream_t st,
+                 int cluster = 1) {
     static std::vector<void (*)(Args)> attributed;  // the kernels of this shape given the attribute already
     if (std::find(attributed.begin(), attributed.end(), kern) == attributed.end()) {
         set_smem(kern, smem);
         attributed.push_back(kern);
     }
-    kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
+    if (cluster == 1) {
+        kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
+        return;
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(D / VT, s.B * s.HV);
+    cfg.blockDim = dim3(NW * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(cluster), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args));
+}
+
+// Whether the forward scan of variant (VT, ST, NW) has a tile-copy instantiation (MC, cluster_copy.cuh):
+// the two-stage 8-warp 16- and 32-row slices (variants 4 and 5 of gdn_scan_policy.h), in the plain forward
+// only. Call BO (H200, two alternating runs, from CUDA graphs, against cp.async copies): B2 T16384 d 128
+// (variant 5, clusters of 2) 0.819 -> 0.778 ms, B1 T65536 (variant 4, clusters of 2) 2.242 -> 2.208; the
+// 64-row slices (variant 3) lost at B4 T8192 (0.699 -> 0.716), tile copies without clusters lost everywhere
+// (B1 2.435, B2 0.847), and the saving forward's instantiation spilled at 128 registers (B2 saving forward
+// 0.885 -> 1.289 ms).
+template <int D, int VT, int ST, int NW, bool SAVE>
+constexpr bool scan_has_tile_copies() {
+    return !SAVE && ST == 2 && NW == 8 && VT <= 32 && VT < D;
+}
+
+// Shared memory of the forward scan's launch: the tile-copy layout and 1 KB for its alignment, or ScanSmem.
+template <int D, int VT, int ST>
+constexpr size_t scan_smem_bytes(bool tiles) {
+    return tiles ? sizeof(ScanSmemTile<D, VT, ST>) + 1024 : sizeof(ScanSmem<D, VT, ST>);
+}
+
+// The forward scan's cluster size for variant (VT, ST, NW) with tile copies: all D / VT slice blocks of a
+// head, when the GPU can hold all `blocks` of the launch at once in clusters that size
+// (cudaOccupancyMaxActiveClusters; a cluster must fit inside one GPC), else half as many, down to 1 (tile
+// copies without clusters, slower than cp.async: not chosen, only with HYDRA_GDN_SCAN_CLUSTER=0); 0: no
+// tile copies (not this variant, no cluster of two fits, or HYDRA_GDN_SCAN_TILES=0).
+template <int D, int VT, int ST, int NW, bool SAVE>
+int scan_cluster(size_t blocks) {
+    static const bool tiles = env_choice("HYDRA_GDN_SCAN_TILES", {0, 1}, 1) == 1;
+    static const bool clusters = env_choice("HYDRA_GDN_SCAN_CLUSTER", {0, 1}, 1) == 1;
+    if constexpr (!scan_has_tile_copies<D, VT, ST, NW, SAVE>()) {
+        return 0;
+    } else {
+        if (!tiles) return 0;
+        if (!clusters) return 1;
+        static std::vector<std::pair<size_t, int>> known;  // (blocks, cluster size) asked before
+        for (const auto& [n, c] : known)
+            if (n == blocks) return c;
+        const auto kern = gdn_fwd_scan_kernel<D, VT, ST, NW, SAVE, true>;
+        set_smem(kern, scan_smem_bytes<D, VT, ST>(true));
+        int cl = D / VT;
+        for (; cl >= 2; cl /= 2) {
+            cudaLaunchConfig_t cfg{};
+            cfg.gridDim = dim3(D / VT, unsigned(blocks / (D / VT)));
+            cfg.blockDim = dim3(NW * 32);
+            cfg.dynamicSmemBytes = scan_smem_bytes<D, VT, ST>(true);
+            cudaLaunchAttribute attr{};
+            attr.id = cudaLaunchAttributeClusterDimension;
+            attr.val.clusterDim.x = unsigned(cl), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+            cfg.attrs = &attr;
+            cfg.numAttrs = 1;
+            int fit = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kern, &cfg));
+            if (size_t(fit) * size_t(cl) >= blocks) break;
+        }
+        if (cl < 2) cl = 0;  // no cluster fits: cp.async copies
+        known.emplace_back(blocks, cl);
+        return cl;
+    }
+}
+
+// cuTensorMapEncodeTiled from the driver, through the runtime (no link against libcuda).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
+                                 CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                 CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+    static const EncodeTiled fn = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+        CUDA_CHECK(
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+#else
+        CUDA_CHECK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &q));
+#endif
+        require(f != nullptr && q == cudaDriverEntryPointSuccess, "the driver has no cuTensorMapEncodeTiled");
+        return reinterpret_cast<EncodeTiled>(f);
+    }();
+    return fn;
+}
+
+// A 4-d bf16 tensor map (dims innermost first, strides in bytes of dims 1..3), boxes of 64 x 1 x 64 x 1 or
+// 64 x 64 x 1 x 1 (box), 128-byte swizzle, zeros outside.
+CUtensorMap make_map(const void* base, const cuuint64_t (&dims)[4], const cuuint64_t (&strides)[3],
+                     const cuuint32_t (&box)[4]) {
+    CUtensorMap m{};
+    const cuuint32_t unit[4] = {1, 1, 1, 1};
+    const CUresult r =
+        encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
+                       unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    require(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (error " + std::to_string(int(r)) + ")");
+    return m;
+}
+
+// The tile-copy scan's maps: W (D, T, B * HV) of the workspace (row stride D, NT * 64 rows a pair), q and k
+// (D, H, T, B) as given; 64 x 64 boxes (64 tokens of one head's 64 columns).
+void set_scan_maps(ScanArgs& a, int D) {
+    const cuuint64_t Dd = cuuint64_t(D), Tp = cuuint64_t(a.NT) * kC;
+    a.tm_w = make_map(a.W, {Dd, cuuint64_t(a.T), cuuint64_t(a.B) * a.HV, 1},
+                      {Dd * 2, Tp * Dd * 2, Tp * Dd * 2 * a.B * a.HV}, {64, 64, 1, 1});
+    const cuuint64_t dims[4] = {Dd, cuuint64_t(a.H), cuuint64_t(a.T), cuuint64_t(a.B)};
+    const cuuint64_t strides[3] = {Dd * 2, Dd * 2 * a.H, Dd * 2 * a.H * a.T};
+    a.tm_q = make_map(a.q, dims, strides, {64, 1, 64, 1});
+    a.tm_k = make_map(a.k, dims, strides, {64, 1, 64, 1});
 }
 
 // Scan variant V of gdn_scan_policy.h's table as compile-time constants.
@@ -1805,9 +2055,19 @@ bool stream_forward(const GdnShape& s, int NT, int variant, size_t scan_smem, bo
     if (regs == 0)
         with_scan_shape(variant, [&](auto shape) {
             using V = decltype(shape);
-            if constexpr (V::vt <= D)
-                regs = save ? block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, true>, V::nw * 32)
-                            : block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, false>, V::nw * 32);
+            if constexpr (V::vt <= D) {
+                const size_t plain =
+                    save ? block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, true, false>,
+                                           V::nw * 32)
+                         : block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, false, false>,
+                                           V::nw * 32);
+                size_t clustered = 0;  // the tile-copy instantiation (plain forward only)
+                if constexpr (scan_has_tile_copies<D, V::vt, V::st, V::nw, false>())
+                    if (!save)
+                        clustered = block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, false, true>,
+                                                    V::nw * 32);
+                regs = std::max(plain, clustered);
+            }
         });
     static const size_t prep_regs = prep_blocks_per_sm(true) == 3
                                         ? block_registers(gdn_fwd_prep_kernel<D, 3>, 256)
@@ -1895,14 +2155,34 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
             using V = decltype(shape);
             if constexpr (V::vt <= D) {
                 auto go = [&](auto save_c) {  // std::bool_constant: the saving or the plain instantiation
-                    const auto kern = gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, decltype(save_c)::value>;
-                    static bool carveout = false;  // one flag per instantiation of this lambda
-                    if (shared_sm && !carveout) {
-                        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                        int(cudaSharedmemCarveoutMaxShared)));
-                        carveout = true;
+                    constexpr bool sv = decltype(save_c)::value;
+                    const int cl = scan_cluster<D, V::vt, V::st, V::nw, sv>(
+                        gdn_scan_blocks(variant, D, size_t(s.B) * s.HV));
+                    if (g_profile)
+                        std::fprintf(stderr, "[gdn profile] scan variant %d, %s\n", variant,
+                                     cl == 0 ? "cp.async copies"
+                                     : cl == 1
+                                         ? "tile copies"
+                                         : ("tile copies in clusters of " + std::to_string(cl)).c_str());
+                    auto launch = [&](auto kern, bool tiles) {
+                        static bool carveout = false;  // one flag per instantiation of this lambda
+                        if (shared_sm && !carveout) {
+                            CUDA_CHECK(cudaFuncSetAttribute(kern,
+                                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                            int(cudaSharedmemCarveoutMaxShared)));
+                            carveout = true;
+                        }
+                        launch_scan<D, V::vt, V::st, V::nw>(kern, scan_smem_bytes<D, V::vt, V::st>(tiles), s,
+                                                            a, sx, std::max(cl, 1));
+                    };
+                    if constexpr (scan_has_tile_copies<D, V::vt, V::st, V::nw, sv>()) {
+                        if (cl > 0) {
+                            set_scan_maps(a, D);
+                            launch(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, sv, true>, true);
+                            return;
+                        }
                     }
-                    launch_scan<D, V::vt, V::st, V::nw>(kern, sizeof(ScanSmem<D, V::vt, V::st>), s, a, sx);
+                    launch(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, sv, false>, false);
                 };
                 if (save)
                     go(std::true_type{});
@@ -1912,10 +2192,13 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         });
         CUDA_CHECK(cudaGetLastError());
     };
-    size_t scan_smem = 0;
+    size_t scan_smem = 0;  // the larger of the two layouts where the variant has tile copies
     with_scan_shape(variant, [&](auto shape) {
         using V = decltype(shape);
-        scan_smem = sizeof(ScanSmem<D, V::vt, V::st>);
+        if constexpr (V::vt <= D)
+            scan_smem = std::max(scan_smem_bytes<D, V::vt, V::st>(false),
+                                 scan_smem_bytes<D, V::vt, V::st>(
+                                     !save && scan_has_tile_copies<D, V::vt, V::st, V::nw, false>()));
     });
     // streamed where a prep block fits beside the scan's, unless HYDRA_GDN_PARTS asks for the split forward
     const bool streamed = forced_parts() == 0 && stream_forward<D>(s, NT, variant, scan_smem, save);
