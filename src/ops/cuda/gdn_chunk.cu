@@ -11,7 +11,8 @@
 //          U = T diag(beta) V on tensor cores with the fp32 factor split into bf16 high and low parts.
 //   scan   (grid D/VT x B*HV, sequential over chunks, a 16-, 32- or 64-row slice of the V x K state per
 //          block, fp32 in registers, operands double-buffered with cp.async or single-buffered at two
-//          blocks per SM, 4 to 16 warps: see gdn_scan_policy.h):
+//          blocks per SM, 4 to 16 warps: see gdn_scan_policy.h; the plain forward's 16- and 32-row slices
+//          take W, Q, K as tensor-map tiles multicast to clusters of two slice blocks, cluster_copy.cuh):
 //          delta = U - W M0^T;  O = scale [diag(Gamma) Q M0^T + P delta];  M1 = Gamma_L M0 + (dec delta)^T K.
 // Backward:
 //   bscan  (reverse over chunks, V-slices): d delta = diag(dec) K dM^T + scale P^T dO (written out) and
