@@ -2211,7 +2211,9 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         // Why it cannot deadlock: the prep never waits; the scan's blocks are no more than the SMs and a prep
         // block fits beside any one of them, so some SM always has room for the prep while scans wait; and a
         // run that serialises kernels (CUDA_LAUNCH_BLOCKING, a sanitizer) finishes the prep, launched first,
-        // before the scan starts.
+        // before the scan starts. Scan clusters (tile copies) wait only on the prep's flags and on each
+        // other's copies of chunks whose flags they have seen, and are used only where all of them fit at
+        // once.
         PartStreams& ps = part_streams();
         set_shared_carveout<D>();
         CUDA_CHECK(cudaMemsetAsync(ws.ready, 0, size_t(s.B) * s.HV * NT * sizeof(int), st));
