@@ -463,11 +463,10 @@ struct ScanSmem {
     bf16 Mb[VT * LD];
     bf16 Db[64 * LV];  // delta
     bf16 Dd[64 * LV];  // dec * delta
-    alignas(8) uint64_t full[ST], empty[ST];  // unused here (the tile-copy layout's barriers)
 };
 
 // The tile-copy scan's shared memory (MC): W, Q and K of a chunk as 64 x 64 tiles written by the copy engine
-// with a 128-byte swizzle (Swz64 below), the rest as ScanSmem; the start aligned to 1024 bytes by the
+// with a 128-byte swizzle (swz64 below), the rest as ScanSmem; the start aligned to 1024 bytes by the
 // kernel (the launch asks for 1 KB more).
 template <int D, int VT, int ST>
 struct ScanSmemTile {
@@ -613,8 +612,9 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
         __syncthreads();
         // MC: this block is done with the other stage (chunk n - 1): told to every block that will copy
         // into it (chunk n + 1)
-        if (MC && n - 1 >= a.n0 && n + 1 < a.n1 && tid < int(CL))
-            cluster_copy::arrive_remote(&s.empty[st ^ 1], tid);
+        if constexpr (MC)
+            if (n - 1 >= a.n0 && n + 1 < a.n1 && tid < int(CL))
+                cluster_copy::arrive_remote(&s.empty[st ^ 1], tid);
         if (ST == 2 && n + 1 < a.n1) issue(n + 1, st ^ 1);
         if (ready && tid == 0 && n + ST < a.n1) next_ready = peek_ready(ready + n + ST);
         const float* gm = s.gam[st];
@@ -1805,6 +1805,25 @@ int scan_variant(const GdnShape& s) {
     return gdn_scan_variant_for(s.D, size_t(s.B) * s.HV, device_limits().sms);
 }
 
+// A launch configuration with clusters of `cluster` blocks along x (the attribute lives beside the config,
+// which points at it).
+struct ClusterLaunch {
+    cudaLaunchAttribute attr{};
+    cudaLaunchConfig_t cfg{};
+    ClusterLaunch(dim3 grid, unsigned threads, size_t smem, cudaStream_t st, int cluster) {
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = unsigned(cluster), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(threads);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = st;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+    }
+    ClusterLaunch(const ClusterLaunch&) = delete;  // cfg points at this object's attr
+    ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // One scan kernel over (D / VT slices, B * HV) blocks of NW warps, in clusters of `cluster` slice blocks
 // (1: no clusters), its shared-memory attribute set on the first launch of each instantiation (Args tells
 // the forward from the reverse scan).
@@ -1820,17 +1839,8 @@ void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args&
         kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
         return;
     }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(D / VT, s.B * s.HV);
-    cfg.blockDim = dim3(NW * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(cluster), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args));
+    const ClusterLaunch cl(dim3(D / VT, s.B * s.HV), NW * 32, smem, st, cluster);
+    CUDA_CHECK(cudaLaunchKernelEx(&cl.cfg, kern, args));
 }
 
 // Whether the forward scan of variant (VT, ST, NW) has a tile-copy instantiation (MC, cluster_copy.cuh):
@@ -1872,17 +1882,10 @@ int scan_cluster(size_t blocks) {
         set_smem(kern, scan_smem_bytes<D, VT, ST>(true));
         int cl = D / VT;
         for (; cl >= 2; cl /= 2) {
-            cudaLaunchConfig_t cfg{};
-            cfg.gridDim = dim3(D / VT, unsigned(blocks / (D / VT)));
-            cfg.blockDim = dim3(NW * 32);
-            cfg.dynamicSmemBytes = scan_smem_bytes<D, VT, ST>(true);
-            cudaLaunchAttribute attr{};
-            attr.id = cudaLaunchAttributeClusterDimension;
-            attr.val.clusterDim.x = unsigned(cl), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-            cfg.attrs = &attr;
-            cfg.numAttrs = 1;
+            const ClusterLaunch launch(dim3(D / VT, unsigned(blocks / (D / VT))), NW * 32,
+                                       scan_smem_bytes<D, VT, ST>(true), nullptr, cl);
             int fit = 0;
-            CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kern, &cfg));
+            CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kern, &launch.cfg));
             if (size_t(fit) * size_t(cl) >= blocks) break;
         }
         if (cl < 2) cl = 0;  // no cluster fits: cp.async copies
