@@ -154,8 +154,9 @@ struct PrepSmem {
     float beta[64], bgam[64], rq[64], rk[64];
 };
 
-template <int D, int MINB>
-__global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
+// NW = 4 or 8 warps (prep_config below says which runs where).
+template <int D, int MINB, int NW>
+__global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     using S = PrepSmem<D>;
     auto& s = *reinterpret_cast<S*>(smem_raw);
@@ -165,6 +166,8 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     const int n = (a.ready ? blockIdx.y : blockIdx.x) + a.n0, bj = a.ready ? blockIdx.x : blockIdx.y;
     const int b = bj / a.HV, j = bj % a.HV, h = j / (a.HV / a.H);
     const int t0 = n * kC, L = min(kC, a.T - t0);
+    static_assert(NW == 4 || NW == 8, "gdn_fwd_prep_kernel: 4 or 8 warps");
+    constexpr int NTH = NW * 32;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const size_t Tp = size_t(a.NT) * kC;
     const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
@@ -175,10 +178,10 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
 
     // two copy groups: K and Q, needed first, then V, needed only by U at the end (its copy overlaps A, P and
     // T)
-    load_rows<64, D, 256>(s.Ks, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
-    load_rows<64, D, 256>(Qs, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
+    load_rows<64, D, NTH>(s.Ks, LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
+    load_rows<64, D, NTH>(Qs, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
     cp_async_commit();
-    load_rows<64, D, 256>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
+    load_rows<64, D, NTH>(s.Vs, LD, a.v + vrow0 * D, size_t(a.HV) * D, L, tid);
     cp_async_commit();
     if (warp == 0) {
         // inclusive cumsum of g over the chunk (two tokens per lane); padded rows add 0
@@ -203,25 +206,29 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     }
     cp_async_wait<1>();  // K and Q
     __syncthreads();
-    using G64 = BlockGemm<64, 64, D, 4, 2, false, true>;
+    using G64 = BlockGemm<64, 64, D, 4, NW / 4, false, true>;  // a warp: 16 rows x 64 or 32 columns
     // K K^T and Q K^T on the raw rows, K's fragments loaded once for both; their epilogues need the 1 / norms
-    // computed meanwhile. Both are read only on and below the diagonal (A strictly lower, P lower): the
-    // warps whose tile lies wholly above it (2 of 8) skip them.
+    // computed meanwhile. Both are read only on and below the diagonal (A strictly lower, P lower): a warp
+    // computes its live n-tiles only, the nt1 first (some element on or below the diagonal); the warps whose
+    // tile lies wholly above it (none of 4, 2 of 8) skip them. Dead tiles stay zero.
+    const int nt1 = min(G64::NT, max(0, (G64::row0(warp) + 15 - G64::col0(warp)) / 8 + 1));
     float accA[G64::MT][G64::NT][4], accP[G64::MT][G64::NT][4];
     zero(accA);
     zero(accP);
     if (G64::col0(warp) < G64::row0(warp) + 16)
-        G64::run_shared_b(accA, s.Ks, accP, Qs, LD, s.Ks, LD, warp, lane);
-    // 1 / ||row|| of the chunk's k rows (threads 0..127) and q rows (128..255), two threads a row, each
-    // summing the squares of eight-element groups (fp32 from bf16; padded rows are zero and give
-    // 1 / sqrt(1e-6), never used); 1 without the norm
+        G64::run_shared_b(accA, s.Ks, accP, Qs, LD, s.Ks, LD, warp, lane, 0, D / 16, nt1);
+    // 1 / ||row|| of the chunk's k rows (the first half of the threads) and q rows (the second), NW / 4
+    // threads a row, each summing the squares of eight-element groups (fp32 from bf16; padded rows are zero
+    // and give 1 / sqrt(1e-6), never used); 1 without the norm
     {
-        const int rr = tid >> 1, half = tid & 1;
+        constexpr int TPR = NTH / 128;  // threads a row: 1 or 2
+        const int rr = int(unsigned(tid) / TPR),
+                  part = int(unsigned(tid) % TPR);  // shifts, not signed divisions
         const bf16* x = rr < 64 ? &s.Ks[rr * LD] : &Qs[(rr - 64) * LD];
         float ss[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int i = 0; i < D / 16; ++i) {
-            const uint4 u = *reinterpret_cast<const uint4*>(x + half * 8 + 16 * i);
+        for (int i = 0; i < D / (8 * TPR); ++i) {
+            const uint4 u = *reinterpret_cast<const uint4*>(x + part * 8 + 8 * TPR * i);
             const raw_t<2> w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -230,8 +237,9 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
             }
         }
         float sum = (ss[0] + ss[1]) + (ss[2] + ss[3]);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        if (half == 0) {
+#pragma unroll
+        for (int o = 1; o < TPR; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (part == 0) {
             const float r = a.l2norm ? 1.0f / sqrtf(sum + 1e-6f) : 1.f;
             if (rr < 64)
                 s.rk[rr] = r, a.rk[hrow0 + rr] = r;
@@ -242,7 +250,10 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     __syncthreads();
     // A and P from the same tiling: each of this thread's rows and columns' factors loaded once into
     // registers (the stores to As would otherwise force the compiler to reload them for every element), and
-    // E[r, c] computed once for both; everything computed, then selected (no branches)
+    // E[r, c] computed once for both; in a live n-tile everything computed, then selected (no branches); a
+    // dead one (wholly above the diagonal, never read from As) gives P zeros only. E by __expf (ex2.approx):
+    // its exponent is at most 0 where kept, and its error (a few ulp) is far below the bf16 rounding of P and
+    // of the products A enters.
     {
         static_assert(G64::MT == 1, "gdn_fwd_prep_kernel: the epilogue assumes one m-tile per warp");
         bf16* Pg = a.P + (size_t(bj) * a.NT + n) * (kC * kC);
@@ -264,12 +275,16 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         for (int nt = 0; nt < G64::NT; ++nt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
+                if (nt >= nt1) {  // warp-uniform
+                    pw[h][nt] = 0u;
+                    continue;
+                }
                 const int r = r0 + frag_row(0, 2 * h, lane), c = c0 + frag_col(nt, 0, lane);
                 float va[2], vp[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     // above the diagonal gamma_r - gamma_c may be large: its exp is discarded by the select
-                    const float E = expf(rowG[0][h] - colG[nt][e]) * colK[nt][e];
+                    const float E = __expf(rowG[0][h] - colG[nt][e]) * colK[nt][e];
                     va[e] = c + e < r ? rowA[0][h] * accA[0][nt][2 * h + e] * E : 0.f;
                     vp[e] = c + e <= r ? rowP[0][h] * accP[0][nt][2 * h + e] * E : 0.f;
                 }
@@ -306,11 +321,11 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     __syncthreads();
     // the blocks d below the diagonal, level by level on tensor cores: Z = sum_{K = J}^{I - 1} A_IK T_KJ,
     // then T_IJ = -T_II Z (I = J + d). A warp forms one 16 x 8 strip of a block ((4 - d) x 2 strips: 6, 4, 2
-    // of the 8 warps), Z through its own 16 x 8 scratch in Zs (same warp, so no block barrier between the two
-    // products). tf32 with both operands split in big and small parts, three products (mma_tf32_3x, about
-    // fp32's accuracy, as in the per-chunk backward). In call AO's ncu the FMA loops these replace held 36%
-    // of the prep's shared-memory wavefronts (float4 rows re-read by every thread) and 23% of its stall
-    // samples.
+    // of them; with 4 warps a warp may take two), Z through the strip's own 16 x 8 scratch in Zs (same warp,
+    // so no block barrier between the two products). tf32 with both operands split in big and small parts,
+    // three products (mma_tf32_3x, about fp32's accuracy, as in the per-chunk backward). In call AO's ncu the
+    // FMA loops these replace held 36% of the prep's shared-memory wavefronts (float4 rows re-read by every
+    // thread) and 23% of its stall samples.
     {
         const int g = lane >> 2, t = lane & 3;
         // c (16 x 8) += X[r0 .., k0 ..] (16 x 8, row stride lx) Y[k0 .., c0 ..] (8 x 8, row stride ly)
@@ -326,15 +341,15 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
         };
 #pragma unroll
         for (int d = 1; d < 4; ++d) {
-            if (warp < 2 * (4 - d)) {
-                const int J = warp >> 1, I = J + d, c0 = 16 * J + 8 * (warp & 1);
+            for (int strip = warp; strip < 2 * (4 - d); strip += NW) {
+                const int J = strip >> 1, I = J + d, c0 = 16 * J + 8 * (strip & 1);
                 float z[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                 for (int kk = 0; kk < 2 * d; ++kk) {  // k = 16 J .. 16 I - 1
                     const int k0 = 16 * J + 8 * kk;
                     mma3(z, &s.As[16 * I * LA + k0], LA, &Tf[k0 * LT + c0], LT);
                 }
-                float* zs = &s.Zs[warp * 128];  // 16 x 8, row stride 8
+                float* zs = &s.Zs[strip * 128];  // 16 x 8, row stride 8
                 *reinterpret_cast<float2*>(&zs[g * 8 + 2 * t]) = make_float2(z[0], z[1]);
                 *reinterpret_cast<float2*>(&zs[(g + 8) * 8 + 2 * t]) = make_float2(z[2], z[3]);
                 __syncwarp();
@@ -352,7 +367,7 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     if (a.Tm) {  // T for the backward: the 16-byte pieces on or below the diagonal only (the per-chunk
                  // backward reads no others), zeros above it within them
         float* dst = a.Tm + (size_t(bj) * a.NT + n) * (kC * kC);
-        for (int idx = tid; idx < 64 * 16; idx += 256) {
+        for (int idx = tid; idx < 64 * 16; idx += NTH) {
             const int r = idx >> 4, c = (idx & 15) * 4;
             if (c > r) continue;
             const float4 t = *reinterpret_cast<const float4*>(&Tf[r * LT + c]);
@@ -367,7 +382,7 @@ __global__ void __launch_bounds__(256, MINB) gdn_fwd_prep_kernel(FwdArgs a) {
     // block I only (T's diagonal blocks hold zeros above their diagonals; the blocks above are never read).
     // No split pass through shared memory and no barrier between W and U but the one for V's copy.
     {
-        using GK = BlockGemm<64, D, 64, 4, 2, false, false>;
+        using GK = BlockGemm<64, D, 64, 4, NW / 4, false, false>;
         static_assert(GK::MT == 1 && GK::NT % 2 == 0, "one 16-row block a warp, n-tiles in pairs");
         const int r0 = GK::row0(warp), c0 = GK::col0(warp), I = r0 / 16;
         const int g = lane >> 2, t = lane & 3;
@@ -439,6 +454,10 @@ struct ScanArgs {
     // streamed forward: the prep's (pair, chunk) flags, waited for before each chunk's copies; null: the prep
     // has finished before the scan starts
     const int* ready;
+    // the tile-copy scan (MC): this block's own copies of the next chunk issued by the Q-row warps after
+    // their part of [W; Q] M0^T, off the W-row warps' chain, instead of by every warp before it
+    // (HYDRA_GDN_SCAN_LATE_ISSUE=0)
+    bool late_issue;
     // the tile-copy scan (MC): tensor maps of W (D, T, B * HV, 1), q and k (D, H, T, B), boxes of 64 x 64
     // with a 128-byte swizzle
     CUtensorMap tm_w, tm_q, tm_k;
@@ -527,21 +546,24 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
     const int mrow0 = 16 * (warp / (NWW / RG)), mcol0 = (warp % (NWW / RG)) * MCOLS;  // its state part
 
     static_assert(!MC || ST == 2, "gdn_fwd_scan_kernel: cluster copies need two stages");
-    // this block's own copies (all of them without MC; with MC the U slice, P and the scalars)
-    auto issue = [&](int n, int st) {
+    // this block's own copies (all of them without MC; with MC the U slice, P and the scalars) by the
+    // threads 0 .. K - 1 (nth: std::integral_constant<int, K>, K = NTH or NTH / 2), t the thread's index
+    auto issue_by = [&](int n, int st, auto nth, int t) {
+        constexpr int K = decltype(nth)::value;
         const int t0 = n * kC, L = min(kC, a.T - t0);
         const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
         const size_t hrow0 = size_t(bj) * Tp + t0;
         if constexpr (!MC) {
-            load_rows<64, D, NTH>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
-            load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
-            load_rows<64, D, NTH>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
+            load_rows<64, D, K>(s.QW[st], LD, a.W + hrow0 * D, D, L, t);
+            load_rows<64, D, K>(s.QW[st] + 64 * LD, LD, a.q + qrow0 * D, size_t(a.H) * D, L, t);
+            load_rows<64, D, K>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, t);
         }
-        load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
-        load_rows<64, VT, NTH>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
-        load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, tid);
+        load_rows<64, 64, K>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, t);
+        load_rows<64, VT, K>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, t);
+        load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, t);
         cp_async_commit();
     };
+    auto issue = [&](int n, int st) { issue_by(n, st, std::integral_constant<int, NTH>{}, tid); };
     // MC, the last warp: this block's share of chunk n's tile copies into stage st (tile i of W, Q, K's
     // 3 D / 64 by rank i % CL), once every block has finished reading the stage's previous chunk (from the
     // second use of each stage on). Rows past the sequence's end come as zeros (outside the tensor maps).
@@ -615,7 +637,7 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
         if constexpr (MC)
             if (n - 1 >= a.n0 && n + 1 < a.n1 && tid < int(CL))
                 cluster_copy::arrive_remote(&s.empty[st ^ 1], tid);
-        if (ST == 2 && n + 1 < a.n1) issue(n + 1, st ^ 1);
+        if (ST == 2 && n + 1 < a.n1 && !(MC && a.late_issue)) issue(n + 1, st ^ 1);
         if (ready && tid == 0 && n + ST < a.n1) next_ready = peek_ready(ready + n + ST);
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
@@ -681,6 +703,10 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
             // that the other blocks' reports on the stage (sent after that barrier) have had this phase's
             // time to arrive
             if (MC && warp == kIssuer && n + 1 < a.n1) issue_shared(n + 1, st ^ 1);
+            // late issue: this block's own copies of the next chunk, after the barrier that ended every read
+            // of their stage (chunk n - 1) and off the W-row warps' chain
+            if (MC && a.late_issue && n + 1 < a.n1)
+                issue_by(n + 1, st ^ 1, std::integral_constant<int, NTH / 2>{}, tid - NTH / 2);
         }
         __syncthreads();
         // the state update first (the next chunk waits for it), then the outputs of the Q-row warps
@@ -1969,6 +1995,38 @@ int prep_blocks_per_sm(bool streamed) {
     return forced != 0 ? forced : streamed ? 2 : 3;
 }
 
+// The preparation's launch: warps a block (8 or 4) and the blocks an SM its registers are budgeted for
+// (4 warps: 4, at most 128 registers a thread).
+struct PrepConfig {
+    int warps, minb;
+};
+
+// 8 warps, as prep_blocks_per_sm says. Fewer warps a prep block were tried beside the latency-bound scan,
+// whose warps share an SM's issue slots and shared memory with them (H200, streamed, from CUDA graphs, each
+// pair in one call): call CA, 8 -> 16 warps: B1 T65536 2.197 -> 2.246 ms, B2 T16384 0.777 -> 0.816; call CB,
+// 8 -> 4: B1 2.232 -> 2.198, B2 0.775 -> 0.753, B8 H9 d 64 0.258 -> 0.248; call CC, with the prep's
+// live-tile epilogue, 8 -> 4: B1 2.181 -> 2.170, B2 0.743 -> 0.761, d 64 0.250 -> 0.249. So 8 stays.
+// HYDRA_GDN_PREP_WARPS = 4 or 8 forces the warps everywhere, for comparisons (the streamed forward falls back
+// to 8 where a 4-warp block does not fit beside the scan).
+int forced_prep_warps() {
+    static const int forced = env_choice("HYDRA_GDN_PREP_WARPS", {4, 8}, 0);
+    return forced;
+}
+PrepConfig prep_config(bool streamed) {
+    return forced_prep_warps() == 4 ? PrepConfig{4, 4} : PrepConfig{8, prep_blocks_per_sm(streamed)};
+}
+
+// Calls f(kernel, threads) with the prep instantiation of configuration c.
+template <int D, class F>
+void with_prep_kernel(PrepConfig c, F&& f) {
+    if (c.warps == 4)
+        f(gdn_fwd_prep_kernel<D, 4, 4>, 128);
+    else if (c.minb == 3)
+        f(gdn_fwd_prep_kernel<D, 3, 8>, 256);
+    else
+        f(gdn_fwd_prep_kernel<D, 2, 8>, 256);
+}
+
 // Parts of a split forward, the streamed forward's predecessor, still run where streaming is off
 // (HYDRA_GDN_STREAM=0) or HYDRA_GDN_PARTS asks for it. With P parts the chunks are cut into P ranges: the
 // prep of range k + 1 runs on a low-priority stream while the scan of range k runs on a high-priority one, so
@@ -2031,7 +2089,8 @@ template <int D>
 void set_shared_carveout() {
     static bool done = false;
     if (done) return;
-    for (auto kern : {gdn_fwd_prep_kernel<D, 2>, gdn_fwd_prep_kernel<D, 3>})
+    for (auto kern :
+         {gdn_fwd_prep_kernel<D, 2, 8>, gdn_fwd_prep_kernel<D, 3, 8>, gdn_fwd_prep_kernel<D, 4, 4>})
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         int(cudaSharedmemCarveoutMaxShared)));
     done = true;
@@ -2050,7 +2109,7 @@ size_t block_registers(Kern kern, int threads) {
 // where a prep block fits beside every scan block (gdn_prep_fits_beside_scan), unless HYDRA_GDN_STREAM=0.
 // The streamed prep's grid is (pairs, chunks): at most 65535 chunks (T up to 4M).
 template <int D>
-bool stream_forward(const GdnShape& s, int NT, int variant, size_t scan_smem, bool save) {
+bool stream_forward(const GdnShape& s, int NT, int variant, size_t scan_smem, bool save, PrepConfig pc) {
     static const bool allowed = env_choice("HYDRA_GDN_STREAM", {0, 1}, 1) == 1;
     if (!allowed || NT > 65535) return false;
     const DeviceLimits& lim = device_limits();
@@ -2073,9 +2132,10 @@ bool stream_forward(const GdnShape& s, int NT, int variant, size_t scan_smem, bo
                 regs = std::max(plain, clustered);
             }
         });
-    static const size_t prep_regs = prep_blocks_per_sm(true) == 3
-                                        ? block_registers(gdn_fwd_prep_kernel<D, 3>, 256)
-                                        : block_registers(gdn_fwd_prep_kernel<D, 2>, 256);
+    static size_t prep_regs_of[3] = {};  // per configuration ({4, 4}, {8, 3}, {8, 2}), read once
+    size_t& prep_regs = prep_regs_of[pc.warps == 4 ? 0 : pc.minb == 3 ? 1 : 2];
+    if (prep_regs == 0)
+        with_prep_kernel<D>(pc, [&](auto kern, int threads) { prep_regs = block_registers(kern, threads); });
     return gdn_prep_fits_beside_scan(gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV), lim.sms, scan_smem,
                                      sizeof(PrepSmem<D>), size_t(lim.sm_smem), size_t(lim.reserved), regs,
                                      prep_regs, size_t(lim.sm_regs));
@@ -2109,20 +2169,19 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                nullptr};
     static bool attr = false;
     if (!attr) {
-        set_smem(gdn_fwd_prep_kernel<D, 2>, sizeof(PrepSmem<D>));
-        set_smem(gdn_fwd_prep_kernel<D, 3>, sizeof(PrepSmem<D>));
+        for (const PrepConfig c : {PrepConfig{8, 2}, PrepConfig{8, 3}, PrepConfig{4, 4}})
+            with_prep_kernel<D>(c, [](auto kern, int) { set_smem(kern, sizeof(PrepSmem<D>)); });
         attr = true;
     }
+    PrepConfig pc{8, 3};  // set below, once it is known whether the forward streams
     // the prep over chunks n0 .. n1 - 1; with flags (streamed), pair-major and setting them
     auto prep = [&](int n0, int n1, cudaStream_t sx, int* ready = nullptr) {
         FwdArgs f = fa;
         f.n0 = n0;
         f.ready = ready;
         const dim3 grid = ready ? dim3(s.B * s.HV, n1 - n0) : dim3(n1 - n0, s.B * s.HV);
-        if (prep_blocks_per_sm(ready != nullptr) == 3)
-            gdn_fwd_prep_kernel<D, 3><<<grid, 256, sizeof(PrepSmem<D>), sx>>>(f);
-        else
-            gdn_fwd_prep_kernel<D, 2><<<grid, 256, sizeof(PrepSmem<D>), sx>>>(f);
+        with_prep_kernel<D>(
+            pc, [&](auto kern, int threads) { kern<<<grid, threads, sizeof(PrepSmem<D>), sx>>>(f); });
         CUDA_CHECK(cudaGetLastError());
     };
     ScanArgs sa{s.B,
@@ -2147,6 +2206,10 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                 save ? ws.states : nullptr,
                 save ? ws.delta : nullptr,
                 nullptr};
+    // call CB, streamed, from CUDA graphs: B1 T65536 2.232 -> 2.224 ms, B2 T16384 0.775 -> 0.758 (8-warp
+    // prep), B1 2.198 -> 2.174, B2 0.753 -> 0.738 (4-warp prep)
+    static const bool late_issue = env_choice("HYDRA_GDN_SCAN_LATE_ISSUE", {0, 1}, 1) == 1;
+    sa.late_issue = late_issue;
     const int variant = scan_variant(s);
     // the scan over chunks n0 .. n1 - 1, from state h_in to h_out; split (shared_sm), its SMs are asked for
     // all their shared memory, so that a prep block fits beside a scan block (otherwise the driver may
@@ -2204,8 +2267,16 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                                  scan_smem_bytes<D, V::vt, V::st>(
                                      !save && scan_has_tile_copies<D, V::vt, V::st, V::nw, false>()));
     });
-    // streamed where a prep block fits beside the scan's, unless HYDRA_GDN_PARTS asks for the split forward
-    const bool streamed = forced_parts() == 0 && stream_forward<D>(s, NT, variant, scan_smem, save);
+    // streamed where a prep block fits beside the scan's, unless HYDRA_GDN_PARTS asks for the split forward:
+    // with the prep prep_config gives where it fits beside, else an 8-warp one
+    pc = prep_config(true);
+    bool streamed = forced_parts() == 0 && stream_forward<D>(s, NT, variant, scan_smem, save, pc);
+    if (!streamed && forced_parts() == 0 && pc.warps != 8) {
+        pc = PrepConfig{8, prep_blocks_per_sm(true)};
+        streamed = stream_forward<D>(s, NT, variant, scan_smem, save, pc);
+    }
+    if (!streamed) pc = prep_config(false);
+    if (g_profile) std::fprintf(stderr, "[gdn profile] prep %d warps, %d blocks an SM\n", pc.warps, pc.minb);
     const int parts = streamed ? 1 : forward_parts(s, NT, variant, scan_smem, sizeof(PrepSmem<D>));
     if (streamed) {
         // streamed: the prep (low priority, launched first, pair-major) and the scan (high priority) run at

@@ -226,11 +226,14 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const bf16* A
 
 // c1 += opA1 opB and c2 += opA2 opB (shapes as warp_gemm): two products with the same right operand, its
 // fragments loaded once for both. c1 and c2 may be the same array (a product with a two-part left
-// operand, such as the bf16 high and low parts of an fp32 factor). k-steps ks0 <= ks < ks1 as warp_gemm.
+// operand, such as the bf16 high and low parts of an fp32 factor). k-steps ks0 <= ks < ks1 as warp_gemm; only
+// the n-tiles below nt1 (in pairs: a pair is computed when its first tile is), the rest of C's columns left
+// as they are (a triangular result whose right part the caller never reads).
 template <int MT, int NT, int KS, bool AT, bool BT>
-__device__ __forceinline__ void warp_gemm_shared_b(float (&c1)[MT][NT][4], const bf16* A1, float (&c2)[MT][NT][4],
-                                                   const bf16* A2, int lda, const bf16* B, int ldb, int lane,
-                                                   int ks0 = 0, int ks1 = KS) {
+__device__ __forceinline__ void warp_gemm_shared_b(float (&c1)[MT][NT][4], const bf16* A1,
+                                                   float (&c2)[MT][NT][4], const bf16* A2, int lda,
+                                                   const bf16* B, int ldb, int lane, int ks0 = 0,
+                                                   int ks1 = KS, int nt1 = NT) {
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
         if (ks < ks0 || ks >= ks1) continue;
@@ -243,6 +246,7 @@ __device__ __forceinline__ void warp_gemm_shared_b(float (&c1)[MT][NT][4], const
         }
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
+            if (2 * np >= nt1) continue;
             uint32_t b[4];
             const bf16* pb = BT ? B + (np * 16) * ldb + ks * 16 : B + (ks * 16) * ldb + np * 16;
             load_b2<BT>(b, pb, ldb, lane);
@@ -254,7 +258,7 @@ __device__ __forceinline__ void warp_gemm_shared_b(float (&c1)[MT][NT][4], const
                 mma_bf16(c2[mt][2 * np + 1], a2[mt], b[2], b[3]);
             }
         }
-        if constexpr (NT % 2 == 1) {
+        if (NT % 2 == 1 && NT - 1 < nt1) {
             uint32_t b[2];
             const bf16* pb = BT ? B + ((NT - 1) * 8) * ldb + ks * 16 : B + (ks * 16) * ldb + (NT - 1) * 8;
             load_b1<BT>(b, pb, ldb, lane);
@@ -292,13 +296,15 @@ struct BlockGemm {
         warp_gemm<MT, NT, KD / 16, AT, BT>(acc, pa, lda, pb, ldb, lane, ks0, ks1);
     }
     // acc1 += opA1 opB and acc2 += opA2 opB with opB's fragments loaded once (warp_gemm_shared_b; acc1 and
-    // acc2 may be the same), over k-steps ks0 <= ks < ks1
-    __device__ static void run_shared_b(Acc& acc1, const bf16* A1, Acc& acc2, const bf16* A2, int lda, const bf16* B,
-                                        int ldb, int warp, int lane, int ks0 = 0, int ks1 = KD / 16) {
+    // acc2 may be the same), over k-steps ks0 <= ks < ks1 and the warp's n-tiles below nt1
+    __device__ static void run_shared_b(Acc& acc1, const bf16* A1, Acc& acc2, const bf16* A2, int lda,
+                                        const bf16* B, int ldb, int warp, int lane, int ks0 = 0,
+                                        int ks1 = KD / 16, int nt1 = NT) {
         const int m0 = row0(warp), n0 = col0(warp);
         const int aoff = AT ? m0 : m0 * lda;
         const bf16* pb = BT ? B + n0 * ldb : B + n0;
-        warp_gemm_shared_b<MT, NT, KD / 16, AT, BT>(acc1, A1 + aoff, acc2, A2 + aoff, lda, pb, ldb, lane, ks0, ks1);
+        warp_gemm_shared_b<MT, NT, KD / 16, AT, BT>(acc1, A1 + aoff, acc2, A2 + aoff, lda, pb, ldb, lane, ks0,
+                                                    ks1, nt1);
     }
 
     // f(row) for the rows of this thread's accumulator fragments, out[mt][h] for row row0 + 16 mt + lane / 4
