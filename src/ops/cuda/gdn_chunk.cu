@@ -5,14 +5,16 @@
 // by the preparation) enter every product as diagonal factors (the backward's per-chunk kernel normalises
 // its shared-memory copies instead).
 // Forward, per sequence b and value head j (chunks of C = 64 tokens, L valid rows in the last one):
-//   prep   (grid NT x B*HV, parallel over chunks): gamma = chunk-local cumsum of g; rq, rk; A = strictly
-//          lower beta_r (k_r . k_c) E[r,c], E = exp(gamma_r - gamma_c), and P = (Q K^T) o E (causal) on
-//          tensor cores; T = (I + A)^-1 in fp32 by 16 x 16 blocks; W = T diag(beta Gamma) K and
-//          U = T diag(beta) V on tensor cores with the fp32 factor split into bf16 high and low parts.
+//   prep   (grid NT x B*HV, parallel over chunks, 8 warps): gamma = chunk-local cumsum of g; rq, rk; A =
+//          strictly lower beta_r (k_r . k_c) E[r,c], E = exp(gamma_r - gamma_c), and P = (Q K^T) o E (causal)
+//          on tensor cores, over the tiles on or below the diagonal; T = (I + A)^-1 in fp32 by 16 x 16
+//          blocks; W = T diag(beta Gamma) K and U = T diag(beta) V on tensor cores with the fp32 factor split
+//          into bf16 high and low parts.
 //   scan   (grid D/VT x B*HV, sequential over chunks, a 16-, 32- or 64-row slice of the V x K state per
 //          block, fp32 in registers, operands double-buffered with cp.async or single-buffered at two
 //          blocks per SM, 4 to 16 warps: see gdn_scan_policy.h; the plain forward's 16- and 32-row slices
-//          take W, Q, K as tensor-map tiles multicast to clusters of two slice blocks, cluster_copy.cuh):
+//          take W, Q, K as tensor-map tiles multicast to clusters of two slice blocks, cluster_copy.cuh, and
+//          their Q-row warps issue the block's own next-chunk copies after phase A):
 //          delta = U - W M0^T;  O = scale [diag(Gamma) Q M0^T + P delta];  M1 = Gamma_L M0 + (dec delta)^T K.
 // Backward:
 //   bscan  (reverse over chunks, V-slices): d delta = diag(dec) K dM^T + scale P^T dO (written out) and
@@ -211,7 +213,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
     // computed meanwhile. Both are read only on and below the diagonal (A strictly lower, P lower): a warp
     // computes its live n-tiles only, the nt1 first (some element on or below the diagonal); the warps whose
     // tile lies wholly above it (none of 4, 2 of 8) skip them. Dead tiles stay zero.
-    const int nt1 = min(G64::NT, max(0, (G64::row0(warp) + 15 - G64::col0(warp)) / 8 + 1));
+    const int below = G64::row0(warp) + 15 - G64::col0(warp);  // the warp's last row less its first column
+    const int nt1 = below < 0 ? 0 : min(G64::NT, below / 8 + 1);
     float accA[G64::MT][G64::NT][4], accP[G64::MT][G64::NT][4];
     zero(accA);
     zero(accP);
