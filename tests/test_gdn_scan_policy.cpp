@@ -55,18 +55,22 @@ TEST(GdnScanPolicy, OneWaveAndWiderSlicesAsPairsGrow) {
                 EXPECT_TRUE(gdn_scan_fits(v, D));
                 const GdnScanShape sh = kGdnScanShapes[v];
                 // the double-buffered narrow slices only where their blocks fit one wave
-                if (sh.stages == 2 && sh.rows < 64)
+                if (sh.stages == 2 && sh.rows < 64) {
                     EXPECT_LE(gdn_scan_blocks(v, D, pairs), size_t(sms) * (D == 64 ? 2 : 1))
                         << "D " << D << " pairs " << pairs << " sms " << sms;
+                }
                 // at d 128 never a narrower slice for more pairs (fewer blocks per pair as the GPU fills);
                 // at d 64 whole heads only in one wave, where they leave no SM without a block
-                if (D == 128)
+                if (D == 128) {
                     EXPECT_GE(sh.rows, prev_rows) << "pairs " << pairs << " sms " << sms;
-                else if (sh.rows == 64)
+                } else if (sh.rows == 64) {
                     EXPECT_LE(pairs, size_t(sms)) << "pairs " << pairs << " sms " << sms;
+                }
                 prev_rows = sh.rows;
                 // pairs that fill half the GPU or more get whole heads at d 128
-                if (D == 128 && 2 * pairs > size_t(sms)) EXPECT_EQ(sh.rows, 128);
+                if (D == 128 && 2 * pairs > size_t(sms)) {
+                    EXPECT_EQ(sh.rows, 128);
+                }
             }
         }
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# call CE: after call CD, the prep's live-tile bound made exact for warps whose tile lies wholly above the diagonal
+# call CE: after call CD (and qrow0 scoped to the cp.async layout), the prep's live-tile bound made exact for warps whose tile lies wholly above the diagonal
 # (it counted one dead n-tile there; its results were masked to zero). Parity: the whole program, gdn with the
 # 4-warp prep; the forward at B2, B1 and d 64 once.
 # Build here: BUILD_DIR=build-device-ce tools/device_build.sh

@@ -554,9 +554,9 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
     auto issue_by = [&](int n, int st, auto nth, int t) {
         constexpr int K = decltype(nth)::value;
         const int t0 = n * kC, L = min(kC, a.T - t0);
-        const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
         const size_t hrow0 = size_t(bj) * Tp + t0;
         if constexpr (!MC) {
+            const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
             load_rows<64, D, K>(s.QW[st], LD, a.W + hrow0 * D, D, L, t);
             load_rows<64, D, K>(s.QW[st] + 64 * LD, LD, a.q + qrow0 * D, size_t(a.H) * D, L, t);
             load_rows<64, D, K>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, t);
