@@ -218,8 +218,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
     float accA[G64::MT][G64::NT][4], accP[G64::MT][G64::NT][4];
     zero(accA);
     zero(accP);
-    if (G64::col0(warp) < G64::row0(warp) + 16)
-        G64::run_shared_b(accA, s.Ks, accP, Qs, LD, s.Ks, LD, warp, lane, 0, D / 16, nt1);
+    if (nt1 > 0) G64::run_shared_b(accA, s.Ks, accP, Qs, LD, s.Ks, LD, warp, lane, 0, D / 16, nt1);
     // 1 / ||row|| of the chunk's k rows (the first half of the threads) and q rows (the second), NW / 4
     // threads a row, each summing the squares of eight-element groups (fp32 from bf16; padded rows are zero
     // and give 1 / sqrt(1e-6), never used); 1 without the norm
@@ -2003,6 +2002,8 @@ int prep_blocks_per_sm(bool streamed) {
 struct PrepConfig {
     int warps, minb;
 };
+// Every configuration with an instantiation (with_prep_kernel), for the per-kernel attributes.
+constexpr PrepConfig kPrepConfigs[] = {{8, 2}, {8, 3}, {4, 4}};
 
 // 8 warps, as prep_blocks_per_sm says. Fewer warps a prep block were tried beside the latency-bound scan,
 // whose warps share an SM's issue slots and shared memory with them (H200, streamed, from CUDA graphs, each
@@ -2092,10 +2093,11 @@ template <int D>
 void set_shared_carveout() {
     static bool done = false;
     if (done) return;
-    for (auto kern :
-         {gdn_fwd_prep_kernel<D, 2, 8>, gdn_fwd_prep_kernel<D, 3, 8>, gdn_fwd_prep_kernel<D, 4, 4>})
-        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        int(cudaSharedmemCarveoutMaxShared)));
+    for (const PrepConfig c : kPrepConfigs)
+        with_prep_kernel<D>(c, [](auto kern, int) {
+            CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            int(cudaSharedmemCarveoutMaxShared)));
+        });
     done = true;
 }
 
@@ -2172,7 +2174,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                nullptr};
     static bool attr = false;
     if (!attr) {
-        for (const PrepConfig c : {PrepConfig{8, 2}, PrepConfig{8, 3}, PrepConfig{4, 4}})
+        for (const PrepConfig c : kPrepConfigs)
             with_prep_kernel<D>(c, [](auto kern, int) { set_smem(kern, sizeof(PrepSmem<D>)); });
         attr = true;
     }
