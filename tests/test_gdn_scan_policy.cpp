@@ -96,16 +96,31 @@ TEST(GdnScanPolicy, ForwardPartsOnlyBesideAOneWaveScan) {
 
 // The streamed forward: a prep block beside every block of a one-wave scan, in shared memory and registers.
 TEST(GdnScanPolicy, PrepBesideScanNeedsSharedMemoryAndRegisters) {
-    const size_t sm = 228 * 1024, rsv = 1024, regs = 65536, prep = 75008, prep_regs = 256 * 80;
-    const size_t scan32 = 153600, scan128 = 228864;      // ScanSmem<128, 32 / 128, 2>
-    const size_t regs8 = 256 * 128, regs16 = 512 * 128;  // 8 and 16 warps of 128 registers
-    EXPECT_TRUE(
-        gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, rsv, regs8, prep_regs, regs));  // B2 d 128
-    EXPECT_TRUE(
-        gdn_prep_fits_beside_scan(72, 132, 121344, 58624, sm, rsv, regs8, prep_regs, regs));  // B8 d 64
+    const size_t sm = 228 * 1024, rsv = 1024, regs = 65536, prep = 75008, prep_w = 8, prep_wr = 32 * 80;
+    const size_t scan32 = 153600, scan128 = 228864;  // ScanSmem<128, 32 / 128, 2>
+    const size_t wr128 = 32 * 128;                   // a warp of 128 registers
+    EXPECT_TRUE(gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, rsv, 8, wr128, prep_w, prep_wr,
+                                          regs));  // B2 d 128
+    EXPECT_TRUE(gdn_prep_fits_beside_scan(72, 132, 121344, 58624, sm, rsv, 8, wr128, prep_w, prep_wr,
+                                          regs));  // B8 d 64
     // whole d 128 heads: neither shared memory nor registers leave room; more blocks than SMs never
-    EXPECT_FALSE(gdn_prep_fits_beside_scan(128, 132, scan128, prep, sm, rsv, regs16, prep_regs, regs));
-    EXPECT_FALSE(gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, rsv, regs16, prep_regs, regs));
-    EXPECT_FALSE(gdn_prep_fits_beside_scan(133, 132, scan32, prep, sm, rsv, regs8, prep_regs, regs));
-    EXPECT_FALSE(gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, 3 * 1024, regs8, prep_regs, regs));
+    EXPECT_FALSE(
+        gdn_prep_fits_beside_scan(128, 132, scan128, prep, sm, rsv, 16, wr128, prep_w, prep_wr, regs));
+    EXPECT_FALSE(
+        gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, rsv, 16, wr128, prep_w, prep_wr, regs));
+    EXPECT_FALSE(gdn_prep_fits_beside_scan(133, 132, scan32, prep, sm, rsv, 8, wr128, prep_w, prep_wr, regs));
+    EXPECT_FALSE(
+        gdn_prep_fits_beside_scan(128, 132, scan32, prep, sm, 3 * 1024, 8, wr128, prep_w, prep_wr, regs));
+}
+
+// The registers of one sub-partition (a quarter of the SM's) hold a quarter of each block's warps, rounded
+// up: a 9-warp block of 128 registers leaves no room there for two prep warps of 88 (call CH), though the
+// SM's 64K have room for both blocks; at 112 registers (3.5K a warp) it does.
+TEST(GdnScanPolicy, PrepBesideScanCountsSubPartitionRegisters) {
+    const size_t sm = 228 * 1024, rsv = 1024, regs = 65536, prep = 75008, scan = 131072;
+    const size_t prep_wr = 32 * 88;
+    EXPECT_LE(9 * 32 * 128 + 8 * prep_wr, regs);  // the whole SM's registers would hold both
+    EXPECT_FALSE(gdn_prep_fits_beside_scan(128, 132, scan, prep, sm, rsv, 9, 32 * 128, 8, prep_wr, regs));
+    EXPECT_TRUE(gdn_prep_fits_beside_scan(128, 132, scan, prep, sm, rsv, 9, 32 * 112, 8, prep_wr, regs));
+    EXPECT_TRUE(gdn_prep_fits_beside_scan(128, 132, scan, prep, sm, rsv, 8, 32 * 128, 8, prep_wr, regs));
 }

@@ -79,17 +79,26 @@ __device__ __forceinline__ void fence_async_global() {
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
-// One thread: an arrival (release, cluster scope) on the mbarrier at bar's offset in the block of rank
-// `target`, e.g. "this block has finished reading the buffer that barrier guards".
+// Each calling thread: an arrival on this block's barrier once every cp.async copy the thread has issued
+// before has landed (noinc: the arrival is one of the count the barrier was initialised with).
+__device__ __forceinline__ void arrive_on_copies(uint64_t* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// One thread: an arrival on the mbarrier at bar's offset in the block of rank `target`, e.g. "this block has
+// finished reading the buffer that barrier guards" (after a barrier that follows every read of it). The
+// arrival has the default semantics (release at CTA scope), as the consumer release of CUTLASS's multicast
+// copy pipelines: the reads it follows have completed (their values were used), and a release at cluster
+// scope cost the arriving warp about 330 cycles a chunk in the forward scan (call CF's phase clocks).
 __device__ __forceinline__ void arrive_remote(uint64_t* bar, uint32_t target) {
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(target));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 
-// Waits until phase `parity` of this block's barrier has completed. cta: for copies (their data is in this
-// block's shared memory once the phase completes); cluster: for arrivals of other blocks (acquire at cluster
-// scope, pairing with arrive_remote's release). The labels are local to the braces.
+// Waits until phase `parity` of this block's barrier has completed. wait: for copies (their data is in this
+// block's shared memory once the phase completes); wait_cluster: for arrivals of other blocks (arrive_remote)
+// before copying into their buffers. The labels are local to the braces.
 __device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
     asm volatile(
         "{\n"
@@ -106,7 +115,7 @@ __device__ __forceinline__ void wait_cluster(uint64_t* bar, uint32_t parity) {
         "{\n"
         ".reg .pred done;\n"
         "WAIT:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra WAIT;\n"
         "}\n" ::"r"(smem_addr(bar)),
         "r"(parity)

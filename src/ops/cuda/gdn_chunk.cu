@@ -13,9 +13,9 @@
 //   scan   (grid D/VT x B*HV, sequential over chunks, a 16-, 32- or 64-row slice of the V x K state per
 //          block, fp32 in registers, operands double-buffered with cp.async or single-buffered at two
 //          blocks per SM, 4 to 16 warps: see gdn_scan_policy.h; the plain forward's 16- and 32-row slices
-//          take W, Q, K as tensor-map tiles multicast to clusters of two slice blocks, cluster_copy.cuh, and
-//          their Q-row warps issue the block's own next-chunk copies after phase A):
-//          delta = U - W M0^T;  O = scale [diag(Gamma) Q M0^T + P delta];  M1 = Gamma_L M0 + (dec delta)^T K.
+//          take W, Q, K as tensor-map tiles multicast to clusters of two slice blocks, cluster_copy.cuh,
+//          every copy issued by a ninth, producer warp as soon as the cluster has freed the stage): delta = U
+//          - W M0^T;  O = scale [diag(Gamma) Q M0^T + P delta];  M1 = Gamma_L M0 + (dec delta)^T K.
 // Backward:
 //   bscan  (reverse over chunks, V-slices): d delta = diag(dec) K dM^T + scale P^T dO (written out) and
 //          dM0 = Gamma_L dM + (scale diag(Gamma) dO)^T Q - d delta^T W; dM of every chunk saved (bf16).
@@ -456,14 +456,33 @@ struct ScanArgs {
     // streamed forward: the prep's (pair, chunk) flags, waited for before each chunk's copies; null: the prep
     // has finished before the scan starts
     const int* ready;
-    // the tile-copy scan (MC): this block's own copies of the next chunk issued by the Q-row warps after
-    // their part of [W; Q] M0^T, off the W-row warps' chain, instead of by every warp before it
-    // (HYDRA_GDN_SCAN_LATE_ISSUE=0)
-    bool late_issue;
     // the tile-copy scan (MC): tensor maps of W (D, T, B * HV, 1), q and k (D, H, T, B), boxes of 64 x 64
     // with a 128-byte swizzle
     CUtensorMap tm_w, tm_q, tm_k;
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    // diagnostic builds only: per block and warp, the SM cycles spent in each phase of the chunk loop
+    // (kScanClockPhases sums over the chunks), printed by the profile mode (gdn_set_profile)
+    unsigned long long* clocks;
+#endif
 };
+
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+// The forward scan's loop phases, timed by each warp (cycles summed over the chunks): 0 the top barrier (and
+// the waits for the chunk's flag and copies), 1 [W; Q] M0^T and its epilogue, 2 the copies issued / states
+// saved after it, 3 the middle barrier, 4 the state update (owners) or the outputs (Q-row warps), 5 the rest.
+constexpr int kScanClockPhases = 6;
+#define SCAN_CLOCK(i)                                                    \
+    do {                                                                 \
+        long long now_;                                                  \
+        asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(now_)::"memory"); \
+        clk_[i] += now_ - clk_t_;                                        \
+        clk_t_ = now_;                                                   \
+    } while (0)
+#else
+#define SCAN_CLOCK(i) \
+    do {              \
+    } while (0)
+#endif
 
 // One block per (sequence, value head, VT-row state slice) with NW warps (4, 8 or 16), walking the chunks in
 // order. VT = 16, 32 or 64 (16 when there are too few (sequence, head) pairs to fill the GPU with wider
@@ -501,8 +520,9 @@ struct ScanSmemTile {
     bf16 Mb[VT * LD];
     bf16 Db[64 * LV];
     bf16 Dd[64 * LV];
-    // per stage, the copies' barrier (full) and the cluster's "done reading" (empty)
-    alignas(8) uint64_t full[ST], empty[ST];
+    // per stage: the barrier of the copies phase A reads (full: W, Q, the U slice, the scalars) and of those
+    // read after the middle barrier (later: K, P), and the cluster's "done reading" (empty)
+    alignas(8) uint64_t full[ST], later[ST], empty[ST];
 };
 
 // Element (r, c) of a 64-row tile stack written by a 128-byte-swizzled tensor-map copy: column c / 64 picks
@@ -519,11 +539,18 @@ __device__ __forceinline__ const bf16* swz64(const bf16* tiles, int r, int c) {
 // is copied once for the cluster and multicast into every block's shared memory (each block issuing its
 // share); the U slice, P and the scalars stay per-block cp.async copies. A stage is copied into again once
 // every block of the cluster has reported (on the stage's empty barrier) that it finished reading it. ST = 2.
+// MC: one more warp, the producer (warp NW), issues every copy of the block (the tile copies, and the U
+// slice, P and the scalars by cp.async completing on mbarriers too), each chunk as soon as every block of
+// the cluster has finished reading its stage (and, streamed, the prep's flag is set); the NW compute warps
+// only wait for the stage's mbarriers (full before phase A, later for K and P after the middle barrier) and
+// synchronise among themselves (named barrier 1). Before, one compute warp issued the tile copies before the
+// middle barrier: call CF/CG's phase clocks (B1 T65536, the scan alone) put that warp ~700 cycles a chunk
+// behind the W-row warps there, and the copies, issued that late, were still landing at the next chunk's top
+// barrier. Call CI (H200, from CUDA graphs, streamed): B1 T65536 forward 2.165 -> 1.914 ms, B2 T16384 0.744
+// -> 0.742; the scan alone (phase-clock builds, calls CF and CI) 1.91 -> 1.48 ms at B1 and 0.61 -> 0.50 at B2
+// (B2's forward is bound by the prep beside it).
 template <int D, int VT, int ST, int NW, bool SAVE, bool MC>
-// The tile-copy 16- and 32-row slices are held to 128 registers (two blocks' worth an SM), so that a prep
-// block fits beside them in the streamed forward (gdn_prep_fits_beside_scan).
-__global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
-    gdn_fwd_scan_kernel(const __grid_constant__ ScanArgs a) {
+__device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     using S = std::conditional_t<MC, ScanSmemTile<D, VT, ST>, ScanSmem<D, VT, ST>>;
     auto& s =
@@ -547,59 +574,91 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
     const bool wrows = warp < NW / 2, owner = warp < NWW;
     const int mrow0 = 16 * (warp / (NWW / RG)), mcol0 = (warp % (NWW / RG)) * MCOLS;  // its state part
 
-    static_assert(!MC || ST == 2, "gdn_fwd_scan_kernel: cluster copies need two stages");
-    // this block's own copies (all of them without MC; with MC the U slice, P and the scalars) by the
-    // threads 0 .. K - 1 (nth: std::integral_constant<int, K>, K = NTH or NTH / 2), t the thread's index
-    auto issue_by = [&](int n, int st, auto nth, int t) {
-        constexpr int K = decltype(nth)::value;
-        const int t0 = n * kC, L = min(kC, a.T - t0);
-        const size_t hrow0 = size_t(bj) * Tp + t0;
+    static_assert(!MC || (ST == 2 && !SAVE), "gdn_fwd_scan_kernel: cluster copies need two stages");
+    // the compute warps' barrier: named barrier 1 beside the producer warp (MC), else the block's
+    auto compute_sync = [] {
+        if constexpr (MC)
+            asm volatile("bar.sync 1, %0;\n" ::"n"(NTH) : "memory");
+        else
+            __syncthreads();
+    };
+    // without MC: this block's copies of chunk n into stage st by all its threads
+    auto issue = [&](int n, int st) {
         if constexpr (!MC) {
-            const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
-            load_rows<64, D, K>(s.QW[st], LD, a.W + hrow0 * D, D, L, t);
-            load_rows<64, D, K>(s.QW[st] + 64 * LD, LD, a.q + qrow0 * D, size_t(a.H) * D, L, t);
-            load_rows<64, D, K>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, t);
-        }
-        load_rows<64, 64, K>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, t);
-        load_rows<64, VT, K>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, t);
-        load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, t);
-        cp_async_commit();
-    };
-    auto issue = [&](int n, int st) { issue_by(n, st, std::integral_constant<int, NTH>{}, tid); };
-    // MC, the last warp: this block's share of chunk n's tile copies into stage st (tile i of W, Q, K's
-    // 3 D / 64 by rank i % CL), once every block has finished reading the stage's previous chunk (from the
-    // second use of each stage on). Rows past the sequence's end come as zeros (outside the tensor maps).
-    const uint32_t rank = MC ? cluster_copy::rank() : 0, CL = MC ? cluster_copy::size() : 1;
-    auto issue_shared = [&](int n, int st) {
-        if constexpr (MC) {
-            const int t0 = n * kC, use = (n - a.n0) >> 1;
-            constexpr int kTiles = 3 * (D / 64);
-            if (use > 0) cluster_copy::wait_cluster(&s.empty[st], (use - 1) & 1);
-            if (lane == 0) {
-                cluster_copy::expect(&s.full[st], uint32_t(kTiles * 64 * 64 * 2));
-                cluster_copy::fence_async_global();  // the prep's stores (streamed: its flag was seen) first
-                const uint16_t mask = CL > 1 ? uint16_t((1u << CL) - 1) : uint16_t(1);
-                for (int i = int(rank); i < kTiles; i += int(CL)) {
-                    const int m = i / (D / 64), c0 = (i % (D / 64)) * 64;
-                    bf16* dst = (m == 0 ? s.Wt[st] : m == 1 ? s.Qt[st] : s.Kt[st]) + (c0 / 64) * 4096;
-                    if (m == 0)
-                        cluster_copy::tile4(dst, &a.tm_w, c0, t0, bj, 0, &s.full[st], mask);
-                    else
-                        cluster_copy::tile4(dst, m == 1 ? &a.tm_q : &a.tm_k, c0, h, t0, b, &s.full[st], mask);
-                }
-            }
-            __syncwarp();
+            const int t0 = n * kC, L = min(kC, a.T - t0);
+            const size_t hrow0 = size_t(bj) * Tp + t0, qrow0 = (size_t(b) * a.T + t0) * a.H + h;
+            load_rows<64, D, NTH>(s.QW[st], LD, a.W + hrow0 * D, D, L, tid);
+            load_rows<64, D, NTH>(s.QW[st] + 64 * LD, LD, a.q + qrow0 * D, size_t(a.H) * D, L, tid);
+            load_rows<64, D, NTH>(s.Ks[st], LD, a.k + qrow0 * D, size_t(a.H) * D, L, tid);
+            load_rows<64, 64, NTH>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, tid);
+            load_rows<64, VT, NTH>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, tid);
+            load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, tid);
+            cp_async_commit();
         }
     };
-    constexpr int kIssuer = NW - 1;  // a Q-row warp: its part before the middle barrier is the shorter
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    long long clk_[kScanClockPhases] = {}, clk_t_ = clock64();
+#endif
+    // streamed: the prep's per-chunk flags of this (sequence, head)
+    const int* ready = a.ready ? a.ready + size_t(bj) * a.NT : nullptr;
     if constexpr (MC) {
+        const uint32_t rank = cluster_copy::rank(), CL = cluster_copy::size();
         if (tid == 0) {
             for (int i = 0; i < ST; ++i) {
-                cluster_copy::init(&s.full[i], 1);
+                // each: the producer's expected bytes (one arrival) and its lanes' cp.async copies (32
+                // arrivals)
+                cluster_copy::init(&s.full[i], 33);
+                cluster_copy::init(&s.later[i], 33);
                 cluster_copy::init(&s.empty[i], CL);
             }
         }
         cluster_copy::sync();  // every block's barriers initialised before any copy or arrival reaches them
+        if (warp == NW) {
+            // the producer: chunk n into stage st once every block of the cluster has finished reading the
+            // stage's previous chunk (n - 2; from the second use of each stage on) and, streamed, the prep's
+            // flag is set: this block's share of the W, Q, K tiles (tile i of 3 D / 64 by rank i % CL; rows
+            // past the sequence's end come as zeros, outside the tensor maps), and its own U slice, P and
+            // scalars by cp.async, completing on the stage's mbarrier
+            constexpr int kTiles = 3 * (D / 64);
+            const uint16_t mask = CL > 1 ? uint16_t((1u << CL) - 1) : uint16_t(1);
+            for (int n = a.n0; n < a.n1; ++n) {
+                const int st = (n - a.n0) & 1, use = (n - a.n0) >> 1, t0 = n * kC, L = min(kC, a.T - t0);
+                const size_t hrow0 = size_t(bj) * Tp + t0;
+                if (use > 0) cluster_copy::wait_cluster(&s.empty[st], (use - 1) & 1);
+                // streamed: the cp.async copies read L2, where the prep's fenced stores are, after lane 0 has
+                // seen the flag (ready_flags.cuh); the tile copies after a proxy fence too
+                if (ready && lane == 0) wait_ready(ready + n);
+                __syncwarp();
+                uint64_t* later = &s.later[st];
+                load_rows<64, VT, 32>(s.Us[st], LV, a.U + hrow0 * D + v0, D, L, lane);
+                load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, lane);
+                if (lane < 16) load_chunk_scalars(s.gam[st], s.rq[st], s.rk[st], a, hrow0, lane + 32);
+                cluster_copy::arrive_on_copies(&s.full[st]);
+                load_rows<64, 64, 32>(s.Ps[st], 72, a.P + (size_t(bj) * a.NT + n) * (kC * kC), kC, 64, lane);
+                cluster_copy::arrive_on_copies(later);
+                // the zero rows of a last chunk's U slice, stored by the lanes, released by lane 0's arrival
+                __syncwarp();
+                if (lane == 0) {
+                    constexpr uint32_t kTileBytes = 64 * 64 * 2;
+                    cluster_copy::expect(&s.full[st], uint32_t(2 * (D / 64)) * kTileBytes);
+                    cluster_copy::expect(later, uint32_t(D / 64) * kTileBytes);
+                    if (ready) cluster_copy::fence_async_global();
+                    // W and Q first: phase A waits for them
+                    for (int i = int(rank); i < kTiles; i += int(CL)) {
+                        const int m = i / (D / 64), c0 = (i % (D / 64)) * 64;
+                        bf16* dst = (m == 0 ? s.Wt[st] : m == 1 ? s.Qt[st] : s.Kt[st]) + (c0 / 64) * 4096;
+                        if (m == 0)
+                            cluster_copy::tile4(dst, &a.tm_w, c0, t0, bj, 0, &s.full[st], mask);
+                        else
+                            cluster_copy::tile4(dst, m == 1 ? &a.tm_q : &a.tm_k, c0, h, t0, b,
+                                                m == 1 ? &s.full[st] : later, mask);
+                    }
+                }
+                __syncwarp();
+            }
+            cluster_copy::sync();  // the compute warps' closing cluster barrier, this warp's part of it
+            return;
+        }
     }
 
     float M[1][MCOLS / 8][4];
@@ -614,33 +673,44 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
                 s.Mb[r * LD + c] = __float2bfloat16(x);
             }
     }
-    // streamed: thread 0 waits for a chunk's flag before the barrier that precedes its copies; the flag of
-    // the chunk copied next (ST chunks ahead) is loaded a chunk early, so only a chunk the prep has not
-    // finished yet costs a wait
-    const int* ready = a.ready ? a.ready + size_t(bj) * a.NT : nullptr;
+    // without MC, streamed: thread 0 waits for a chunk's flag before the barrier that precedes its copies;
+    // the flag of the chunk copied next (ST chunks ahead) is loaded a chunk early, so only a chunk the prep
+    // has not finished yet costs a wait
     int next_ready = 1;  // thread 0: the flag of the next chunk to copy, as loaded a chunk ago
-    if (ready) {
-        if (tid == 0) {
-            wait_ready(ready + a.n0);
-            if (a.n0 + 1 < a.n1) next_ready = peek_ready(ready + a.n0 + 1);
+    if constexpr (!MC) {
+        if (ready) {
+            if (tid == 0) {
+                wait_ready(ready + a.n0);
+                if (a.n0 + 1 < a.n1) next_ready = peek_ready(ready + a.n0 + 1);
+            }
+            __syncthreads();
         }
-        __syncthreads();
+        issue(a.n0, 0);
     }
-    issue(a.n0, 0);
-    if (MC && warp == kIssuer) issue_shared(a.n0, 0);
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    for (long long& c : clk_) c = 0;
+    clk_t_ = clock64();
+#endif
     for (int n = a.n0; n < a.n1; ++n) {
         const int st = ST == 2 ? ((n - a.n0) & 1) : 0, t0 = n * kC, L = min(kC, a.T - t0);
-        if (ST == 2 && ready && tid == 0 && n + 1 < a.n1 && !next_ready) wait_ready(ready + n + 1);
-        if constexpr (MC) cluster_copy::wait(&s.full[st], ((n - a.n0) >> 1) & 1);
-        cp_async_wait_all();
-        __syncthreads();
-        // MC: this block is done with the other stage (chunk n - 1): told to every block that will copy
-        // into it (chunk n + 1)
-        if constexpr (MC)
-            if (n - 1 >= a.n0 && n + 1 < a.n1 && tid < int(CL))
-                cluster_copy::arrive_remote(&s.empty[st ^ 1], tid);
-        if (ST == 2 && n + 1 < a.n1 && !(MC && a.late_issue)) issue(n + 1, st ^ 1);
-        if (ready && tid == 0 && n + ST < a.n1) next_ready = peek_ready(ready + n + ST);
+        SCAN_CLOCK(5);
+        if constexpr (MC) {
+            cluster_copy::wait(&s.full[st], ((n - a.n0) >> 1) & 1);
+            compute_sync();  // and the state of the previous chunk's update in Mb
+            SCAN_CLOCK(0);
+            // this block is done with the other stage (chunk n - 1): told to every block whose producer will
+            // copy into it (chunk n + 1), by the first Q-row warp (off the W-row warps' chain)
+            const int CL = int(cluster_copy::size());
+            if (n - 1 >= a.n0 && n + 1 < a.n1 && tid >= NTH / 2 && tid < NTH / 2 + CL)
+                cluster_copy::arrive_remote(&s.empty[st ^ 1], tid - NTH / 2);
+        } else {
+            if (ST == 2 && ready && tid == 0 && n + 1 < a.n1 && !next_ready) wait_ready(ready + n + 1);
+            cp_async_wait_all();
+            __syncthreads();
+            SCAN_CLOCK(0);
+            if (ST == 2 && n + 1 < a.n1) issue(n + 1, st ^ 1);
+            if (ready && tid == 0 && n + ST < a.n1) next_ready = peek_ready(ready + n + ST);
+        }
         const float* gm = s.gam[st];
         const float glast = gm[L - 1];
         float acc[2][NV][4];
@@ -673,7 +743,8 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
                 for (int e = 0; e < 4; e += 2) {  // the accumulator's column pairs: 4-byte accesses
                     const int t = r0 + frag_row(mt, e, lane);
                     // with k_t's 1 / norm; computed for every row, then selected (no branch in the warp)
-                    const float dec_t = expf(glast - gm[t]) * s.rk[st][t], dec = t < L ? dec_t : 0.f;
+                    // __expf: the exponent is at most 0 (g <= 0: gam falls along the chunk)
+                    const float dec_t = __expf(glast - gm[t]) * s.rk[st][t], dec = t < L ? dec_t : 0.f;
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) {
                         const int c = c0 + frag_col(nt, e, lane);
@@ -686,31 +757,28 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
                             __floats2bfloat162_rn(dec * d0, dec * d1);
                     }
                 }
+            SCAN_CLOCK(1);
         } else {  // diag(Gamma rq) Q M0^T (rows t = r0 - 64 ..)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int t = r0 - 64 + frag_row(mt, e, lane);
-                    const float G = expf(gm[t]) * s.rq[st][t];
+                    const float G = __expf(gm[t]) * s.rq[st][t];
 #pragma unroll
                     for (int nt = 0; nt < NV; ++nt) acc[mt][nt][e] *= G;
                 }
+            SCAN_CLOCK(1);
             // saving: the state entering this chunk, by the Q-row warps, whose part before the barrier is
             // shorter than the W-row warps' delta epilogue (the stores stay off the chain of the next chunk)
             if constexpr (SAVE)
                 store_slice<D, VT, NTH / 2>(a.states + ((size_t(bj) * a.NT + n) * D + v0) * D, s.Mb,
                                             tid - NTH / 2);
-            // MC: the next chunk's cluster copies, issued here rather than right after the first barrier, so
-            // that the other blocks' reports on the stage (sent after that barrier) have had this phase's
-            // time to arrive
-            if (MC && warp == kIssuer && n + 1 < a.n1) issue_shared(n + 1, st ^ 1);
-            // late issue: this block's own copies of the next chunk, after the barrier that ended every read
-            // of their stage (chunk n - 1) and off the W-row warps' chain
-            if (MC && a.late_issue && n + 1 < a.n1)
-                issue_by(n + 1, st ^ 1, std::integral_constant<int, NTH / 2>{}, tid - NTH / 2);
         }
-        __syncthreads();
+        SCAN_CLOCK(2);
+        compute_sync();
+        SCAN_CLOCK(3);
+        if constexpr (MC) cluster_copy::wait(&s.later[st], ((n - a.n0) >> 1) & 1);  // K and P
         // the state update first (the next chunk waits for it), then the outputs of the Q-row warps
         if (owner) {
             // M1 = Gamma_L M0 + (dec delta)^T K
@@ -773,10 +841,13 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
                                 __floats2bfloat162_rn(a.scale * acc[mt][nt][e], a.scale * acc[mt][nt][e + 1]);
                     }
         }
-        if (ST == 1 && n + 1 < a.n1) {
-            if (ready && tid == 0 && !next_ready) wait_ready(ready + n + 1);
-            __syncthreads();  // every read of this chunk's buffers is done
-            issue(n + 1, 0);
+        SCAN_CLOCK(4);
+        if constexpr (ST == 1) {
+            if (n + 1 < a.n1) {
+                if (ready && tid == 0 && !next_ready) wait_ready(ready + n + 1);
+                __syncthreads();  // every read of this chunk's buffers is done
+                issue(n + 1, 0);
+            }
         }
     }
     if (a.ht && owner) {
@@ -788,8 +859,30 @@ __global__ void __launch_bounds__(NW * 32, MC&& NW == 8 && VT <= 32 ? 2 : 1)
                 a.ht[(size_t(bj) * D + v0 + r) * D + c] = M[0][nt][e];
             }
     }
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    if (lane == 0 && a.clocks && warp < NW) {
+        unsigned long long* dst =
+            a.clocks + ((size_t(blockIdx.y) * gridDim.x + blockIdx.x) * NW + warp) * kScanClockPhases;
+        for (int i = 0; i < kScanClockPhases; ++i) dst[i] = (unsigned long long)clk_[i];
+    }
+#endif
     if constexpr (MC) cluster_copy::sync();  // no block leaves while another may still signal its barriers
 }
+
+// The forward scan's kernels: the cp.async instantiations, and the tile-copy one (MC) with its producer warp,
+// held to 112 registers so that an 8-warp prep block (up to 88 registers) fits beside it in the streamed
+// forward, in each of the SM's four register files too (gdn_prep_fits_beside_scan: three of its warps and two
+// of the prep's in one). No spills at 112 (ptxas, every instantiation).
+template <int D, int VT, int ST, int NW, bool SAVE>
+__global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(const __grid_constant__ ScanArgs a) {
+    fwd_scan<D, VT, ST, NW, SAVE, false>(a);
+}
+template <int D, int VT>
+__global__ void __maxnreg__(112) gdn_fwd_scan_tile_kernel(const __grid_constant__ ScanArgs a) {
+    fwd_scan<D, VT, 2, 8, false, true>(a);
+}
+// Threads of the tile-copy scan's block: 8 compute warps and the producer.
+constexpr int kScanTileThreads = 9 * 32;
 
 // ---- backward: reverse state-gradient scan ---------------------------------------------------------
 
@@ -1857,17 +1950,17 @@ struct ClusterLaunch {
 // the forward from the reverse scan).
 template <int D, int VT, int ST, int NW, class Args>
 void launch_scan(void (*kern)(Args), size_t smem, const GdnShape& s, const Args& args, cudaStream_t st,
-                 int cluster = 1) {
+                 int cluster = 1, int threads = NW * 32) {
     static std::vector<void (*)(Args)> attributed;  // the kernels of this shape given the attribute already
     if (std::find(attributed.begin(), attributed.end(), kern) == attributed.end()) {
         set_smem(kern, smem);
         attributed.push_back(kern);
     }
     if (cluster == 1) {
-        kern<<<dim3(D / VT, s.B * s.HV), NW * 32, smem, st>>>(args);
+        kern<<<dim3(D / VT, s.B * s.HV), threads, smem, st>>>(args);
         return;
     }
-    const ClusterLaunch cl(dim3(D / VT, s.B * s.HV), NW * 32, smem, st, cluster);
+    const ClusterLaunch cl(dim3(D / VT, s.B * s.HV), unsigned(threads), smem, st, cluster);
     CUDA_CHECK(cudaLaunchKernelEx(&cl.cfg, kern, args));
 }
 
@@ -1906,11 +1999,11 @@ int scan_cluster(size_t blocks) {
         static std::vector<std::pair<size_t, int>> known;  // (blocks, cluster size) asked before
         for (const auto& [n, c] : known)
             if (n == blocks) return c;
-        const auto kern = gdn_fwd_scan_kernel<D, VT, ST, NW, SAVE, true>;
+        const auto kern = gdn_fwd_scan_tile_kernel<D, VT>;
         set_smem(kern, scan_smem_bytes<D, VT, ST>(true));
         int cl = D / VT;
         for (; cl >= 2; cl /= 2) {
-            const ClusterLaunch launch(dim3(D / VT, unsigned(blocks / (D / VT))), NW * 32,
+            const ClusterLaunch launch(dim3(D / VT, unsigned(blocks / (D / VT))), kScanTileThreads,
                                        scan_smem_bytes<D, VT, ST>(true), nullptr, cl);
             int fit = 0;
             CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kern, &launch.cfg));
@@ -2101,13 +2194,12 @@ void set_shared_carveout() {
     done = true;
 }
 
-// Registers a block of kernel `kern` holds with `threads` threads (allocated per warp, 256 at a time).
+// Registers a warp of kernel `kern` holds (allocated per warp, 256 at a time).
 template <class Kern>
-size_t block_registers(Kern kern, int threads) {
+size_t warp_registers(Kern kern) {
     cudaFuncAttributes fa{};
     CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
-    const size_t per_warp = (size_t(fa.numRegs) * 32 + 255) / 256 * 256;
-    return per_warp * size_t((threads + 31) / 32);
+    return (size_t(fa.numRegs) * 32 + 255) / 256 * 256;
 }
 
 // Whether the forward streams (the prep and the scan at the same time, the scan waiting on per-chunk flags):
@@ -2118,32 +2210,39 @@ bool stream_forward(const GdnShape& s, int NT, int variant, size_t scan_smem, bo
     static const bool allowed = env_choice("HYDRA_GDN_STREAM", {0, 1}, 1) == 1;
     if (!allowed || NT > 65535) return false;
     const DeviceLimits& lim = device_limits();
-    static size_t scan_regs[2][kGdnScanVariants] = {};  // per saving or not and variant, read once
-    size_t& regs = scan_regs[save][variant];
-    if (regs == 0)
+    struct Block {
+        size_t warps = 0, warp_regs = 0;
+    };
+    // per saving or not and variant, read once: the cp.async instantiation and the tile-copy one (plain
+    // forward only; warps 0 where there is none), either of which may run
+    static Block scan_of[2][kGdnScanVariants][2] = {};
+    Block(&scan)[2] = scan_of[save][variant];
+    if (scan[0].warps == 0)
         with_scan_shape(variant, [&](auto shape) {
             using V = decltype(shape);
             if constexpr (V::vt <= D) {
-                const size_t plain =
-                    save ? block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, true, false>,
-                                           V::nw * 32)
-                         : block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, false, false>,
-                                           V::nw * 32);
-                size_t clustered = 0;  // the tile-copy instantiation (plain forward only)
+                scan[0] = {size_t(V::nw),
+                           save ? warp_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, true>)
+                                : warp_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, false>)};
                 if constexpr (scan_has_tile_copies<D, V::vt, V::st, V::nw, false>())
                     if (!save)
-                        clustered = block_registers(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, false, true>,
-                                                    V::nw * 32);
-                regs = std::max(plain, clustered);
+                        scan[1] = {size_t(kScanTileThreads / 32),
+                                   warp_registers(gdn_fwd_scan_tile_kernel<D, V::vt>)};
             }
         });
-    static size_t prep_regs_of[3] = {};  // per configuration ({4, 4}, {8, 3}, {8, 2}), read once
-    size_t& prep_regs = prep_regs_of[pc.warps == 4 ? 0 : pc.minb == 3 ? 1 : 2];
-    if (prep_regs == 0)
-        with_prep_kernel<D>(pc, [&](auto kern, int threads) { prep_regs = block_registers(kern, threads); });
-    return gdn_prep_fits_beside_scan(gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV), lim.sms, scan_smem,
-                                     sizeof(PrepSmem<D>), size_t(lim.sm_smem), size_t(lim.reserved), regs,
-                                     prep_regs, size_t(lim.sm_regs));
+    static Block prep_of[3] = {};  // per configuration ({4, 4}, {8, 3}, {8, 2}), read once
+    Block& prep = prep_of[pc.warps == 4 ? 0 : pc.minb == 3 ? 1 : 2];
+    if (prep.warps == 0)
+        with_prep_kernel<D>(pc, [&](auto kern, int threads) {
+            prep = {size_t(threads / 32), warp_registers(kern)};
+        });
+    for (const Block& b : scan)
+        if (b.warps > 0 &&
+            !gdn_prep_fits_beside_scan(gdn_scan_blocks(variant, s.D, size_t(s.B) * s.HV), lim.sms, scan_smem,
+                                       sizeof(PrepSmem<D>), size_t(lim.sm_smem), size_t(lim.reserved),
+                                       b.warps, b.warp_regs, prep.warps, prep.warp_regs, size_t(lim.sm_regs)))
+            return false;
+    return true;
 }
 
 template <int D>
@@ -2213,12 +2312,23 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                 nullptr};
     // call CB, streamed, from CUDA graphs: B1 T65536 2.232 -> 2.224 ms, B2 T16384 0.775 -> 0.758 (8-warp
     // prep), B1 2.198 -> 2.174, B2 0.753 -> 0.738 (4-warp prep)
-    static const bool late_issue = env_choice("HYDRA_GDN_SCAN_LATE_ISSUE", {0, 1}, 1) == 1;
-    sa.late_issue = late_issue;
     const int variant = scan_variant(s);
     // the scan over chunks n0 .. n1 - 1, from state h_in to h_out; split (shared_sm), its SMs are asked for
     // all their shared memory, so that a prep block fits beside a scan block (otherwise the driver may
     // configure an SM for the scan block alone and keep the rest as L1)
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    const size_t clock_blocks = gdn_scan_blocks(variant, D, size_t(s.B) * s.HV);
+    const int clock_warps = kGdnScanShapes[variant].warps;
+    static unsigned long long* clocks = nullptr;
+    static size_t clocks_cap = 0;
+    const size_t clocks_n = clock_blocks * clock_warps * kScanClockPhases;
+    if (g_profile && clocks_n > clocks_cap) {
+        if (clocks) CUDA_CHECK(cudaFree(clocks));
+        CUDA_CHECK(cudaMalloc(&clocks, clocks_n * sizeof(unsigned long long)));
+        clocks_cap = clocks_n;
+    }
+    sa.clocks = g_profile ? clocks : nullptr;
+#endif
     auto scan = [&](int n0, int n1, const float* h_in, float* h_out, cudaStream_t sx, bool shared_sm,
                     const int* ready = nullptr) {
         ScanArgs a = sa;
@@ -2236,7 +2346,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                                      : cl == 1
                                          ? "tile copies"
                                          : ("tile copies in clusters of " + std::to_string(cl)).c_str());
-                    auto launch = [&](auto kern, bool tiles) {
+                    auto launch = [&](auto kern, bool tiles, int threads) {
                         static bool carveout = false;  // one flag per instantiation of this lambda
                         if (shared_sm && !carveout) {
                             CUDA_CHECK(cudaFuncSetAttribute(kern,
@@ -2245,16 +2355,16 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                             carveout = true;
                         }
                         launch_scan<D, V::vt, V::st, V::nw>(kern, scan_smem_bytes<D, V::vt, V::st>(tiles), s,
-                                                            a, sx, std::max(cl, 1));
+                                                            a, sx, std::max(cl, 1), threads);
                     };
                     if constexpr (scan_has_tile_copies<D, V::vt, V::st, V::nw, sv>()) {
                         if (cl > 0) {
                             set_scan_maps(a, D);
-                            launch(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, sv, true>, true);
+                            launch(gdn_fwd_scan_tile_kernel<D, V::vt>, true, kScanTileThreads);
                             return;
                         }
                     }
-                    launch(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, sv, false>, false);
+                    launch(gdn_fwd_scan_kernel<D, V::vt, V::st, V::nw, sv>, false, V::nw * 32);
                 };
                 if (save)
                     go(std::true_type{});
@@ -2328,6 +2438,34 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         stages.mark("prep | scan in parts");
     }
     stages.report(save ? "forward (saving)" : "forward");
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    // the last launch's phase cycles (the split forward's last part), per warp averaged over the blocks, per
+    // chunk
+    if (g_profile) {
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        std::vector<unsigned long long> h(clocks_n);
+        CUDA_CHECK(
+            cudaMemcpy(h.data(), clocks, clocks_n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        const int chunks = parts > 1 ? NT - int(int64_t(NT) * (parts - 1) / parts) : NT;
+        int khz = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+        std::fprintf(
+            stderr,
+            "[gdn scan clocks] variant %d, %zu blocks x %d warps, %d chunks, SM clock %d MHz; cycles a "
+            "chunk: warp: top barrier | [W;Q]M0^T+epilogue | issue/save | mid barrier | update/outputs | "
+            "rest | sum\n",
+            variant, clock_blocks, clock_warps, chunks, khz / 1000);
+        for (int w = 0; w < clock_warps; ++w) {
+            double ph[kScanClockPhases] = {}, sum = 0;
+            for (size_t bl = 0; bl < clock_blocks; ++bl)
+                for (int i = 0; i < kScanClockPhases; ++i)
+                    ph[i] += double(h[(bl * clock_warps + w) * kScanClockPhases + i]) / clock_blocks / chunks;
+            std::fprintf(stderr, "[gdn scan clocks] warp %2d:", w);
+            for (int i = 0; i < kScanClockPhases; ++i) std::fprintf(stderr, " %7.0f", ph[i]), sum += ph[i];
+            std::fprintf(stderr, " | %7.0f\n", sum);
+        }
+    }
+#endif
 }
 
 // Warps of the per-chunk backward: 16 (one block per SM, as its shared memory allows, so the warps

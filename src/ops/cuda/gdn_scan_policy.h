@@ -66,16 +66,23 @@ inline constexpr int gdn_scan_variant_for(int D, size_t pairs, int sms) {
 
 // Whether a prep block fits beside every block of a one-wave scan: the scan's blocks no more than the SMs,
 // and a prep block beside one of them in an SM's shared memory (`reserved` bytes kept per block) and in its
-// register file (`*_regs`: registers a block holds). The streamed forward (gdn_chunk.cu, forward_impl)
+// register file (`*_warps` warps of `*_warp_regs` registers each), also in each of the SM's four
+// sub-partitions, whose register files hold their own warps: a block's warps spread over the four, so one
+// holds up to a quarter of them rounded up (call CH: a 9-warp scan block of 128 registers left no room for
+// an 8-warp prep block of 88 beside it, though the SM's total had room, and the scan waited on the 4 SMs
+// left to the prep, 15x slower). The streamed forward (gdn_chunk.cu, forward_impl)
 // needs it: there the scan's blocks wait for the prep's, and without room beside them the waiting blocks
 // would hold the SMs the prep needs. Measured on an H200, call BA, from CUDA graphs, streamed against the
 // split forward below: B2 T16384 d 128 0.835 -> 0.811 ms, B1 T65536 2.367 -> 2.240, B8 H9 d 64 (not split)
 // 0.293 -> 0.268.
 inline constexpr bool gdn_prep_fits_beside_scan(size_t scan_blocks, int sms, size_t scan_smem,
                                                 size_t prep_smem, size_t sm_smem, size_t reserved,
-                                                size_t scan_regs, size_t prep_regs, size_t sm_regs) {
+                                                size_t scan_warps, size_t scan_warp_regs, size_t prep_warps,
+                                                size_t prep_warp_regs, size_t sm_regs) {
+    const size_t whole = scan_warps * scan_warp_regs + prep_warps * prep_warp_regs;
+    const size_t quarter = (scan_warps + 3) / 4 * scan_warp_regs + (prep_warps + 3) / 4 * prep_warp_regs;
     return scan_blocks <= size_t(sms) && scan_smem + prep_smem + 2 * reserved <= sm_smem &&
-           scan_regs + prep_regs <= sm_regs;
+           whole <= sm_regs && quarter <= sm_regs / 4;
 }
 
 // Chunk ranges of the split forward (gdn_chunk.cu, forward_impl; where the streamed forward runs, only with
