@@ -117,6 +117,18 @@ void set_smem(Kern k, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+// Asks the driver to give kernel `kern` all of an SM's shared memory (none kept as L1), once per kernel: a
+// flag per kernel, not per call site, since one call site launches kernels of the same type (the forward
+// scan's tile-copy and cp.async instantiations).
+template <class Kern>
+void prefer_shared_once(Kern kern) {
+    static std::vector<Kern> done;
+    if (std::find(done.begin(), done.end(), kern) != done.end()) return;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    int(cudaSharedmemCarveoutMaxShared)));
+    done.push_back(kern);
+}
+
 // ---- forward: per-chunk preparation ---------------------------------------------------------------
 
 struct FwdArgs {
@@ -2347,13 +2359,7 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
                                          ? "tile copies"
                                          : ("tile copies in clusters of " + std::to_string(cl)).c_str());
                     auto launch = [&](auto kern, bool tiles, int threads) {
-                        static bool carveout = false;  // one flag per instantiation of this lambda
-                        if (shared_sm && !carveout) {
-                            CUDA_CHECK(cudaFuncSetAttribute(kern,
-                                                            cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                            int(cudaSharedmemCarveoutMaxShared)));
-                            carveout = true;
-                        }
+                        if (shared_sm) prefer_shared_once(kern);
                         launch_scan<D, V::vt, V::st, V::nw>(kern, scan_smem_bytes<D, V::vt, V::st>(tiles), s,
                                                             a, sx, std::max(cl, 1), threads);
                     };
