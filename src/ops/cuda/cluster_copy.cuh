@@ -96,21 +96,10 @@ __device__ __forceinline__ void arrive_remote(uint64_t* bar, uint32_t target) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 
-// Waits until phase `parity` of this block's barrier has completed. wait: for copies (their data is in this
-// block's shared memory once the phase completes); wait_cluster: for arrivals of other blocks (arrive_remote)
-// before copying into their buffers. The labels are local to the braces.
+// Waits until phase `parity` of this block's barrier has completed: for copies (their data is in this block's
+// shared memory once the phase completes), or for other blocks' arrivals (arrive_remote) before copying into
+// their buffers. The labels are local to the braces.
 __device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(smem_addr(bar)),
-        "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void wait_cluster(uint64_t* bar, uint32_t parity) {
     asm volatile(
         "{\n"
         ".reg .pred done;\n"

@@ -636,7 +636,7 @@ __device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
             for (int n = a.n0; n < a.n1; ++n) {
                 const int st = (n - a.n0) & 1, use = (n - a.n0) >> 1, t0 = n * kC, L = min(kC, a.T - t0);
                 const size_t hrow0 = size_t(bj) * Tp + t0;
-                if (use > 0) cluster_copy::wait_cluster(&s.empty[st], (use - 1) & 1);
+                if (use > 0) cluster_copy::wait(&s.empty[st], (use - 1) & 1);
                 // streamed: the cp.async copies read L2, where the prep's fenced stores are, after lane 0 has
                 // seen the flag (ready_flags.cuh); the tile copies after a proxy fence too
                 if (ready && lane == 0) wait_ready(ready + n);
