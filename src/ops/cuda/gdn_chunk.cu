@@ -155,14 +155,22 @@ struct FwdArgs {
 // and U).
 // T: the four diagonal blocks by forward substitution (one column per thread), then the blocks below
 // the diagonal, level by level on tensor cores: T_IJ = -T_II sum_{J <= K < I} A_IK T_KJ.
+// Where T lives. d 128: in Q's place once P is done (Q's bf16 rows take as many bytes as T's fp32 ones
+// there). d 64 (kSharedAT): in A's array, transposed on and above the diagonal (T[r][c] at As[c][r], A
+// strictly below it), since Q's place holds only half of T: the block's shared memory falls from 58.6 to 50.4
+// KB, so four 4-warp blocks fit an SM and two beside a d 64 scan block, where one fitted (the streamed
+// forward, forward_impl; call CN, from CUDA graphs, B8 T4096 H9: 0.252 -> 0.226 ms). Its rows of 68 floats
+// keep the transposed reads free of bank conflicts; d 128 keeps 72 (the A epilogue's 8-byte stores).
 template <int D>
 struct PrepSmem {
-    static constexpr int LD = D + 8, LA = 72, LT = 68;
-    static constexpr int QB = 64 * LD * 2, TB = 64 * LT * 4;  // bytes of Q (bf16), then of T (fp32)
+    static constexpr bool kSharedAT = D == 64;
+    static constexpr int LD = D + 8, LA = kSharedAT ? 68 : 72, LT = 68;
+    static constexpr int QB = 64 * LD * 2,
+                         TB = kSharedAT ? 0 : 64 * LT * 4;  // bytes of Q (bf16), of T (fp32)
     bf16 Ks[64 * LD];
     bf16 Vs[64 * LD];
-    alignas(16) unsigned char QT[QB > TB ? QB : TB];  // Q, then T once P is done
-    alignas(16) float As[64 * LA];                    // strictly lower A
+    alignas(16) unsigned char QT[QB > TB ? QB : TB];  // Q, then at d 128 T once P is done
+    alignas(16) float As[64 * LA];                    // A strictly lower; at d 64 T transposed on and above
     alignas(16) float Zs[3 * 256];                    // a level's Z strips: 16 x 8 for each of up to 6 warps
     alignas(16) float gam[64];                        // then beta and bgam: 16-byte reads in the factor split
     float beta[64], bgam[64], rq[64], rk[64];
@@ -188,7 +196,23 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
     const size_t vrow0 = (size_t(b) * a.T + t0) * a.HV + j;
     const size_t hrow0 = size_t(bj) * Tp + t0;
     bf16* Qs = reinterpret_cast<bf16*>(s.QT);
-    float* Tf = reinterpret_cast<float*>(s.QT);
+    float* As = s.As;
+    float* Tf = reinterpret_cast<float*>(s.QT);  // d 128
+    // T's element (r, c), r >= c
+    auto t_at = [&](int r, int c) -> float& {
+        if constexpr (S::kSharedAT)
+            return As[c * LA + r];
+        else
+            return Tf[r * LT + c];
+    };
+    // T's element (r, c) anywhere: zero above the diagonal (d 64: where the array holds A; d 128: stored
+    // zeros)
+    auto t_or_0 = [&](int r, int c) {
+        if constexpr (S::kSharedAT)
+            return r >= c ? t_at(r, c) : 0.f;
+        else
+            return t_at(r, c);
+    };
 
     // two copy groups: K and Q, needed first, then V, needed only by U at the end (its copy overlaps A, P and
     // T)
@@ -302,13 +326,13 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
                     va[e] = c + e < r ? rowA[0][h] * accA[0][nt][2 * h + e] * E : 0.f;
                     vp[e] = c + e <= r ? rowP[0][h] * accP[0][nt][2 * h + e] * E : 0.f;
                 }
-                *reinterpret_cast<float2*>(&s.As[r * LA + c]) = make_float2(va[0], va[1]);
+                *reinterpret_cast<float2*>(&As[r * LA + c]) = make_float2(va[0], va[1]);
                 pw[h][nt] = pack_bf16(vp[0], vp[1]);
             }
         store_tile_bf16<G64::NT>(pw, Pg + r0 * kC + c0, kC, 16, lane);
     }
     if (tid < 64) s.bgam[tid] *= s.rk[tid];  // read after the next barrier
-    __syncthreads();                         // A complete; Q no longer read (T takes its place)
+    __syncthreads();                         // A complete
 
     // T's diagonal blocks: column c of (I + A_II)^-1, 16 rows, for the 64 (block, column) pairs
     if (tid < 64) {
@@ -320,17 +344,22 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
         for (int r = 1; r < 16; ++r) {
             float a0 = x[r], a1 = 0.f;
 #pragma unroll
-            for (int m = 0; m < r; m += 4) {  // entries on and above the diagonal are zero
-                const float4 w = *reinterpret_cast<const float4*>(&s.As[(o + r) * LA + o + m]);
+            for (int m = 0; m < r; m += 4) {
+                // row r's entries left of the diagonal only (at and right of it the array holds T, which
+                // other threads of the block are writing): masks known at compile time
+                const float4 w = *reinterpret_cast<const float4*>(&As[(o + r) * LA + o + m]);
                 a0 -= w.x * x[m];
-                a1 -= w.y * x[m + 1];
-                a0 -= w.z * x[m + 2];
-                a1 -= w.w * x[m + 3];
+                if (m + 1 < r) a1 -= w.y * x[m + 1];
+                if (m + 2 < r) a0 -= w.z * x[m + 2];
+                if (m + 3 < r) a1 -= w.w * x[m + 3];
             }
             x[r] = a0 + a1;
         }
+        // T's column c of the block: d 64 on and below its diagonal only (above it the array holds A), d 128
+        // with the zeros above it
 #pragma unroll
-        for (int r = 0; r < 16; ++r) Tf[(o + r) * LT + o + c] = x[r];
+        for (int r = 0; r < 16; ++r)
+            if (!S::kSharedAT || r >= c) t_at(o + r, o + c) = x[r];
     }
     __syncthreads();
     // the blocks d below the diagonal, level by level on tensor cores: Z = sum_{K = J}^{I - 1} A_IK T_KJ,
@@ -342,15 +371,15 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
     // thread) and 23% of its stall samples.
     {
         const int g = lane >> 2, t = lane & 3;
-        // c (16 x 8) += X[r0 .., k0 ..] (16 x 8, row stride lx) Y[k0 .., c0 ..] (8 x 8, row stride ly)
-        auto mma3 = [&](float(&c)[4], const float* X, int lx, const float* Y, int ly) {
+        // c (16 x 8) += X (16 x 8) Y (8 x 8), X(r, k) and Y(k, n) giving the operands' elements
+        auto mma3 = [&](float(&c)[4], auto X, auto Y) {
             uint32_t ab[4], as[4], b0b, b0s, b1b, b1s;
-            tf32_split(X[g * lx + t], ab[0], as[0]);
-            tf32_split(X[(g + 8) * lx + t], ab[1], as[1]);
-            tf32_split(X[g * lx + t + 4], ab[2], as[2]);
-            tf32_split(X[(g + 8) * lx + t + 4], ab[3], as[3]);
-            tf32_split(Y[t * ly + g], b0b, b0s);
-            tf32_split(Y[(t + 4) * ly + g], b1b, b1s);
+            tf32_split(X(g, t), ab[0], as[0]);
+            tf32_split(X(g + 8, t), ab[1], as[1]);
+            tf32_split(X(g, t + 4), ab[2], as[2]);
+            tf32_split(X(g + 8, t + 4), ab[3], as[3]);
+            tf32_split(Y(t, g), b0b, b0s);
+            tf32_split(Y(t + 4, g), b1b, b1s);
             mma_tf32_3x(c, ab, as, b0b, b0s, b1b, b1s);
         };
 #pragma unroll
@@ -361,7 +390,9 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
 #pragma unroll
                 for (int kk = 0; kk < 2 * d; ++kk) {  // k = 16 J .. 16 I - 1
                     const int k0 = 16 * J + 8 * kk;
-                    mma3(z, &s.As[16 * I * LA + k0], LA, &Tf[k0 * LT + c0], LT);
+                    mma3(
+                        z, [&](int r, int k) { return As[(16 * I + r) * LA + k0 + k]; },
+                        [&](int k, int n) { return t_or_0(k0 + k, c0 + n); });
                 }
                 float* zs = &s.Zs[strip * 128];  // 16 x 8, row stride 8
                 *reinterpret_cast<float2*>(&zs[g * 8 + 2 * t]) = make_float2(z[0], z[1]);
@@ -370,10 +401,18 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
                 float o[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                 for (int k0 = 0; k0 < 16; k0 += 8)
-                    mma3(o, &Tf[16 * I * LT + 16 * I + k0], LT, &zs[k0 * 8], 8);
-                *reinterpret_cast<float2*>(&Tf[(16 * I + g) * LT + c0 + 2 * t]) = make_float2(-o[0], -o[1]);
-                *reinterpret_cast<float2*>(&Tf[(16 * I + g + 8) * LT + c0 + 2 * t]) =
-                    make_float2(-o[2], -o[3]);
+                    mma3(
+                        o, [&](int r, int k) { return t_or_0(16 * I + r, 16 * I + k0 + k); },
+                        [&](int k, int n) { return zs[(k0 + k) * 8 + n]; });
+                if constexpr (S::kSharedAT) {
+                    t_at(16 * I + g, c0 + 2 * t) = -o[0];
+                    t_at(16 * I + g, c0 + 2 * t + 1) = -o[1];
+                    t_at(16 * I + g + 8, c0 + 2 * t) = -o[2];
+                    t_at(16 * I + g + 8, c0 + 2 * t + 1) = -o[3];
+                } else {
+                    *reinterpret_cast<float2*>(&t_at(16 * I + g, c0 + 2 * t)) = make_float2(-o[0], -o[1]);
+                    *reinterpret_cast<float2*>(&t_at(16 * I + g + 8, c0 + 2 * t)) = make_float2(-o[2], -o[3]);
+                }
             }
             __syncthreads();
         }
@@ -384,17 +423,18 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
         for (int idx = tid; idx < 64 * 16; idx += NTH) {
             const int r = idx >> 4, c = (idx & 15) * 4;
             if (c > r) continue;
-            const float4 t = *reinterpret_cast<const float4*>(&Tf[r * LT + c]);
-            *reinterpret_cast<float4*>(dst + r * kC + c) = make_float4(
-                c <= r ? t.x : 0.f, c + 1 <= r ? t.y : 0.f, c + 2 <= r ? t.z : 0.f, c + 3 <= r ? t.w : 0.f);
+            *reinterpret_cast<float4*>(dst + r * kC + c) =
+                make_float4(t_at(r, c), c + 1 <= r ? t_at(r, c + 1) : 0.f, c + 2 <= r ? t_at(r, c + 2) : 0.f,
+                            c + 3 <= r ? t_at(r, c + 3) : 0.f);
         }
     }
     // W = F K, then U = F V, with F = T diag(f) (f = beta Gamma rk for W, beta for U), lower triangular.
     // Each warp forms its A fragments straight from fp32 T in shared memory: scaled by f and split into bf16
     // high and low parts in registers (two products; K and V are bf16 already, so the products carry about
     // 16 bits of the factor, against bf16 storage of W and U), over the k-blocks 0 .. I of its 16 rows in
-    // block I only (T's diagonal blocks hold zeros above their diagonals; the blocks above are never read).
-    // No split pass through shared memory and no barrier between W and U but the one for V's copy.
+    // block I only (the blocks above are never read; in the diagonal block the elements above the diagonal
+    // are masked to zero). No split pass through shared memory and no barrier between W and U but the one for
+    // V's copy.
     {
         using GK = BlockGemm<64, D, 64, 4, NW / 4, false, false>;
         static_assert(GK::MT == 1 && GK::NT % 2 == 0, "one 16-row block a warp, n-tiles in pairs");
@@ -419,9 +459,14 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const int r = r0 + g + 8 * (i & 1), c = 16 * kb + 2 * t + 8 * (i >> 1);
-                    const float2 tv = *reinterpret_cast<const float2*>(&Tf[r * LT + c]);
                     const float2 fv = *reinterpret_cast<const float2*>(&f[c]);
-                    const float x0 = tv.x * fv.x, x1 = tv.y * fv.y;
+                    float x0, x1;
+                    if constexpr (S::kSharedAT) {
+                        x0 = t_or_0(r, c) * fv.x, x1 = t_or_0(r, c + 1) * fv.y;
+                    } else {
+                        const float2 tv = *reinterpret_cast<const float2*>(&t_at(r, c));
+                        x0 = tv.x * fv.x, x1 = tv.y * fv.y;
+                    }
                     hi[i] = pack_bf16(x0, x1);
                     const float2 h = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hi[i]));
                     lo[i] = pack_bf16(x0 - h.x, x1 - h.y);
@@ -730,13 +775,13 @@ __device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
         // [W; Q] M0^T: the W rows (-> delta) and the Q rows (-> outputs)
         if constexpr (MC) {
             const bf16* tiles = r0 < 64 ? s.Wt[st] : s.Qt[st];
-            const int rb = r0 & 63;
 #pragma unroll
             for (int ks = 0; ks < D / 16; ++ks) {
                 uint32_t af[2][4];
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt)
-                    ldsm_x4(af[mt], swz64(tiles, rb + mt * 16 + (lane & 15), ks * 16 + ((lane >> 4) << 3)));
+                    ldsm_x4(af[mt],
+                            swz64(tiles, (r0 & 63) + mt * 16 + (lane & 15), ks * 16 + ((lane >> 4) << 3)));
 #pragma unroll
                 for (int nt = 0; nt < NV; ++nt) {
                     uint32_t bf[2];
@@ -2121,8 +2166,10 @@ int forced_prep_warps() {
     static const int forced = env_choice("HYDRA_GDN_PREP_WARPS", {4, 8}, 0);
     return forced;
 }
-PrepConfig prep_config(bool streamed) {
-    return forced_prep_warps() == 4 ? PrepConfig{4, 4} : PrepConfig{8, prep_blocks_per_sm(streamed)};
+PrepConfig prep_config(int D, bool streamed) {
+    static const bool blocks_forced = std::getenv("HYDRA_GDN_PREP_BLOCKS") != nullptr;
+    const int warps = forced_prep_warps() != 0 ? forced_prep_warps() : D == 64 && !blocks_forced ? 4 : 8;
+    return warps == 4 ? PrepConfig{4, 4} : PrepConfig{8, prep_blocks_per_sm(streamed)};
 }
 
 // Calls f(kernel, threads) with the prep instantiation of configuration c.
@@ -2390,13 +2437,13 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
     });
     // streamed where a prep block fits beside the scan's, unless HYDRA_GDN_PARTS asks for the split forward:
     // with the prep prep_config gives where it fits beside, else an 8-warp one
-    pc = prep_config(true);
+    pc = prep_config(D, true);
     bool streamed = forced_parts() == 0 && stream_forward<D>(s, NT, variant, scan_smem, save, pc);
     if (!streamed && forced_parts() == 0 && pc.warps != 8) {
         pc = PrepConfig{8, prep_blocks_per_sm(true)};
         streamed = stream_forward<D>(s, NT, variant, scan_smem, save, pc);
     }
-    if (!streamed) pc = prep_config(false);
+    if (!streamed) pc = prep_config(D, false);
     if (g_profile) std::fprintf(stderr, "[gdn profile] prep %d warps, %d blocks an SM\n", pc.warps, pc.minb);
     const int parts = streamed ? 1 : forward_parts(s, NT, variant, scan_smem, sizeof(PrepSmem<D>));
     if (streamed) {
@@ -2406,9 +2453,11 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         // Why it cannot deadlock: the prep never waits; the scan's blocks are no more than the SMs and a prep
         // block fits beside any one of them, so some SM always has room for the prep while scans wait; and a
         // run that serialises kernels (CUDA_LAUNCH_BLOCKING, a sanitizer) finishes the prep, launched first,
-        // before the scan starts. Scan clusters (tile copies) wait only on the prep's flags and on each
-        // other's copies of chunks whose flags they have seen, and are used only where all of them fit at
-        // once.
+        // before the scan starts. Should a scan block still wait seconds for a flag (SMs withheld from the
+        // process, as an MPS thread limit does), wait_ready stops the kernel with a message instead of
+        // hanging. Launching the scan first was measured no faster (call CN, d 64: 0.2265 against 0.2266 ms).
+        // Scan clusters (tile copies) wait only on the prep's flags and on each other's copies of chunks
+        // whose flags they have seen, and are used only where all of them fit at once.
         PartStreams& ps = part_streams();
         set_shared_carveout<D>();
         CUDA_CHECK(cudaMemsetAsync(ws.ready, 0, size_t(s.B) * s.HV * NT * sizeof(int), st));

@@ -24,10 +24,30 @@ __device__ __forceinline__ int peek_ready(const int* flag) {
     return v;
 }
 
+// The GPU's nanosecond timer.
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
+}
+
 // Consumer, one thread: spins until the flag is set, sleeping between polls so that the co-resident producer
-// blocks keep the issue slots.
+// blocks keep the issue slots. A producer that has not set it after 10 s is not running beside the consumer
+// (e.g. SMs withheld from the process, so the producer found no room): the kernel stops with a message (the
+// launch then fails) rather than hanging the process.
 __device__ __forceinline__ void wait_ready(const int* flag) {
-    while (peek_ready(flag) == 0) __nanosleep(256);
+    if (peek_ready(flag) == 0) {
+        const unsigned long long start = global_ns();
+        while (peek_ready(flag) == 0) {
+            __nanosleep(256);
+            if (global_ns() - start > 10'000'000'000ull) {
+                printf(
+                    "hydra: a GDN scan block waited 10 s for the prep's chunk flag: the two kernels are not "
+                    "running at the same time; set HYDRA_GDN_STREAM=0\n");
+                __trap();
+            }
+        }
+    }
     asm volatile("" ::: "memory");
 }
 
