@@ -157,10 +157,12 @@ struct FwdArgs {
 // the diagonal, level by level on tensor cores: T_IJ = -T_II sum_{J <= K < I} A_IK T_KJ.
 // Where T lives. d 128: in Q's place once P is done (Q's bf16 rows take as many bytes as T's fp32 ones
 // there). d 64 (kSharedAT): in A's array, transposed on and above the diagonal (T[r][c] at As[c][r], A
-// strictly below it), since Q's place holds only half of T: the block's shared memory falls from 58.6 to 50.4
-// KB, so four 4-warp blocks fit an SM and two beside a d 64 scan block, where one fitted (the streamed
-// forward, forward_impl; call CN, from CUDA graphs, B8 T4096 H9: 0.252 -> 0.226 ms). Its rows of 68 floats
-// keep the transposed reads free of bank conflicts; d 128 keeps 72 (the A epilogue's 8-byte stores).
+// strictly below it), since Q's place holds only half of T: the block's shared memory falls from 58,624 to
+// 49,408 bytes, so four 4-warp blocks fit an SM (three did) and two beside a d 64 scan block, where one
+// fitted (the streamed forward, forward_impl; with the 4-warp prep, prep_config: call CO, from CUDA graphs,
+// B8 T4096 H9 0.251 -> 0.224 ms). Its rows of 68 floats keep the transposed reads free of bank conflicts
+// (call CM, 72 -> 68: the d 64 prep alone 0.155 -> 0.142 ms in profile runs); d 128 keeps 72 (the A
+// epilogue's 8-byte stores).
 template <int D>
 struct PrepSmem {
     static constexpr bool kSharedAT = D == 64;
@@ -2155,11 +2157,14 @@ struct PrepConfig {
 // Every configuration with an instantiation (with_prep_kernel), for the per-kernel attributes.
 constexpr PrepConfig kPrepConfigs[] = {{8, 2}, {8, 3}, {4, 4}};
 
-// 8 warps, as prep_blocks_per_sm says. Fewer warps a prep block were tried beside the latency-bound scan,
-// whose warps share an SM's issue slots and shared memory with them (H200, streamed, from CUDA graphs, each
-// pair in one call): call CA, 8 -> 16 warps: B1 T65536 2.197 -> 2.246 ms, B2 T16384 0.777 -> 0.816; call CB,
-// 8 -> 4: B1 2.232 -> 2.198, B2 0.775 -> 0.753, B8 H9 d 64 0.258 -> 0.248; call CC, with the prep's
-// live-tile epilogue, 8 -> 4: B1 2.181 -> 2.170, B2 0.743 -> 0.761, d 64 0.250 -> 0.249. So 8 stays.
+// d 128: 8 warps, as prep_blocks_per_sm says; d 64: 4 warps (up to 128 registers), four blocks an SM and two
+// beside a scan block since the d 64 prep's T shares A's array (PrepSmem). Calls CM-CO, B8 T4096 H9,
+// streamed, from graphs, that layout with 4 warps against 8: 0.227 against 0.258-0.264 ms (call CO: main's
+// 8-warp prep with T in Q's place 0.251). d 128, fewer warps a prep block were tried beside the latency-bound
+// scan, whose warps share an SM's issue slots and shared memory with them (H200, streamed, from CUDA graphs,
+// each pair in one call): call CA, 8 -> 16 warps: B1 T65536 2.197 -> 2.246 ms, B2 T16384 0.777 -> 0.816; call
+// CB, 8 -> 4: B1 2.232 -> 2.198, B2 0.775 -> 0.753, B8 H9 d 64 0.258 -> 0.248; call CC, with the prep's
+// live-tile epilogue, 8 -> 4: B1 2.181 -> 2.170, B2 0.743 -> 0.761, d 64 0.250 -> 0.249. So 8 stays there.
 // HYDRA_GDN_PREP_WARPS = 4 or 8 forces the warps everywhere, for comparisons (the streamed forward falls back
 // to 8 where a 4-warp block does not fit beside the scan).
 int forced_prep_warps() {
