@@ -2143,10 +2143,13 @@ void with_scan_shape(int v, F&& f) {
 // shared memory allows three) where it has the GPU to itself, 2 (128 registers, no spills) in the streamed
 // forward, where an SM beside a scan block holds one prep block only. Calls BB and BC, streamed, from graphs,
 // 3 -> 2: B8 d 64 0.268 -> 0.251 ms, B2 d 128 0.822 -> 0.809, B1 2.223 -> 2.239; alone at B8 d 128 2 lost
-// (forward 0.630 -> 0.677). HYDRA_GDN_PREP_BLOCKS = 2 or 3 forces one, for comparisons.
-int prep_blocks_per_sm(bool streamed) {
+// (forward 0.630 -> 0.677). HYDRA_GDN_PREP_BLOCKS = 2 or 3 forces one (and 8 warps), for comparisons.
+int forced_prep_blocks() {
     static const int forced = env_choice("HYDRA_GDN_PREP_BLOCKS", {2, 3}, 0);
-    return forced != 0 ? forced : streamed ? 2 : 3;
+    return forced;
+}
+int prep_blocks_per_sm(bool streamed) {
+    return forced_prep_blocks() != 0 ? forced_prep_blocks() : streamed ? 2 : 3;
 }
 
 // The preparation's launch: warps a block (8 or 4) and the blocks an SM its registers are budgeted for
@@ -2172,8 +2175,9 @@ int forced_prep_warps() {
     return forced;
 }
 PrepConfig prep_config(int D, bool streamed) {
-    static const bool blocks_forced = std::getenv("HYDRA_GDN_PREP_BLOCKS") != nullptr;
-    const int warps = forced_prep_warps() != 0 ? forced_prep_warps() : D == 64 && !blocks_forced ? 4 : 8;
+    const int warps = forced_prep_warps() != 0               ? forced_prep_warps()
+                      : D == 64 && forced_prep_blocks() == 0 ? 4
+                                                             : 8;
     return warps == 4 ? PrepConfig{4, 4} : PrepConfig{8, prep_blocks_per_sm(streamed)};
 }
 
@@ -2251,10 +2255,7 @@ void set_shared_carveout() {
     static bool done = false;
     if (done) return;
     for (const PrepConfig c : kPrepConfigs)
-        with_prep_kernel<D>(c, [](auto kern, int) {
-            CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                            int(cudaSharedmemCarveoutMaxShared)));
-        });
+        with_prep_kernel<D>(c, [](auto kern, int) { prefer_shared_once(kern); });
     done = true;
 }
 
