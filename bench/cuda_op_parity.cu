@@ -1,4 +1,5 @@
-// Op parity of the CUDA kernels against the CPU reference (float): GDN chunked forward and backward
+// Op parity of the CUDA kernels against the CPU reference (float): GDN chunked forward (saving and plain; the
+// checked forward runs after another on the same workspace) and backward
 // (with the in-kernel L2 norm of q/k, grouped value heads, initial and final states), the GDN decode
 // step, and causal GQA attention forward and backward. Fresh random inputs every run (seed printed;
 // --seed N repeats one), odd lengths (T not a multiple of 64), outputs poisoned with NaN before each
@@ -205,6 +206,12 @@ void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -
     Dev<float> ht(ns), gg(ng), gb(ng), gh0(ns);
     const hydra::cuda::GdnShape s{B, T, H, HV, D};
     hydra::cuda::GdnWorkspace ws(s, true);
+    // a first forward on the same workspace with q and k swapped (other W, U, P): the one checked below must
+    // not read anything it left behind (at d 64 the streamed forward's scan clears its per-chunk flags)
+    hydra::cuda::gdn_chunk_forward(s, dk_->p, dq_->p, dv_->p, dg_->p, db_->p, dh0_->p, o.p, ht.p, scale,
+                                   l2norm, true, ws);
+    o.poison();
+    ht.poison();
     hydra::cuda::gdn_chunk_forward(s, dq_->p, dk_->p, dv_->p, dg_->p, db_->p, dh0_->p, o.p, ht.p, scale,
                                    l2norm, true, ws);
     hydra::cuda::gdn_chunk_backward(s, dq_->p, dk_->p, dv_->p, dg_->p, db_->p, ddo->p, ddht->p, gq.p, gk.p,
@@ -219,6 +226,15 @@ void gdn_case(int B, int T, int H, int HV, int D, Rng& rng, int scan_variant = -
     record("gdn_chunk bwd", shape, "dg", down(gg), dg_ref, kTolReduced);
     record("gdn_chunk bwd", shape, "dbeta", down(gb), db_ref, kTolReduced);
     record("gdn_chunk bwd", shape, "dh0", down(gh0), dh0_ref);
+    // the plain forward (save = false: the scan instantiations inference and the benchmarks run, the
+    // tile-copy scan among them), on the same workspace after the saving forward
+    o.poison();
+    ht.poison();
+    hydra::cuda::gdn_chunk_forward(s, dq_->p, dk_->p, dv_->p, dg_->p, db_->p, dh0_->p, o.p, ht.p, scale,
+                                   l2norm, false, ws);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    record("gdn_chunk fwd plain", shape, "o", down(o), o_ref);
+    record("gdn_chunk fwd plain", shape, "ht", down(ht), ht_ref);
 }
 
 // ---- GDN decode step ----------------------------------------------------------------------------------

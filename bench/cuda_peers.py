@@ -13,7 +13,8 @@ compare GPU time with GPU time.
 Then joins with our rows (--ours FILE, JSON lines from cuda_gdn_attention_bench) and prints one table
 with the ratio peer_ms / our_ms (above 1: ours is faster).
 
-Usage: FLA_PATH=.peer python3 bench/cuda_peers.py --ours ours.jsonl [--quick] [--attn-only | --gdn-only] [--json out.json]
+Usage: FLA_PATH=.peer python3 bench/cuda_peers.py --ours ours.jsonl [--quick] [--attn-only | --gdn-only]
+           [--shape BxTxHxD ...] [--json out.json]
 The fla source tree is never committed: it is fetched into a git-ignored folder and carried.
 """
 import argparse
@@ -31,6 +32,8 @@ p.add_argument("--quick", action="store_true")
 p.add_argument("--json", default="")
 p.add_argument("--attn-only", action="store_true", help="attention rows only (no fla)")
 p.add_argument("--gdn-only", action="store_true", help="the GDN rows only (decode and chunk, no attention)")
+p.add_argument("--shape", action="append", default=[], metavar="BxTxHxD",
+               help="GDN chunk rows at these shapes only (repeatable; no decode or attention rows)")
 args = p.parse_args()
 
 dev = "cuda"
@@ -156,18 +159,26 @@ def peer_decode(B, H, D):
     emit_graph("gdn_decode_graph", B, 1, H, D, fr)
 
 
-if not args.attn_only:
+chosen = []
+for text in args.shape:
+    parts = text.lower().split("x")
+    if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts):
+        p.error("--shape %r: expected four positive integers BxTxHxD, e.g. 8x4096x9x64" % text)
+    chosen.append(tuple(int(x) for x in parts))
+for B, T, H, D in chosen:
+    peer_gdn(B, T, H, D)
+if not chosen and not args.attn_only:
     peer_decode(64, 16, 128)
     peer_decode(64, 9, 64)
-shapes = [(8, 4096), (2, 16384), (1, 65536)]
+shapes = [(8, 4096), (2, 16384), (1, 65536)] if not chosen else []
 for B, T in shapes[: 1 if args.quick else 3]:
     if not args.attn_only:
         peer_gdn(B, T, 16, 128)
     if not args.gdn_only:
         peer_attn(B, T, 16, 16, 128)
-if not args.attn_only:
+if not chosen and not args.attn_only:
     peer_gdn(8, 4096, 9, 64)
-if not args.gdn_only:
+if not chosen and not args.gdn_only:
     peer_attn(8, 4096, 9, 3, 64)
     peer_attn(8, 2048, 9, 3, 64)
 

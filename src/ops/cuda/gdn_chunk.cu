@@ -143,6 +143,10 @@ struct FwdArgs {
     // streamed forward (forward_impl): blocks run pair-major (blockIdx.x = pair, blockIdx.y = chunk) and
     // each sets its (pair, chunk) flag once its outputs are written; null: chunk-major, no flags
     int* ready;
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    // diagnostic builds only, streamed: per (chunk, pair) block the global timer at its start and end
+    unsigned long long* timeline;
+#endif
 };
 
 // The preparation. The q, k rows come in raw: with the L2 norm on, the 1 / norms rq, rk of the chunk's
@@ -197,6 +201,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
     const size_t qrow0 = (size_t(b) * a.T + t0) * a.H + h;
     const size_t vrow0 = (size_t(b) * a.T + t0) * a.HV + j;
     const size_t hrow0 = size_t(bj) * Tp + t0;
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    unsigned long long* tl_ = a.timeline && a.ready ? a.timeline + (size_t(n) * gridDim.x + bj) * 2 : nullptr;
+    if (tl_ && tid == 0) tl_[0] = global_ns();
+#endif
     bf16* Qs = reinterpret_cast<bf16*>(s.QT);
     float* As = s.As;
     float* Tf = reinterpret_cast<float*>(s.QT);  // d 128
@@ -495,6 +503,9 @@ __global__ void __launch_bounds__(NW * 32, MINB) gdn_fwd_prep_kernel(FwdArgs a) 
     }
     if (a.ready) {
         __syncthreads();  // every thread's stores of this chunk (gam, rq, rk, P, W, U) are issued
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+        if (tl_ && tid == 0) tl_[1] = global_ns();
+#endif
         if (tid == 0) signal_ready(a.ready + size_t(bj) * a.NT + n);
     }
 }
@@ -514,16 +525,24 @@ struct ScanArgs {
     bf16* delta;   // null unless saving
     // streamed forward: the prep's (pair, chunk) flags, waited for before each chunk's copies; null: the prep
     // has finished before the scan starts
-    const int* ready;
+    int* ready;  // d 64: cleared by the pair's last block to finish (kGdnScanClearsFlags)
     // the tile-copy scan (MC): tensor maps of W (D, T, B * HV, 1), q and k (D, H, T, B), boxes of 64 x 64
     // with a 128-byte swizzle
     CUtensorMap tm_w, tm_q, tm_k;
 #ifdef HYDRA_GDN_SCAN_CLOCKS
     // diagnostic builds only: per block and warp, the SM cycles spent in each phase of the chunk loop
-    // (kScanClockPhases sums over the chunks), printed by the profile mode (gdn_set_profile)
+    // (kScanClockPhases sums over the chunks), printed by the profile mode (gdn_set_profile); and per block
+    // the global timer at its start, once its first chunk's copies have landed, and at its loop's end
     unsigned long long* clocks;
+    unsigned long long* timeline;
 #endif
+    int* done;  // streamed, d 64 slices: per pair, its blocks that have finished (zero between forwards)
 };
+
+// Whether the forward scan clears the streamed forward's ready flags as it ends (fwd_scan), so that they are
+// zero between forwards without a memset before each (d 64), or the forward zeroes them first (d 128).
+template <int D>
+inline constexpr bool kGdnScanClearsFlags = D == 64;
 
 #ifdef HYDRA_GDN_SCAN_CLOCKS
 // The forward scan's loop phases, timed by each warp (cycles summed over the chunks): 0 the top barrier (and
@@ -657,9 +676,12 @@ __device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
     };
 #ifdef HYDRA_GDN_SCAN_CLOCKS
     long long clk_[kScanClockPhases] = {}, clk_t_ = clock64();
+    unsigned long long* tl_ =
+        a.timeline ? a.timeline + (size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 3 : nullptr;
+    if (tl_ && threadIdx.x == 0) tl_[0] = global_ns();
 #endif
     // streamed: the prep's per-chunk flags of this (sequence, head)
-    const int* ready = a.ready ? a.ready + size_t(bj) * a.NT : nullptr;
+    int* ready = a.ready ? a.ready + size_t(bj) * a.NT : nullptr;
     if constexpr (MC) {
         const uint32_t rank = cluster_copy::rank(), CL = cluster_copy::size();
         if (tid == 0) {
@@ -757,6 +779,9 @@ __device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
             cluster_copy::wait(&s.full[st], ((n - a.n0) >> 1) & 1);
             compute_sync();  // and the state of the previous chunk's update in Mb
             SCAN_CLOCK(0);
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+            if (tl_ && n == a.n0 && threadIdx.x == 0) tl_[1] = global_ns();
+#endif
             // this block is done with the other stage (chunk n - 1): told to every block whose producer will
             // copy into it (chunk n + 1), by the first Q-row warp (off the W-row warps' chain)
             const int CL = int(cluster_copy::size());
@@ -767,6 +792,9 @@ __device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
             cp_async_wait_all();
             __syncthreads();
             SCAN_CLOCK(0);
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+            if (tl_ && n == a.n0 && threadIdx.x == 0) tl_[1] = global_ns();
+#endif
             if (ST == 2 && n + 1 < a.n1) issue(n + 1, st ^ 1);
             if (ready && tid == 0 && n + ST < a.n1) next_ready = peek_ready(ready + n + ST);
         }
@@ -906,6 +934,31 @@ __device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
                 if (ready && tid == 0 && !next_ready) wait_ready(ready + n + 1);
                 __syncthreads();  // every read of this chunk's buffers is done
                 issue(n + 1, 0);
+            }
+        }
+    }
+#ifdef HYDRA_GDN_SCAN_CLOCKS
+    if (tl_ && threadIdx.x == 0) tl_[2] = global_ns();
+#endif
+    // Streamed: the last of the pair's blocks to get here (the only one for whole heads; else the one whose
+    // count in a.done completes it) clears the pair's flags for the next forward, which then needs no memset
+    // before its kernels (forward_impl; call DC, B8 T4096 H9 d 64 from graphs: 0.2243 -> 0.2195 ms). Every
+    // read of a flag by this block is behind it: thread 0's waits (cp.async copies) or the producer warp's
+    // (MC), whose copies the compute warps have consumed; the other blocks' reads are behind their counts.
+    // Slices clear by one thread, in their instantiations only: a warp-wide form, or the slices' code in the
+    // whole-head instantiations, moved those's register allocation (the d 64 saving scan 128 -> 161, which a
+    // prep block would no longer fit beside). At d 64 only (kGdnScanClearsFlags): at d 128 the clearing code
+    // changed the scans' allocation too (call DD, B8 forward 0.623 -> 0.634 ms), for no gain there, where
+    // the forward keeps its memset before the kernels.
+    if constexpr (kGdnScanClearsFlags<D>) {
+        if (ready) {
+            if constexpr (VT == D) {  // whole heads: one block a pair
+                for (int i = tid; i < a.n1 - a.n0; i += NTH) ready[a.n0 + i] = 0;
+            } else {
+                if (tid == 0 && atomicAdd(a.done + bj, 1) == int(gridDim.x) - 1) {
+                    for (int i = a.n0; i < a.n1; ++i) ready[i] = 0;
+                    a.done[bj] = 0;
+                }
             }
         }
     }
@@ -2393,11 +2446,23 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         clocks_cap = clocks_n;
     }
     sa.clocks = g_profile ? clocks : nullptr;
+    static unsigned long long* timeline = nullptr;
+    static size_t timeline_cap = 0;
+    const size_t tl_scan = clock_blocks * 3, tl_n = tl_scan + size_t(s.B) * s.HV * NT * 2;
+    if (g_profile && tl_n > timeline_cap) {
+        if (timeline) CUDA_CHECK(cudaFree(timeline));
+        CUDA_CHECK(cudaMalloc(&timeline, tl_n * sizeof(unsigned long long)));
+        timeline_cap = tl_n;
+    }
+    if (g_profile) CUDA_CHECK(cudaMemsetAsync(timeline, 0, tl_n * sizeof(unsigned long long), st));
+    sa.timeline = g_profile ? timeline : nullptr;
+    fa.timeline = g_profile ? timeline + tl_scan : nullptr;
 #endif
     auto scan = [&](int n0, int n1, const float* h_in, float* h_out, cudaStream_t sx, bool shared_sm,
-                    const int* ready = nullptr) {
+                    int* ready = nullptr) {
         ScanArgs a = sa;
-        a.n0 = n0, a.n1 = n1, a.h0 = h_in, a.ht = h_out, a.ready = ready;
+        a.n0 = n0, a.n1 = n1, a.h0 = h_in, a.ht = h_out, a.ready = ready,
+        a.done = ready ? ws.ready_done : nullptr;
         with_scan_shape(variant, [&](auto shape) {
             using V = decltype(shape);
             if constexpr (V::vt <= D) {
@@ -2464,9 +2529,19 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
         // hanging. Launching the scan first was measured no faster (call CN, d 64: 0.2265 against 0.2266 ms).
         // Scan clusters (tile copies) wait only on the prep's flags and on each other's copies of chunks
         // whose flags they have seen, and are used only where all of them fit at once.
+        // At d 64 the flags and the pairs' counters are zero between forwards: the scan clears them as it
+        // ends (kGdnScanClearsFlags; its kernel says how). So whole d 64 heads run no memset before the
+        // kernels (a graph node on the critical path; call DC, B8 T4096 H9 from graphs 0.2243 -> 0.2195 ms),
+        // but the first on this workspace's. Slices and d 128 keep it: without it the d 128 slice forwards
+        // lost (calls DC and DD, B1 T65536 1.92 -> 1.97 ms, B2 T16384 0.733 -> 0.745), perhaps as the memset,
+        // ending, makes both kernels pending at once and the scan's stream priority then dispatches its
+        // blocks first.
         PartStreams& ps = part_streams();
         set_shared_carveout<D>();
-        CUDA_CHECK(cudaMemsetAsync(ws.ready, 0, size_t(s.B) * s.HV * NT * sizeof(int), st));
+        if (!ws.ready_zeroed || !kGdnScanClearsFlags<D> || kGdnScanShapes[variant].rows < D) {
+            CUDA_CHECK(cudaMemsetAsync(ws.ready, 0, ws.ready_bytes, st));
+            ws.ready_zeroed = kGdnScanClearsFlags<D>;
+        }
         ps.fork_from(st);
         prep(0, NT, ps.lo, ws.ready);
         scan(0, NT, h0, ht, ps.hi, true, ws.ready);
@@ -2524,6 +2599,42 @@ void forward_impl(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v
             std::fprintf(stderr, "[gdn scan clocks] warp %2d:", w);
             for (int i = 0; i < kScanClockPhases; ++i) std::fprintf(stderr, " %7.0f", ph[i]), sum += ph[i];
             std::fprintf(stderr, " | %7.0f\n", sum);
+        }
+        // the streamed forward's timeline (us from the first block's start): the scan blocks' starts, first
+        // chunks landed and loop ends; the prep's last block end of chunk n (over the pairs)
+        std::vector<unsigned long long> t(tl_n);
+        CUDA_CHECK(cudaMemcpy(t.data(), timeline, tl_n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        const size_t pairs = size_t(s.B) * s.HV;
+        unsigned long long t0 = ~0ull;
+        for (size_t i = 0; i < tl_n; ++i)
+            if (t[i] != 0 && (i < tl_scan ? i % 3 == 0 : (i - tl_scan) % 2 == 0)) t0 = std::min(t0, t[i]);
+        auto stats = [&](const char* what, auto get, size_t n) {
+            std::vector<double> v;
+            for (size_t i = 0; i < n; ++i)
+                if (const unsigned long long x = get(i); x != 0) v.push_back(double(x - t0) / 1e3);
+            if (v.empty()) return;
+            std::sort(v.begin(), v.end());
+            std::fprintf(stderr, "[gdn timeline] %-28s min %7.2f median %7.2f max %7.2f us (%zu)\n", what,
+                         v[0], v[v.size() / 2], v.back(), v.size());
+        };
+        if (streamed && parts == 1) {
+            stats(
+                "scan start", [&](size_t b) { return t[b * 3]; }, clock_blocks);
+            stats(
+                "scan first chunk landed", [&](size_t b) { return t[b * 3 + 1]; }, clock_blocks);
+            stats(
+                "scan loop end", [&](size_t b) { return t[b * 3 + 2]; }, clock_blocks);
+            const unsigned long long* pt = t.data() + tl_scan;
+            for (int n : {0, 1, 2, 4, 8, 16, 32, 48, NT - 1}) {
+                if (n >= NT) continue;
+                char name[64];
+                std::snprintf(name, sizeof name, "prep chunk %d start", n);
+                stats(
+                    name, [&](size_t j) { return pt[(size_t(n) * pairs + j) * 2]; }, pairs);
+                std::snprintf(name, sizeof name, "prep chunk %d end", n);
+                stats(
+                    name, [&](size_t j) { return pt[(size_t(n) * pairs + j) * 2 + 1]; }, pairs);
+            }
         }
     }
 #endif
@@ -2617,7 +2728,8 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
                                {(void**)&U, hm * D * 2},
                                {(void**)&P, chunks * kC * kC * 2},
                                {(void**)&hpart, 2 * size_t(s.B) * s.HV * D * D * 4},
-                               {(void**)&ready, chunks * sizeof(int)}};
+                               {(void**)&ready, (chunks + size_t(s.B) * s.HV) * sizeof(int)}};
+    ready_bytes = (chunks + size_t(s.B) * s.HV) * sizeof(int);
     if (train) {
         items.push_back({(void**)&Tm, chunks * kC * kC * 4});
         items.push_back({(void**)&states, chunks * D * D * 2});
@@ -2638,6 +2750,7 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
         *it.ptr = p;
         p += (it.bytes + 255) / 256 * 256;
     }
+    ready_done = ready + chunks;
 }
 
 GdnWorkspace::~GdnWorkspace() {

@@ -46,8 +46,14 @@ public:
     bf16 *W = nullptr, *U = nullptr, *P = nullptr;
     // the states between the parts of a split forward (HYDRA_GDN_PARTS): two (B, HV, D, D) fp32
     float* hpart = nullptr;
-    // the streamed forward's per-chunk ready flags (B, HV, NT), set by the prep, waited for by the scan
+    // the streamed forward's per-chunk ready flags (B, HV, NT), set by the prep, waited for by the scan,
+    // and per (sequence, head) the count of its scan blocks that have finished (B, HV), right after them:
+    // zero again when a forward ends (the scan clears them); ready_zeroed: the first forward has zeroed
+    // them (cudaMalloc does not)
     int* ready = nullptr;
+    int* ready_done = nullptr;
+    size_t ready_bytes = 0;
+    bool ready_zeroed = false;
     // saved for the backward: T = (I + A)^-1 per chunk (fp32; only its 16-byte pieces on or below the
     // diagonal are written and read), state entering each chunk (bf16,
     // (B, HV, NT, D, D)), delta (B, HV, NT*64, D) bf16

@@ -1,7 +1,8 @@
 // Per-item ready flags between two kernels running at the same time: a producer block sets an item's flag
 // once its outputs are written, a consumer block waits for the flag before it copies them (the streamed GDN
 // forward, gdn_chunk.cu: the prep produces chunks, the scan consumes them). The flags are ints in global
-// memory, zeroed before both kernels start.
+// memory, zero before both kernels start: zeroed by a memset before them, or once and then cleared by the
+// consumer as it ends (the d 64 forward, whose runs then need no memset before their kernels).
 #pragma once
 
 namespace hydra::cuda::ready_flags {
