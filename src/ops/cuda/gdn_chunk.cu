@@ -945,11 +945,11 @@ __device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
     // before its kernels (forward_impl; call DC, B8 T4096 H9 d 64 from graphs: 0.2243 -> 0.2195 ms). Every
     // read of a flag by this block is behind it: thread 0's waits (cp.async copies) or the producer warp's
     // (MC), whose copies the compute warps have consumed; the other blocks' reads are behind their counts.
-    // Slices clear by one thread, in their instantiations only: a warp-wide form, or the slices' code in the
-    // whole-head instantiations, moved those's register allocation (the d 64 saving scan 128 -> 161, which a
-    // prep block would no longer fit beside). At d 64 only (kGdnScanClearsFlags): at d 128 the clearing code
-    // changed the scans' allocation too (call DD, B8 forward 0.623 -> 0.634 ms), for no gain there, where
-    // the forward keeps its memset before the kernels.
+    // Slices clear by one thread, and only their instantiations hold that code: a warp-wide form, or the
+    // slices' code compiled into the whole-head scans, changed the whole-head scans' register allocation (the
+    // d 64 saving scan 128 -> 161 registers, too many for a prep block beside it). d 64 only
+    // (kGdnScanClearsFlags): at d 128 the clearing code changed the scans' allocation too (call DD, B8
+    // forward 0.623 -> 0.634 ms), for no gain there, where the forward keeps its memset before the kernels.
     if constexpr (kGdnScanClearsFlags<D>) {
         if (ready) {
             if constexpr (VT == D) {  // whole heads: one block a pair
@@ -2717,6 +2717,7 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
     const size_t NT = size_t(s.num_chunks()), D = size_t(s.D);
     const size_t hm = size_t(s.B) * s.HV * NT * kC;  // head-major padded rows
     const size_t chunks = size_t(s.B) * s.HV * NT;
+    ready_bytes = (chunks + size_t(s.B) * s.HV) * sizeof(int);  // the flags, then the pairs' counters
     struct Item {
         void** ptr;
         size_t bytes;
@@ -2728,8 +2729,7 @@ GdnWorkspace::GdnWorkspace(const GdnShape& s, bool train) : shape(s), training(t
                                {(void**)&U, hm * D * 2},
                                {(void**)&P, chunks * kC * kC * 2},
                                {(void**)&hpart, 2 * size_t(s.B) * s.HV * D * D * 4},
-                               {(void**)&ready, (chunks + size_t(s.B) * s.HV) * sizeof(int)}};
-    ready_bytes = (chunks + size_t(s.B) * s.HV) * sizeof(int);
+                               {(void**)&ready, ready_bytes}};
     if (train) {
         items.push_back({(void**)&Tm, chunks * kC * kC * 4});
         items.push_back({(void**)&states, chunks * D * D * 2});
