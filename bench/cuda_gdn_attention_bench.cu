@@ -6,8 +6,9 @@
 // at least 5). Inputs are random (never zeros). One JSON object per line on stdout (impl "ours"), matched by
 // bench/cuda_peers.py's rows on op/B/T/H/D.
 //
-// Usage: cuda_gdn_attention_bench [--quick] [--attn-only | --gdn-only] [--scan-sweep] [--shape
-// BxTxHxD[xHkv]]...
+// Usage: cuda_gdn_attention_bench [--quick] [--attn-only | --gdn-only | --decode-only] [--scan-sweep]
+// [--shape BxTxHxD[xHkv]]...
+//   --decode-only: the GDN decode rows alone (and the state copy of the same bytes)
 //   --scan-sweep: after each GDN shape's rows, the same chunk timings with every state-scan variant forced
 //                 (ops "gdn_fwd_scan" / "gdn_fwdbwd_scan" with a "scan" field; per-kernel times on stderr),
 //                 to check gdn_scan_policy.h's choice on this GPU
@@ -292,6 +293,10 @@ void bench_decode(int B, int H, int D, std::mt19937_64& gen) {
         hydra::cuda::gdn_decode_step(B, H, H, D, q, k, v, g, beta, s0, s1, o, scale, true, st);
     });
     emit("gdn_decode_graph", B, 1, H, D, ms_g, double(B), 0, 2.0 * ns * 4);
+    // the same bytes as one device-to-device copy of the state, from a graph: the step's ceiling
+    const float ms_c = graph_ms(
+        [&](cudaStream_t st) { CUDA_CHECK(cudaMemcpyAsync(s1, s0, ns * 4, cudaMemcpyDeviceToDevice, st)); });
+    emit("state_copy_graph", B, 1, H, D, ms_c, double(B), 0, 2.0 * ns * 4);
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)g, (void*)beta, (void*)s0, (void*)s1, (void*)o})
         CUDA_CHECK(cudaFree(p));
 }
@@ -346,7 +351,7 @@ bool parse_shape(const char* text, BenchShape& out, std::string& why) {
 
 int main(int argc, char** argv) {
     // --attn-only: the attention rows alone; --gdn-only: the GDN rows alone (decode and chunk)
-    bool quick = false, attn_only = false, gdn_only = false, sweep = false;
+    bool quick = false, attn_only = false, gdn_only = false, decode_only = false, sweep = false;
     std::vector<BenchShape> shapes;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -354,6 +359,8 @@ int main(int argc, char** argv) {
             attn_only = true;
         else if (!std::strcmp(argv[i], "--gdn-only"))
             gdn_only = true;
+        else if (!std::strcmp(argv[i], "--decode-only"))
+            decode_only = true;
         else if (!std::strcmp(argv[i], "--scan-sweep"))
             sweep = true;
         else if (!std::strcmp(argv[i], "--shape")) {
@@ -367,16 +374,16 @@ int main(int argc, char** argv) {
             shapes.push_back(sh);
             ++i;
         } else {
-            std::fprintf(
-                stderr,
-                "unknown argument '%s' (use --quick, --attn-only, --gdn-only, --scan-sweep or --shape "
-                "BxTxHxD[xHkv])\n",
-                argv[i]);
+            std::fprintf(stderr,
+                         "unknown argument '%s' (use --quick, --attn-only, --gdn-only, --decode-only, "
+                         "--scan-sweep or --shape "
+                         "BxTxHxD[xHkv])\n",
+                         argv[i]);
             return 2;
         }
     }
-    if (attn_only && gdn_only) {
-        std::fprintf(stderr, "--attn-only and --gdn-only exclude each other\n");
+    if (int(attn_only) + int(gdn_only) + int(decode_only) > 1) {
+        std::fprintf(stderr, "--attn-only, --gdn-only and --decode-only exclude each other\n");
         return 2;
     }
     std::mt19937_64 gen(12345);
@@ -398,6 +405,7 @@ int main(int argc, char** argv) {
             bench_decode(64, 16, 128, gen);
             bench_decode(64, 9, 64, gen);
         }
+        if (decode_only) return 0;
         const int anchors[3][2] = {{8, 4096}, {2, 16384}, {1, 65536}};
         for (int i = 0; i < (quick ? 1 : 3); ++i) {
             if (!attn_only) bench_gdn(anchors[i][0], anchors[i][1], 16, 128, sweep, gen);

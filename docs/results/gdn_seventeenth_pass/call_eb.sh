@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# call EB (seventeenth pass): the d 64 streamed forward with a head start: the prep's first K chunks as a kernel
+# of their own (K x 72 blocks, about one an SM), the rest as a second kernel after it on the prep's stream, so
+# that the scan's blocks find room at once and the first chunks' prep blocks have their SMs nearly to
+# themselves. HYDRA_GDN_PREP_HEAD=0 (main), 1, 2, 3, 4, 6, 8. Forward from CUDA graphs at B8 T4096 H9 d 64,
+# modes alternated over three rounds; the timeline (clock build) per mode; gdn parity per mode; d 128 per
+# mode 0 / best guesses; fla's d 64 forward.
+# Build here: BUILD_DIR=build-device-sf tools/device_build.sh; NVEXTRA=-DHYDRA_GDN_SCAN_CLOCKS BUILD_DIR=build-device-sftl ...
+# Carry: .devdeps/scripts build-carry (sf/ sftl/) .peer (fla bc3b101d)
+set -uo pipefail
+t0=$(date +%s); st() { echo "[call_eb] $(( $(date +%s) - t0 )) s: $*"; }
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
+N=build-carry/sf
+for m in 0 2 4; do
+  HYDRA_GDN_PREP_HEAD=$m timeout 60 $N/cuda_op_parity --only gdn > $OUT/p.txt 2>&1; echo "parity gdn head $m rc $?: $(tail -n 1 $OUT/p.txt)"
+  grep -i "fail" $OUT/p.txt | grep -v " 0 failed" | head -3
+done
+rm -f $OUT/p.txt
+st parity
+run() {  # label, binary dir, env...; shapes from SH
+  local lab=$1 b=$2; shift 2
+  env "$@" timeout 100 build-carry/$b/cuda_gdn_attention_bench --gdn-only $SH > $OUT/b.jsonl 2>$OUT/b.err
+  sed "s/^/$lab /" $OUT/b.jsonl >> $OUT/bench_ab.txt; sed "s/^/$lab /" $OUT/b.err >> $OUT/bench_err.txt
+  echo "$lab: $(grep '"gdn_fwd_graph"' $OUT/b.jsonl | sed -E 's/.*"B": ([0-9]+), "T": ([0-9]+).*"D": ([0-9]+), "ms": ([0-9.]+).*/B\1 D\3 \4/' | tr '\n' ' ')"
+}
+SH="--shape 8x4096x9x64"
+for r in 1 2 3; do
+  for m in 0 1 2 3 4 6 8; do run "h$m.$r" sf HYDRA_GDN_PREP_HEAD=$m; done
+done
+st d64
+for m in 0 2 4 8; do
+  run "tl$m" sftl HYDRA_GDN_PREP_HEAD=$m
+  grep -E "^tl$m .*(gdn timeline)" $OUT/bench_err.txt | grep -E "scan|chunk (0|1|2|4|8|63) end" | head -9
+done
+st timeline
+SH="--shape 1x65536x16x128 --shape 2x16384x16x128 --shape 8x4096x16x128"
+for m in 0 2 4; do run "d128h$m" sf HYDRA_GDN_PREP_HEAD=$m; done
+st d128
+grep '"gdn_fwd_graph"' $OUT/bench_ab.txt | grep '"D": 64' | grep -E "^h0.1 " | sed 's/^h0.1 //' > $OUT/ours_d64.jsonl
+FLA_PATH=.peer timeout 200 python3 bench/cuda_peers.py --ours $OUT/ours_d64.jsonl --shape 8x4096x9x64 --json $OUT/peers_d64.json > $OUT/peers_d64.txt 2>&1; echo "peers rc $?"
+grep -E "gdn_" $OUT/peers_d64.txt | tail -n 4
+rm -f $OUT/b.jsonl $OUT/b.err
+st done
