@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # call ED (seventeenth pass): the final state of main (kernels of 407330d; the bench with the decode state's
-# copy row): op parity (all, gdn with scans 3 and 5 forced), training-op parity, the full GDN benchmark and
-# fla's rows in the same call (cuda_peers.py --gdn-only), and two more d 64 forward runs.
+# copy row): op parity (all, gdn with scans 3 and 5 forced), training-op parity, the full GDN benchmark, two
+# more d 64 forward runs, and fla's decode and d 64 forward rows in the same call (its d 128 rows, whose
+# autotuning takes minutes, were left out: device time; call DD has them against the same kernels).
 # Build here: BUILD_DIR=build-device-sf tools/device_build.sh (copied to build-carry/main).
 # Carry: .devdeps/scripts build-carry (main/) .peer (fla bc3b101d)
 set -uo pipefail
@@ -23,6 +24,9 @@ for r in 1 2; do
 done
 cat $OUT/d64_extra.txt
 st ours
-FLA_PATH=.peer timeout 400 python3 bench/cuda_peers.py --ours $OUT/ours.jsonl --gdn-only --json $OUT/peers.json > $OUT/peers.txt 2>&1; echo "peers rc $?"
-grep -E "^(gdn_|state_)" $OUT/peers.txt
+FLA_PATH=.peer timeout 100 python3 bench/cuda_peers.py --ours $OUT/ours.jsonl --decode-only --json $OUT/peers_decode.json > $OUT/peers_decode.txt 2>&1; echo "peers decode rc $?"
+grep -E "^(gdn_|state_)" $OUT/peers_decode.txt
+st "fla decode"
+FLA_PATH=.peer timeout 200 python3 bench/cuda_peers.py --ours $OUT/ours.jsonl --shape 8x4096x9x64 --json $OUT/peers_d64.json > $OUT/peers_d64.txt 2>&1; echo "peers d64 rc $?"
+grep -E "^(gdn_|state_)" $OUT/peers_d64.txt
 st done
