@@ -10,6 +10,8 @@
 
 #include "core/error.h"
 #include "gpu/align_loss.h"
+#include "gpu/head_rmsnorm.h"
+#include "gpu/kv_group_reduce.h"
 #include "model/fusion.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise.h"
@@ -151,7 +153,6 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
                 c.head_dim);
     HYDRA_CHECK(c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim, "GPU training: rope_dim {} is not supported",
                 c.rope_dim);
-    HYDRA_CHECK(!c.qk_norm, "GPU training: q/k norm (Qwen3-style) models are not supported yet (train on the CPU)");
     HYDRA_CHECK(c.num_heads * c.head_dim == c.q_dim(), "GPU training: unexpected head layout");
     HYDRA_CHECK(plan_.total_la_heads() == 0 || plan_.gdn.chunk_size == 64,
                 "GPU training: GDN chunk size {} (the CUDA kernels use 64)", plan_.gdn.chunk_size);
@@ -160,6 +161,8 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
     n_ = a.numel();
     n_params_ = a.parameter_count();
     layers_.resize(size_t(c.num_layers));
+    std::vector<int32_t> kv_index;  // every layer's map, uploaded below
+    std::vector<int64_t> kv_index_at(size_t(c.num_layers), -1);
     for (int64_t l = 0; l < c.num_layers; ++l) {
         TrainLayerOffsets& o = layers_[size_t(l)];
         auto at = [&](const char* suffix) { return offset_of(a, LlamaModel::layer_name(l, suffix)); };
@@ -169,12 +172,16 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
         o.n_kv = int64_t(plan_.fa_kv_groups(c, l).size());
         if (o.n_fa > 0) {
             const std::vector<int32_t> idx = plan_.fa_kv_index(c, l);
-            bool uniform = o.n_fa % o.n_kv == 0;
-            for (int64_t h = 0; uniform && h < o.n_fa; ++h) uniform = idx[size_t(h)] == h / (o.n_fa / o.n_kv);
-            HYDRA_CHECK(uniform,
-                        "GPU training: layer {}'s FA heads do not read their KV groups uniformly (a head-granularity "
-                        "plan); use --granularity kv or train on the CPU",
-                        l);
+            HYDRA_CHECK(int64_t(idx.size()) == o.n_fa, "GPU training: layer {} maps {} FA heads, has {}", l,
+                        idx.size(), o.n_fa);
+            for (const int32_t g : idx)
+                HYDRA_CHECK(g >= 0 && g < o.n_kv, "GPU training: layer {}: KV slot {} outside 0..{}", l, g,
+                            o.n_kv - 1);
+            o.uniform_groups = o.n_fa % o.n_kv == 0;
+            for (int64_t h = 0; o.uniform_groups && h < o.n_fa; ++h)
+                o.uniform_groups = idx[size_t(h)] == h / (o.n_fa / o.n_kv);
+            kv_index_at[size_t(l)] = int64_t(kv_index.size());
+            kv_index.insert(kv_index.end(), idx.begin(), idx.end());
         }
         o.attn_norm = at("input_layernorm.weight");
         o.wq = at("self_attn.q_proj.weight");
@@ -184,6 +191,10 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
         o.bq = at("self_attn.q_proj.bias");
         o.bk = at("self_attn.k_proj.bias");
         o.bv = at("self_attn.v_proj.bias");
+        o.q_norm = at("self_attn.q_norm.weight");
+        o.k_norm = at("self_attn.k_norm.weight");
+        HYDRA_CHECK(o.n_fa == 0 || !c.qk_norm || (o.q_norm >= 0 && o.k_norm >= 0),
+                    "GPU training: layer {} of a q/k-norm model has no q_norm / k_norm weights", l);
         o.la_wq = at("linear_attn.q_proj.weight");
         o.la_wk = at("linear_attn.k_proj.weight");
         o.la_wv = at("linear_attn.v_proj.weight");
@@ -214,6 +225,13 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
     master_ = cuda::DeviceBuffer<float>(n_);
     mirror_ = cuda::DeviceBuffer<bf16>(n_);
     upload(a.data(), stream);
+    if (!kv_index.empty()) {
+        kv_index_ = cuda::DeviceBuffer<int32_t>(int64_t(kv_index.size()));
+        kv_index_.upload(kv_index.data(), stream);  // `kv_index` outlives the copy: synchronised below
+        for (int64_t l = 0; l < c.num_layers; ++l)
+            if (kv_index_at[size_t(l)] >= 0)
+                layers_[size_t(l)].kv_index = kv_index_.data() + kv_index_at[size_t(l)];
+    }
     if (with_grads) {
         grads_ = cuda::DeviceBuffer<float>(n_);
         grads_.zero(stream);
@@ -296,7 +314,8 @@ bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
 
 bool GpuTrainStep::fused_qkv(const GpuTrainModel& m, int64_t l, const Shape& s) {
     const TrainLayerOffsets& o = m.layer(l);
-    if (o.n_fa == 0) return false;
+    // non-uniform groups: K / V are gathered per head from packed buffers, and attention reads packed q
+    if (o.n_fa == 0 || !o.uniform_groups) return false;
     static const bool off = [] {
         const char* e = std::getenv("HYDRA_FUSED_QKV");
         return e && std::string(e) == "0";
@@ -427,7 +446,7 @@ void GpuTrainStep::ensure_shape(const Shape& s, bool align) {
         for (int64_t l = 0; l < c.num_layers; ++l) {
             const TrainLayerOffsets& o = student_.layer(l);
             if (o.n_la > 0) gdn_ws(l, o.n_la, c.head_dim, s, true, true);
-            if (o.n_fa > 0) attn_ws(o.n_fa, o.n_kv, s);
+            if (o.n_fa > 0) attn_ws(o.n_fa, o.uniform_groups ? o.n_kv : o.n_fa, s);
         }
     }
     ensure_arena(align ? align_arena_estimate(s) : arena_estimate(s, true));
@@ -474,6 +493,15 @@ void layout_acts(const GpuTrainModel& m, int64_t l, int64_t N, GpuTrainStep::Lay
     if (o.n_fa > 0) {
         a.o = o.n_la == 0 ? a.heads : b16(N * Dfa);
         a.lse = f32(N * o.n_fa);
+        if (c.qk_norm) {
+            a.qk_pre = b16(N * (Dfa + Dkv));
+            a.rstd_q = f32(N * o.n_fa);
+            a.rstd_k = f32(N * o.n_kv);
+        }
+        if (!o.uniform_groups) {
+            a.kdup = b16(N * Dfa);
+            a.vdup = b16(N * Dfa);
+        }
     }
     if (o.n_la > 0) {
         a.lqkv = b16(N * 3 * Dla);
@@ -516,6 +544,7 @@ size_t backward_scratch_bytes(const GpuTrainModel& m, int64_t l, int64_t N) {
     auto add = [&](int64_t elems, int64_t bytes) { n += cuda::align_up(size_t(elems) * size_t(bytes)); };
     add(N * C, 2), add(N * F, 2), add(N * 2 * F, 2), add(N * C, 4), add(N * HD, 2);
     if (o.n_fa > 0) add(N * Dfa, 2), add(N * Dfa, 2), add(N * Dkv, 2), add(N * Dkv, 2);
+    if (o.n_fa > 0 && !o.uniform_groups) add(N * Dfa, 2), add(N * Dfa, 2);  // per-head dK, dV
     if (o.n_la > 0) {
         for (int i = 0; i < 6; ++i) add(N * Dla, 2);
         add(N * o.n_la, 4), add(N * o.n_la, 4), add(N * 2 * o.n_la, 2), add(N * 3 * Dla, 2);
@@ -599,32 +628,49 @@ void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape&
     cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), N, C, eps, st);
     if (n_fa > 0) {
         prof_.section("gemm_fwd");
-        if (a.ld_qkv) {  // one GEMM (when the weights are adjacent) into q|k|v columns; RoPE on q and k at
-                         // once
+        if (a.ld_qkv) {  // one GEMM (when the weights are adjacent) into q|k|v columns
             proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}, {o.wk, o.bk, Dkv}, {o.wv, o.bv, Dkv}},
                          a.q, a.ld_qkv);
-            prof_.section("rope");
-            if (c.rope_dim > 0)
-                cuda::rope_forward_strided(a.q, a.ld_qkv, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos,
-                                           rope_sin, st);
         } else {
             proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
             proj_forward(m, b, st, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, a.k, Dkv);
             proj_forward(m, b, st, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, a.v, Dkv);
-            prof_.section("rope");
-            if (c.rope_dim > 0) {
-                cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
-                cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
-            }
+        }
+        const int64_t ldq = a.ld_qkv ? a.ld_qkv : Dfa, ldk = a.ld_qkv ? a.ld_qkv : Dkv;
+        if (c.qk_norm) {  // per-head RMSNorm before RoPE; the backward reads the input and statistics
+            prof_.section("rmsnorm");
+            const bool keep = save && a.qk_pre;
+            bf16* pre = keep ? a.qk_pre : nullptr;
+            head_rmsnorm_forward(a.q, ldq, pre, Dfa + Dkv, keep ? a.rstd_q : nullptr, m.p32(o.q_norm), N,
+                                 n_fa, Dh, eps, st);
+            head_rmsnorm_forward(a.k, ldk, keep ? pre + Dfa : nullptr, Dfa + Dkv, keep ? a.rstd_k : nullptr,
+                                 m.p32(o.k_norm), N, n_kv, Dh, eps, st);
+        }
+        prof_.section("rope");
+        if (c.rope_dim > 0 && a.ld_qkv) {  // q's and k's heads adjacent in the row: one launch
+            cuda::rope_forward_strided(a.q, a.ld_qkv, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos, rope_sin,
+                                       st);
+        } else if (c.rope_dim > 0) {
+            cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
+            cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
+        }
+        const bf16* kk = a.k;
+        const bf16* vv = a.v;
+        int64_t hkv = n_kv;
+        if (!o.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K / V
+            prof_.section("copies");
+            cuda::gather_heads(a.kdup, a.k, o.kv_index, N, n_kv, n_fa, Dh, st);
+            cuda::gather_heads(a.vdup, a.v, o.kv_index, N, n_kv, n_fa, Dh, st);
+            kk = a.kdup, vv = a.vdup, hkv = n_fa;
         }
         cuda::AttnShape as;
-        as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
+        as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(hkv), as.D = int(Dh);
         as.ld_qkv = int(a.ld_qkv);
         prof_.section("attention");
         if (use_cudnn_attention(as))
-            cudnn_attn_->forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
+            cudnn_attn_->forward(as, a.q, kk, vv, a.o, a.lse, scale, st);
         else
-            cuda::attention_forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
+            cuda::attention_forward(as, a.q, kk, vv, a.o, a.lse, scale, st);
         prof_.section("copies");
         if (n_la > 0) copy_rows(a.heads, HD, a.o, Dfa, Dfa, N, st);
     }
@@ -738,21 +784,42 @@ void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerAct
             dk = ar.alloc<bf16>(N * Dkv);
             dv = ar.alloc<bf16>(N * Dkv);
         }
+        // head granularity: attention ran on per-head copies of K / V; their gradients are summed per group
+        const bool dup = !o.uniform_groups;
+        const int64_t hkv = dup ? n_fa : n_kv;
+        bf16* dk_att = dup ? ar.alloc<bf16>(N * Dfa) : dk;
+        bf16* dv_att = dup ? ar.alloc<bf16>(N * Dfa) : dv;
+        const bf16* kk = dup ? a.kdup : a.k;
+        const bf16* vv = dup ? a.vdup : a.v;
         cuda::AttnShape as;
-        as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
+        as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(hkv), as.D = int(Dh);
         as.ld_qkv = int(ld);
         prof_.section("attention");
         if (use_cudnn_attention(as))
-            cudnn_attn_->backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s), st);
+            cudnn_attn_->backward(as, a.q, kk, vv, a.o, a.lse, d_o, dq, dk_att, dv_att, scale,
+                                  attn_ws(n_fa, hkv, s), st);
         else
-            cuda::attention_backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s),
-                                     st);
+            cuda::attention_backward(as, a.q, kk, vv, a.o, a.lse, d_o, dq, dk_att, dv_att, scale,
+                                     attn_ws(n_fa, hkv, s), st);
+        if (dup) {
+            prof_.section("copies");
+            reduce_heads_by_group(dk, dk_att, o.kv_index, N, n_fa, n_kv, Dh, st);
+            reduce_heads_by_group(dv, dv_att, o.kv_index, N, n_fa, n_kv, Dh, st);
+        }
         prof_.section("rope");
         if (c.rope_dim > 0 && ld) {
             cuda::rope_backward_strided(dq, ld, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
         } else if (c.rope_dim > 0) {
             cuda::rope_backward(dq, B, T, n_fa, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
             cuda::rope_backward(dk, B, T, n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
+        }
+        if (c.qk_norm) {  // d q / d k before the per-head norm, in place
+            prof_.section("rmsnorm");
+            const int64_t ldq = ld ? ld : Dfa, ldk = ld ? ld : Dkv;
+            head_rmsnorm_backward(dq, ldq, m.grad(o.q_norm), a.qk_pre, Dfa + Dkv, m.p32(o.q_norm), a.rstd_q,
+                                  N, n_fa, Dh, st);
+            head_rmsnorm_backward(dk, ldk, m.grad(o.k_norm), a.qk_pre + Dfa, Dfa + Dkv, m.p32(o.k_norm),
+                                  a.rstd_k, N, n_kv, Dh, st);
         }
         prof_.section("gemm_dx");
         if (ld) {

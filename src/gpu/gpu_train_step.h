@@ -7,7 +7,10 @@
 //
 // Per layer (N = B * T tokens), forward:
 //   x (N, C) fp32 -> RMSNorm -> xn bf16
-//   FA heads:  q, k, v = xn W^T (+ b) -> RoPE -> causal GQA flash attention (cuDNN's fused engines,
+//   FA heads:  q, k, v = xn W^T (+ b) -> [per-head RMSNorm of q and k (qk_norm, gpu/head_rmsnorm.h)]
+//              -> RoPE -> [K/V duplicated per FA head when the heads do not read their KV groups in the
+//              uniform GQA pattern (head granularity); the backward sums dK / dV back per group,
+//              gpu/kv_group_reduce.h] -> causal GQA flash attention (cuDNN's fused engines,
 //              ops/cuda/cudnn_attention.h, where they load; else ops/cuda/attention.h) -> o, lse
 //   LA heads:  [q|k|v] = xn [Wq;Wk;Wv]^T (one GEMM when adjacent in the arena), z, [a|b] -> short conv + SiLU
 //              -> gates g, beta -> GDN chunked forward (saved for the backward) -> gated RMSNorm with z
@@ -33,9 +36,8 @@
 // embedding, final norm and LM head get no gradient (they are not in the objective). No host
 // synchronisation until the per-layer sums come back at the end.
 //
-// Supported: head dim 64 / 128, RoPE with rope_dim <= head_dim, q/k/v biases, every fusion kind, any
-// kv-granularity plan (FA heads of a layer read whole KV groups in order); refused with an error: qk_norm
-// (Qwen3) and head-granularity plans whose FA heads do not map uniformly onto their KV groups.
+// Supported: head dim 64 / 128 (the attention and GDN kernels), RoPE with rope_dim <= head_dim, q/k/v
+// biases, q/k norm (Qwen3), every fusion kind, kv- and head-granularity plans.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -70,6 +72,11 @@ using bf16 = __nv_bfloat16;
 struct TrainLayerOffsets {
     int64_t n_fa = 0, n_kv = 0, n_la = 0;
     int64_t attn_norm = -1, wq = -1, wk = -1, wv = -1, wo = -1, bq = -1, bk = -1, bv = -1;
+    int64_t q_norm = -1, k_norm = -1;  // (Dh) each, qk_norm models
+    // FA head h reads KV slot h / (n_fa / n_kv) (the attention kernels' GQA grouping); else K/V are
+    // duplicated per head through kv_index before attention
+    bool uniform_groups = true;
+    const int32_t* kv_index = nullptr;  // (n_fa) device: KV slot of each FA head (null without FA heads)
     int64_t la_wq = -1, la_wk = -1, la_wv = -1, la_bq = -1, la_bk = -1, la_bv = -1;
     int64_t la_wa = -1, la_wb = -1, la_wg = -1, conv_q = -1, conv_k = -1, conv_v = -1;
     int64_t A_log = -1, dt_bias = -1, o_norm = -1;
@@ -128,6 +135,7 @@ private:
     std::set<int64_t> frozen_;
     cuda::DeviceBuffer<float> master_, grads_;
     cuda::DeviceBuffer<bf16> mirror_;
+    cuda::DeviceBuffer<int32_t> kv_index_;  // every layer's FA-head -> KV-slot map, back to back
 };
 
 struct GpuStepOptions {
@@ -228,6 +236,9 @@ public:
         bf16* xn1 = nullptr;          // (N, C) normed input
         float* rstd1 = nullptr;       // (N)
         bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // FA (N, n_fa|n_kv, Dh), q/k after RoPE
+        bf16* qk_pre = nullptr;                      // (N, Dfa + Dkv) q | k before the q/k norm (qk_norm)
+        float *rstd_q = nullptr, *rstd_k = nullptr;  // (N * n_fa), (N * n_kv) (qk_norm)
+        bf16 *kdup = nullptr, *vdup = nullptr;       // (N, n_fa, Dh) K / V per FA head (non-uniform groups)
         // q, k, v as columns of one (N, Dfa + 2 Dkv) buffer (one projection GEMM, one RoPE launch; cuDNN
         // reads them strided): that row width; 0 = three packed buffers (our own attention kernels)
         int64_t ld_qkv = 0;
