@@ -1,5 +1,5 @@
-// GPU training step (see gpu_train_step.h): the CPU reference's forward and backward (train/model_step.cpp,
-// train/decoder_layer.cpp) over the ops of ops/cuda.
+// GPU training step (see gpu_train_step.h): the CPU reference's model step and align step
+// (train/model_step.cpp, train/align_step.cpp) over gpu/gpu_decoder_layer.h and the ops of ops/cuda.
 #include "gpu/gpu_train_step.h"
 
 #include <algorithm>
@@ -10,19 +10,10 @@
 
 #include "core/error.h"
 #include "gpu/align_loss.h"
-#include "gpu/head_rmsnorm.h"
-#include "gpu/kv_group_reduce.h"
-#include "model/fusion.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/elementwise.h"
 #include "ops/cuda/embedding.h"
-#include "ops/cuda/fusion.h"
-#include "ops/cuda/gated_rmsnorm.h"
-#include "ops/cuda/gdn_gates.h"
 #include "ops/cuda/rmsnorm.h"
 #include "ops/cuda/rope.h"
-#include "ops/cuda/short_conv.h"
-#include "ops/cuda/swiglu.h"
 
 namespace hydra::gpu {
 
