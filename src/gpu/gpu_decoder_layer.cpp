@@ -62,14 +62,28 @@ void mm_dw(BlasContext& b, const bf16* dY, int64_t ldy, const bf16* X, int64_t l
 }
 
 // A group of projections reading the same input, written side by side into one output row: one GEMM
-// when their weights are adjacent in the arena (q|k|v of the LA heads, a|b, gate|up), else one each.
+// when their weights are adjacent in memory (q|k|v of the LA heads, a|b, gate|up in the arena), else one
+// each. gw / gb: the weight / bias gradients (null: none).
 struct Part {
-    int64_t w = -1, bias = -1, rows = 0;
+    const bf16* w = nullptr;
+    const float* bias = nullptr;
+    int64_t rows = 0;
+    float* gw = nullptr;
+    float* gb = nullptr;
 };
 
 bool adjacent(const std::vector<Part>& parts, int64_t in) {
     for (size_t i = 1; i < parts.size(); ++i)
         if (parts[i].w != parts[i - 1].w + parts[i - 1].rows * in) return false;
+    return true;
+}
+
+// Every weight gradient present and adjacent like the weights (one dW GEMM for the group).
+bool grads_adjacent(const std::vector<Part>& parts, int64_t in) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+        if (!parts[i].gw) return false;
+        if (i > 0 && parts[i].gw != parts[i - 1].gw + parts[i - 1].rows * in) return false;
+    }
     return true;
 }
 
@@ -79,61 +93,137 @@ int64_t total_rows(const std::vector<Part>& parts) {
     return n;
 }
 
-void proj_forward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const bf16* X, int64_t N,
-                  int64_t in, const std::vector<Part>& parts, bf16* Y, int64_t ldy) {
+void proj_forward(BlasContext& b, cudaStream_t st, const bf16* X, int64_t N, int64_t in,
+                  const std::vector<Part>& parts, bf16* Y, int64_t ldy) {
     if (adjacent(parts, in)) {
-        mm_fwd(b, X, in, m.p16(parts[0].w), N, in, total_rows(parts), Y, ldy);
+        mm_fwd(b, X, in, parts[0].w, N, in, total_rows(parts), Y, ldy);
     } else {
         int64_t col = 0;
         for (const Part& p : parts) {
-            mm_fwd(b, X, in, m.p16(p.w), N, in, p.rows, Y + col, ldy);
+            mm_fwd(b, X, in, p.w, N, in, p.rows, Y + col, ldy);
             col += p.rows;
         }
     }
     int64_t col = 0;
     for (const Part& p : parts) {
-        if (p.bias >= 0) cuda::bias_add(Y + col, m.p32(p.bias), N, p.rows, ldy, st);
+        if (p.bias) cuda::bias_add(Y + col, p.bias, N, p.rows, ldy, st);
         col += p.rows;
     }
 }
 
 // dX (N, in) fp32 (first: =, else +=) of the group's dY (N, rows) columns, and the weight / bias grads.
-void proj_backward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const bf16* dY, int64_t ldy,
-                   const bf16* X, int64_t N, int64_t in, const std::vector<Part>& parts, float* dX,
-                   bool& first, StepProfiler& prof) {
+void proj_backward(BlasContext& b, cudaStream_t st, const bf16* dY, int64_t ldy, const bf16* X, int64_t N,
+                   int64_t in, const std::vector<Part>& parts, float* dX, bool& first, StepProfiler& prof) {
     prof.section("gemm_dx");
     const bool adj = adjacent(parts, in);
     if (adj) {
-        mm_dx(b, dY, ldy, m.p16(parts[0].w), N, in, total_rows(parts), dX, in, first ? 0.f : 1.f);
+        mm_dx(b, dY, ldy, parts[0].w, N, in, total_rows(parts), dX, in, first ? 0.f : 1.f);
         first = false;
     } else {
         int64_t col = 0;
         for (const Part& p : parts) {
-            mm_dx(b, dY + col, ldy, m.p16(p.w), N, in, p.rows, dX, in, first ? 0.f : 1.f);
+            mm_dx(b, dY + col, ldy, p.w, N, in, p.rows, dX, in, first ? 0.f : 1.f);
             first = false;
             col += p.rows;
         }
     }
     prof.section("gemm_dw");
-    bool all_trainable = adj;
-    for (const Part& p : parts) all_trainable = all_trainable && m.grad(p.w) != nullptr;
+    const bool all_trainable = adj && grads_adjacent(parts, in);
     int64_t col = 0;
-    if (all_trainable) mm_dw(b, dY, ldy, X, in, N, in, total_rows(parts), m.grad(parts[0].w));
+    if (all_trainable) mm_dw(b, dY, ldy, X, in, N, in, total_rows(parts), parts[0].gw);
     for (const Part& p : parts) {
         if (!all_trainable)
-            if (float* g = m.grad(p.w)) mm_dw(b, dY + col, ldy, X, in, N, in, p.rows, g);
-        if (float* gb = m.grad(p.bias)) cuda::bias_backward(gb, dY + col, N, p.rows, ldy, st);
+            if (p.gw) mm_dw(b, dY + col, ldy, X, in, N, in, p.rows, p.gw);
+        if (p.gb) cuda::bias_backward(p.gb, dY + col, N, p.rows, ldy, st);
         col += p.rows;
     }
 }
 
-cuda::FusionScales fusion_scales(const GpuTrainModel& m, const TrainLayerOffsets& o) {
+cuda::FusionScales fusion_scales(const GpuLayerWeights& w) {
     cuda::FusionScales f;
-    f.head_scale = m.p32(o.head_scale), f.fa_scale = m.p32(o.fa_scale), f.la_scale = m.p32(o.la_scale);
+    f.head_scale = w.head_scale, f.fa_scale = w.fa_scale, f.la_scale = w.la_scale;
     return f;
 }
 
 }  // namespace
+
+GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l) {
+    const TrainLayerOffsets& o = m.layer(l);
+    GpuLayerWeights w;
+    w.n_fa = o.n_fa, w.n_kv = o.n_kv, w.n_la = o.n_la;
+    w.uniform_groups = o.uniform_groups, w.kv_index = o.kv_index;
+    w.wq = m.p16(o.wq);
+    w.wk = m.p16(o.wk);
+    w.wv = m.p16(o.wv);
+    w.wo = m.p16(o.wo);
+    w.la_wq = m.p16(o.la_wq);
+    w.la_wk = m.p16(o.la_wk);
+    w.la_wv = m.p16(o.la_wv);
+    w.la_wa = m.p16(o.la_wa);
+    w.la_wb = m.p16(o.la_wb);
+    w.la_wg = m.p16(o.la_wg);
+    w.w_gate = m.p16(o.w_gate);
+    w.w_up = m.p16(o.w_up);
+    w.w_down = m.p16(o.w_down);
+    w.attn_norm = m.p32(o.attn_norm);
+    w.bq = m.p32(o.bq);
+    w.bk = m.p32(o.bk);
+    w.bv = m.p32(o.bv);
+    w.q_norm = m.p32(o.q_norm);
+    w.k_norm = m.p32(o.k_norm);
+    w.la_bq = m.p32(o.la_bq);
+    w.la_bk = m.p32(o.la_bk);
+    w.la_bv = m.p32(o.la_bv);
+    w.conv_q = m.p32(o.conv_q);
+    w.conv_k = m.p32(o.conv_k);
+    w.conv_v = m.p32(o.conv_v);
+    w.A_log = m.p32(o.A_log);
+    w.dt_bias = m.p32(o.dt_bias);
+    w.o_norm = m.p32(o.o_norm);
+    w.head_scale = m.p32(o.head_scale);
+    w.fa_scale = m.p32(o.fa_scale);
+    w.la_scale = m.p32(o.la_scale);
+    w.ffn_norm = m.p32(o.ffn_norm);
+    return w;
+}
+
+GpuLayerGrads layer_grads(const GpuTrainModel& m, int64_t l) {
+    const TrainLayerOffsets& o = m.layer(l);
+    GpuLayerGrads g;
+    g.wq = m.grad(o.wq);
+    g.wk = m.grad(o.wk);
+    g.wv = m.grad(o.wv);
+    g.wo = m.grad(o.wo);
+    g.la_wq = m.grad(o.la_wq);
+    g.la_wk = m.grad(o.la_wk);
+    g.la_wv = m.grad(o.la_wv);
+    g.la_wa = m.grad(o.la_wa);
+    g.la_wb = m.grad(o.la_wb);
+    g.la_wg = m.grad(o.la_wg);
+    g.w_gate = m.grad(o.w_gate);
+    g.w_up = m.grad(o.w_up);
+    g.w_down = m.grad(o.w_down);
+    g.attn_norm = m.grad(o.attn_norm);
+    g.bq = m.grad(o.bq);
+    g.bk = m.grad(o.bk);
+    g.bv = m.grad(o.bv);
+    g.q_norm = m.grad(o.q_norm);
+    g.k_norm = m.grad(o.k_norm);
+    g.la_bq = m.grad(o.la_bq);
+    g.la_bk = m.grad(o.la_bk);
+    g.la_bv = m.grad(o.la_bv);
+    g.conv_q = m.grad(o.conv_q);
+    g.conv_k = m.grad(o.conv_k);
+    g.conv_v = m.grad(o.conv_v);
+    g.A_log = m.grad(o.A_log);
+    g.dt_bias = m.grad(o.dt_bias);
+    g.o_norm = m.grad(o.o_norm);
+    g.head_scale = m.grad(o.head_scale);
+    g.fa_scale = m.grad(o.fa_scale);
+    g.la_scale = m.grad(o.la_scale);
+    g.ffn_norm = m.grad(o.ffn_norm);
+    return g;
+}
 
 void layout_layer_acts(const GpuTrainModel& m, int64_t l, int64_t N, GpuLayerActs& a,
                        const std::function<void*(size_t)>& alloc, bool fused_qkv) {
@@ -218,13 +308,11 @@ size_t layer_backward_scratch_bytes(const GpuTrainModel& m, int64_t l, int64_t N
     return n;
 }
 
-void gpu_layer_forward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& s, const float* x_in,
-                       float* x_out, GpuLayerActs& a, bool save, const GpuLayerEnv& env) {
-    const ModelConfig& c = m.config();
-    const HybridPlan& plan = m.plan();
-    const TrainLayerOffsets& o = m.layer(l);
+void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLayerWeights& w, int64_t l,
+                       const GpuLayerShape& s, const float* x_in, float* x_out, GpuLayerActs& a, bool save,
+                       const GpuLayerEnv& env) {
     const int64_t B = s.B, T = s.T, N = s.N(), C = c.hidden_size, F = c.intermediate_size, Dh = c.head_dim;
-    const int64_t H = c.num_heads, HD = H * Dh, n_fa = o.n_fa, n_kv = o.n_kv, n_la = o.n_la;
+    const int64_t H = c.num_heads, HD = H * Dh, n_fa = w.n_fa, n_kv = w.n_kv, n_la = w.n_la;
     const int64_t Dfa = n_fa * Dh, Dkv = n_kv * Dh, Dla = n_la * Dh;
     const float eps = c.rms_norm_eps, scale = float(1.0 / std::sqrt(double(Dh)));
     cudaStream_t st = env.stream;
@@ -234,26 +322,26 @@ void gpu_layer_forward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& s
     a.x_in = x_in;
 
     prof.section("rmsnorm");
-    cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), N, C, eps, st);
+    cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, w.attn_norm, N, C, eps, st);
     if (n_fa > 0) {
         prof.section("gemm_fwd");
         if (a.ld_qkv) {  // one GEMM (when the weights are adjacent) into q|k|v columns
-            proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}, {o.wk, o.bk, Dkv}, {o.wv, o.bv, Dkv}},
-                         a.q, a.ld_qkv);
+            proj_forward(b, st, a.xn1, N, C, {{w.wq, w.bq, Dfa}, {w.wk, w.bk, Dkv}, {w.wv, w.bv, Dkv}}, a.q,
+                         a.ld_qkv);
         } else {
-            proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
-            proj_forward(m, b, st, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, a.k, Dkv);
-            proj_forward(m, b, st, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, a.v, Dkv);
+            proj_forward(b, st, a.xn1, N, C, {{w.wq, w.bq, Dfa}}, a.q, Dfa);
+            proj_forward(b, st, a.xn1, N, C, {{w.wk, w.bk, Dkv}}, a.k, Dkv);
+            proj_forward(b, st, a.xn1, N, C, {{w.wv, w.bv, Dkv}}, a.v, Dkv);
         }
         const int64_t ldq = a.ld_qkv ? a.ld_qkv : Dfa, ldk = a.ld_qkv ? a.ld_qkv : Dkv;
         if (c.qk_norm) {  // per-head RMSNorm before RoPE; the backward reads the input and statistics
             prof.section("rmsnorm");
             const bool keep = save && a.qk_pre;
             bf16* pre = keep ? a.qk_pre : nullptr;
-            head_rmsnorm_forward(a.q, ldq, pre, Dfa + Dkv, keep ? a.rstd_q : nullptr, m.p32(o.q_norm), N,
-                                 n_fa, Dh, eps, st);
+            head_rmsnorm_forward(a.q, ldq, pre, Dfa + Dkv, keep ? a.rstd_q : nullptr, w.q_norm, N, n_fa, Dh,
+                                 eps, st);
             head_rmsnorm_forward(a.k, ldk, keep ? pre + Dfa : nullptr, Dfa + Dkv, keep ? a.rstd_k : nullptr,
-                                 m.p32(o.k_norm), N, n_kv, Dh, eps, st);
+                                 w.k_norm, N, n_kv, Dh, eps, st);
         }
         prof.section("rope");
         if (c.rope_dim > 0 && a.ld_qkv) {  // q's and k's heads adjacent in the row: one launch
@@ -266,10 +354,10 @@ void gpu_layer_forward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& s
         const bf16* kk = a.k;
         const bf16* vv = a.v;
         int64_t hkv = n_kv;
-        if (!o.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K / V
+        if (!w.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K / V
             prof.section("copies");
-            cuda::gather_heads(a.kdup, a.k, o.kv_index, N, n_kv, n_fa, Dh, st);
-            cuda::gather_heads(a.vdup, a.v, o.kv_index, N, n_kv, n_fa, Dh, st);
+            cuda::gather_heads(a.kdup, a.k, w.kv_index, N, n_kv, n_fa, Dh, st);
+            cuda::gather_heads(a.vdup, a.v, w.kv_index, N, n_kv, n_fa, Dh, st);
             kk = a.kdup, vv = a.vdup, hkv = n_fa;
         }
         cuda::AttnShape as;
@@ -286,55 +374,53 @@ void gpu_layer_forward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& s
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
         prof.section("gemm_fwd");
-        proj_forward(m, b, st, a.xn1, N, C,
-                     {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, a.lqkv,
+        proj_forward(b, st, a.xn1, N, C,
+                     {{w.la_wq, w.la_bq, Dla}, {w.la_wk, w.la_bk, Dla}, {w.la_wv, w.la_bv, Dla}}, a.lqkv,
                      3 * Dla);
-        proj_forward(m, b, st, a.xn1, N, C, {{o.la_wg, -1, Dla}}, a.lz, Dla);
-        proj_forward(m, b, st, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, a.lab, 2 * n_la);
+        proj_forward(b, st, a.xn1, N, C, {{w.la_wg, nullptr, Dla}}, a.lz, Dla);
+        proj_forward(b, st, a.xn1, N, C, {{w.la_wa, nullptr, n_la}, {w.la_wb, nullptr, n_la}}, a.lab,
+                     2 * n_la);
         prof.section("la_conv");
-        cuda::short_conv_forward(a.lq, nullptr, a.lqkv, 3 * Dla, m.p32(o.conv_q), nullptr, B, T, Dla, W, st);
-        cuda::short_conv_forward(a.lk, nullptr, a.lqkv + Dla, 3 * Dla, m.p32(o.conv_k), nullptr, B, T, Dla, W,
+        cuda::short_conv_forward(a.lq, nullptr, a.lqkv, 3 * Dla, w.conv_q, nullptr, B, T, Dla, W, st);
+        cuda::short_conv_forward(a.lk, nullptr, a.lqkv + Dla, 3 * Dla, w.conv_k, nullptr, B, T, Dla, W, st);
+        cuda::short_conv_forward(a.lv, nullptr, a.lqkv + 2 * Dla, 3 * Dla, w.conv_v, nullptr, B, T, Dla, W,
                                  st);
-        cuda::short_conv_forward(a.lv, nullptr, a.lqkv + 2 * Dla, 3 * Dla, m.p32(o.conv_v), nullptr, B, T,
-                                 Dla, W, st);
         prof.section("la_gates");
-        cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias),
-                                N, n_la, plan.gdn.allow_neg_eigval, st);
+        cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, 2 * n_la, w.A_log, w.dt_bias, N, n_la,
+                                plan.gdn.allow_neg_eigval, st);
         cuda::GdnShape gs;
         gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
-        cuda::GdnWorkspace& ws = env.res->gdn_workspace(m, l, s, save);
+        cuda::GdnWorkspace& ws = env.res->gdn_workspace(l, n_la, s, save);
         prof.section("gdn");
         cuda::gdn_chunk_forward(gs, a.lq, a.lk, a.lv, a.g, a.beta, nullptr, a.lo, nullptr, scale, true, save,
                                 ws, st);
         prof.section("la_gated_norm");
-        cuda::gated_rmsnorm_forward(a.gn_out, a.gn_rstd, a.lo, a.lz, 0, m.p32(o.o_norm), N, n_la, Dh,
+        cuda::gated_rmsnorm_forward(a.gn_out, a.gn_rstd, a.lo, a.lz, 0, w.o_norm, N, n_la, Dh,
                                     plan.gdn.norm_eps, st);
         if (n_fa > 0) copy_rows(a.heads + Dfa, HD, a.gn_out, Dla, Dla, N, st);
     }
     prof.section("fusion_residual");
     if (a.mixed != a.heads)
-        cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(m, o), eps, st);
+        cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(w), eps, st);
     prof.section("gemm_fwd");
-    mm_fwd_add(b, a.mixed, HD, m.p16(o.wo), N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T
+    mm_fwd_add(b, a.mixed, HD, w.wo, N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T
 
     prof.section("rmsnorm");
-    cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
+    cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, w.ffn_norm, N, C, eps, st);
     prof.section("gemm_fwd");
-    proj_forward(m, b, st, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, a.gu, 2 * F);
+    proj_forward(b, st, a.xn2, N, C, {{w.w_gate, nullptr, F}, {w.w_up, nullptr, F}}, a.gu, 2 * F);
     prof.section("swiglu");
     cuda::swiglu_forward(a.act, a.gu, a.gu + F, N, F, 2 * F, st);
     prof.section("gemm_fwd");
-    mm_fwd_add(b, a.act, F, m.p16(o.w_down), N, F, C, a.x_mid, x_out, C);  // x_out = x_mid + act @ Wdown^T
+    mm_fwd_add(b, a.act, F, w.w_down, N, F, C, a.x_mid, x_out, C);  // x_out = x_mid + act @ Wdown^T
     prof.section("other");
 }
 
-void gpu_layer_backward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& s, float* dx, GpuLayerActs& a,
+void gpu_layer_backward(const ModelConfig& c, const HybridPlan& plan, const GpuLayerWeights& w,
+                        const GpuLayerGrads& g, int64_t l, const GpuLayerShape& s, float* dx, GpuLayerActs& a,
                         bf16* dx_bf16, const GpuLayerEnv& env) {
-    const ModelConfig& c = m.config();
-    const HybridPlan& plan = m.plan();
-    const TrainLayerOffsets& o = m.layer(l);
     const int64_t B = s.B, T = s.T, N = s.N(), C = c.hidden_size, F = c.intermediate_size, Dh = c.head_dim;
-    const int64_t H = c.num_heads, HD = H * Dh, n_fa = o.n_fa, n_kv = o.n_kv, n_la = o.n_la;
+    const int64_t H = c.num_heads, HD = H * Dh, n_fa = w.n_fa, n_kv = w.n_kv, n_la = w.n_la;
     const int64_t Dfa = n_fa * Dh, Dkv = n_kv * Dh, Dla = n_la * Dh;
     const float eps = c.rms_norm_eps, scale = float(1.0 / std::sqrt(double(Dh)));
     cudaStream_t st = env.stream;
@@ -353,33 +439,33 @@ void gpu_layer_backward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& 
     }
     bf16* dact = ar.alloc<bf16>(N * F);
     prof.section("gemm_dx");
-    mm_dx16(b, dxb, C, m.p16(o.w_down), N, F, C, dact, F);
+    mm_dx16(b, dxb, C, w.w_down, N, F, C, dact, F);
     prof.section("gemm_dw");
-    if (float* g = m.grad(o.w_down)) mm_dw(b, dxb, C, a.act, F, N, F, C, g);
+    if (g.w_down) mm_dw(b, dxb, C, a.act, F, N, F, C, g.w_down);
     prof.section("swiglu");
     bf16* dgu = ar.alloc<bf16>(N * 2 * F);
     cuda::swiglu_backward(dgu, dgu + F, dact, a.gu, a.gu + F, N, F, 2 * F, 2 * F, st);
     float* dxn = ar.alloc<float>(N * C);
     bool first = true;
     prof.section("gemm_dx");
-    proj_backward(m, b, st, dgu, 2 * F, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, dxn, first, prof);
+    proj_backward(b, st, dgu, 2 * F, a.xn2, N, C,
+                  {{w.w_gate, nullptr, F, g.w_gate}, {w.w_up, nullptr, F, g.w_up}}, dxn, first, prof);
     prof.section("rmsnorm");
-    cuda::rmsnorm_backward(dx, dxb, m.grad(o.ffn_norm), dxn, a.x_mid, m.p32(o.ffn_norm), a.rstd2, N, C,
+    cuda::rmsnorm_backward(dx, dxb, g.ffn_norm, dxn, a.x_mid, w.ffn_norm, a.rstd2, N, C,
                            st);  // d x_mid, and its bf16 copy for the o-projection GEMMs
 
     // x_mid = x_in + o_proj(fusion(heads))
     bf16* dheads = ar.alloc<bf16>(N * HD);
     prof.section("gemm_dx");
-    mm_dx16(b, dxb, C, m.p16(o.wo), N, HD, C, dheads, HD);
+    mm_dx16(b, dxb, C, w.wo, N, HD, C, dheads, HD);
     prof.section("gemm_dw");
-    if (float* g = m.grad(o.wo)) mm_dw(b, dxb, C, a.mixed, HD, N, HD, C, g);
+    if (g.wo) mm_dw(b, dxb, C, a.mixed, HD, N, HD, C, g.wo);
     prof.section("fusion_residual");
     if (a.mixed != a.heads) {
         cuda::FusionScaleGrads fg;
-        fg.head_scale = m.grad(o.head_scale), fg.fa_scale = m.grad(o.fa_scale),
-        fg.la_scale = m.grad(o.la_scale);
-        cuda::fusion_backward(dheads, fg, dheads, a.heads, N, n_fa, n_la, Dh, plan.fusion,
-                              fusion_scales(m, o), eps, st);
+        fg.head_scale = g.head_scale, fg.fa_scale = g.fa_scale, fg.la_scale = g.la_scale;
+        cuda::fusion_backward(dheads, fg, dheads, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(w),
+                              eps, st);
     }
     first = true;
     if (n_fa > 0) {
@@ -400,7 +486,7 @@ void gpu_layer_backward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& 
             dv = ar.alloc<bf16>(N * Dkv);
         }
         // head granularity: attention ran on per-head copies of K / V; their gradients are summed per group
-        const bool dup = !o.uniform_groups;
+        const bool dup = !w.uniform_groups;
         const int64_t hkv = dup ? n_fa : n_kv;
         bf16* dk_att = dup ? ar.alloc<bf16>(N * Dfa) : dk;
         bf16* dv_att = dup ? ar.alloc<bf16>(N * Dfa) : dv;
@@ -418,8 +504,8 @@ void gpu_layer_backward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& 
                                      env.res->attn_workspace(n_fa, hkv, s), st);
         if (dup) {
             prof.section("copies");
-            reduce_heads_by_group(dk, dk_att, o.kv_index, N, n_fa, n_kv, Dh, st);
-            reduce_heads_by_group(dv, dv_att, o.kv_index, N, n_fa, n_kv, Dh, st);
+            reduce_heads_by_group(dk, dk_att, w.kv_index, N, n_fa, n_kv, Dh, st);
+            reduce_heads_by_group(dv, dv_att, w.kv_index, N, n_fa, n_kv, Dh, st);
         }
         prof.section("rope");
         if (c.rope_dim > 0 && ld) {
@@ -431,19 +517,21 @@ void gpu_layer_backward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& 
         if (c.qk_norm) {  // d q / d k before the per-head norm, in place
             prof.section("rmsnorm");
             const int64_t ldq = ld ? ld : Dfa, ldk = ld ? ld : Dkv;
-            head_rmsnorm_backward(dq, ldq, m.grad(o.q_norm), a.qk_pre, Dfa + Dkv, m.p32(o.q_norm), a.rstd_q,
-                                  N, n_fa, Dh, st);
-            head_rmsnorm_backward(dk, ldk, m.grad(o.k_norm), a.qk_pre + Dfa, Dfa + Dkv, m.p32(o.k_norm),
-                                  a.rstd_k, N, n_kv, Dh, st);
+            head_rmsnorm_backward(dq, ldq, g.q_norm, a.qk_pre, Dfa + Dkv, w.q_norm, a.rstd_q, N, n_fa, Dh,
+                                  st);
+            head_rmsnorm_backward(dk, ldk, g.k_norm, a.qk_pre + Dfa, Dfa + Dkv, w.k_norm, a.rstd_k, N, n_kv,
+                                  Dh, st);
         }
         prof.section("gemm_dx");
         if (ld) {
-            proj_backward(m, b, st, dq, ld, a.xn1, N, C,
-                          {{o.wq, o.bq, Dfa}, {o.wk, o.bk, Dkv}, {o.wv, o.bv, Dkv}}, dxn, first, prof);
+            proj_backward(
+                b, st, dq, ld, a.xn1, N, C,
+                {{w.wq, w.bq, Dfa, g.wq, g.bq}, {w.wk, w.bk, Dkv, g.wk, g.bk}, {w.wv, w.bv, Dkv, g.wv, g.bv}},
+                dxn, first, prof);
         } else {
-            proj_backward(m, b, st, dq, Dfa, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, dxn, first, prof);
-            proj_backward(m, b, st, dk, Dkv, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, dxn, first, prof);
-            proj_backward(m, b, st, dv, Dkv, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, dxn, first, prof);
+            proj_backward(b, st, dq, Dfa, a.xn1, N, C, {{w.wq, w.bq, Dfa, g.wq, g.bq}}, dxn, first, prof);
+            proj_backward(b, st, dk, Dkv, a.xn1, N, C, {{w.wk, w.bk, Dkv, g.wk, g.bk}}, dxn, first, prof);
+            proj_backward(b, st, dv, Dkv, a.xn1, N, C, {{w.wv, w.bv, Dkv, g.wv, g.bv}}, dxn, first, prof);
         }
     }
     if (n_la > 0) {
@@ -456,8 +544,8 @@ void gpu_layer_backward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& 
         }
         bf16* dlo = ar.alloc<bf16>(N * Dla);
         bf16* dz = ar.alloc<bf16>(N * Dla);
-        cuda::gated_rmsnorm_backward(dlo, dz, 0, m.grad(o.o_norm), dgn, a.lo, a.lz, 0, m.p32(o.o_norm),
-                                     a.gn_rstd, N, n_la, Dh, st);
+        cuda::gated_rmsnorm_backward(dlo, dz, 0, g.o_norm, dgn, a.lo, a.lz, 0, w.o_norm, a.gn_rstd, N, n_la,
+                                     Dh, st);
         bf16* dlq = ar.alloc<bf16>(N * Dla);
         bf16* dlk = ar.alloc<bf16>(N * Dla);
         bf16* dlv = ar.alloc<bf16>(N * Dla);
@@ -467,35 +555,37 @@ void gpu_layer_backward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& 
         gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
         prof.section("gdn");
         cuda::gdn_chunk_backward(gs, a.lq, a.lk, a.lv, a.g, a.beta, dlo, nullptr, dlq, dlk, dlv, dg, dbeta,
-                                 nullptr, scale, true, env.res->gdn_workspace(m, l, s, true), st);
+                                 nullptr, scale, true, env.res->gdn_workspace(l, n_la, s, true), st);
         prof.section("la_gates");
         bf16* dlab = ar.alloc<bf16>(N * 2 * n_la);
-        cuda::gdn_gates_backward(dlab, dlab + n_la, 2 * n_la, m.grad(o.A_log), m.grad(o.dt_bias), dg, dbeta,
-                                 a.lab, a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias), N, n_la,
+        cuda::gdn_gates_backward(dlab, dlab + n_la, 2 * n_la, g.A_log, g.dt_bias, dg, dbeta, a.lab,
+                                 a.lab + n_la, 2 * n_la, w.A_log, w.dt_bias, N, n_la,
                                  plan.gdn.allow_neg_eigval, st);
         bf16* dlqkv = ar.alloc<bf16>(N * 3 * Dla);
         prof.section("la_conv");
-        cuda::short_conv_backward(dlqkv, 3 * Dla, m.grad(o.conv_q), nullptr, dlq, nullptr, a.lqkv, 3 * Dla,
-                                  m.p32(o.conv_q), nullptr, B, T, Dla, W, st);
-        cuda::short_conv_backward(dlqkv + Dla, 3 * Dla, m.grad(o.conv_k), nullptr, dlk, nullptr, a.lqkv + Dla,
-                                  3 * Dla, m.p32(o.conv_k), nullptr, B, T, Dla, W, st);
-        cuda::short_conv_backward(dlqkv + 2 * Dla, 3 * Dla, m.grad(o.conv_v), nullptr, dlv, nullptr,
-                                  a.lqkv + 2 * Dla, 3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
+        cuda::short_conv_backward(dlqkv, 3 * Dla, g.conv_q, nullptr, dlq, nullptr, a.lqkv, 3 * Dla, w.conv_q,
+                                  nullptr, B, T, Dla, W, st);
+        cuda::short_conv_backward(dlqkv + Dla, 3 * Dla, g.conv_k, nullptr, dlk, nullptr, a.lqkv + Dla,
+                                  3 * Dla, w.conv_k, nullptr, B, T, Dla, W, st);
+        cuda::short_conv_backward(dlqkv + 2 * Dla, 3 * Dla, g.conv_v, nullptr, dlv, nullptr, a.lqkv + 2 * Dla,
+                                  3 * Dla, w.conv_v, nullptr, B, T, Dla, W, st);
         prof.section("gemm_dx");
-        proj_backward(m, b, st, dlqkv, 3 * Dla, a.xn1, N, C,
-                      {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, dxn, first,
+        proj_backward(b, st, dlqkv, 3 * Dla, a.xn1, N, C,
+                      {{w.la_wq, w.la_bq, Dla, g.la_wq, g.la_bq},
+                       {w.la_wk, w.la_bk, Dla, g.la_wk, g.la_bk},
+                       {w.la_wv, w.la_bv, Dla, g.la_wv, g.la_bv}},
+                      dxn, first, prof);
+        proj_backward(b, st, dz, Dla, a.xn1, N, C, {{w.la_wg, nullptr, Dla, g.la_wg}}, dxn, first, prof);
+        proj_backward(b, st, dlab, 2 * n_la, a.xn1, N, C,
+                      {{w.la_wa, nullptr, n_la, g.la_wa}, {w.la_wb, nullptr, n_la, g.la_wb}}, dxn, first,
                       prof);
-        proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first, prof);
-        proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn,
-                      first, prof);
     }
     prof.section("rmsnorm");
     if (first)
         CUDA_CHECK(
             cudaMemsetAsync(dxn, 0, size_t(N * C) * sizeof(float), st));  // no mixer heads (not reached)
     // d x_in, and (dx_bf16 not null) its bf16 copy for the next (lower) layer's first GEMMs
-    cuda::rmsnorm_backward(dx, dx_bf16, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C,
-                           st);
+    cuda::rmsnorm_backward(dx, dx_bf16, g.attn_norm, dxn, a.x_in, w.attn_norm, a.rstd1, N, C, st);
     ar.reset(mark);
 }
 

@@ -47,6 +47,41 @@ struct GpuLayerShape {
     int64_t N() const { return B * T; }
 };
 
+// One layer's device weights, whichever image holds them (the training arena's bf16 mirror and fp32
+// master, gpu/gpu_train_model.h): GEMM matrices bf16 (out, in) row-major, parameter vectors fp32, null where
+// the plan has no such tensor. Projections whose matrices are adjacent in memory run as one GEMM.
+struct GpuLayerWeights {
+    int64_t n_fa = 0, n_kv = 0, n_la = 0;  // FA heads, FA KV groups, LA heads
+    bool uniform_groups = true;            // FA head h reads KV slot h / (n_fa / n_kv)
+    const int32_t* kv_index = nullptr;     // (n_fa) device: KV slot of each FA head
+    const bf16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+    const bf16 *la_wq = nullptr, *la_wk = nullptr, *la_wv = nullptr, *la_wa = nullptr, *la_wb = nullptr,
+               *la_wg = nullptr;
+    const bf16 *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+    const float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr,
+                *k_norm = nullptr;
+    const float *la_bq = nullptr, *la_bk = nullptr, *la_bv = nullptr, *conv_q = nullptr, *conv_k = nullptr,
+                *conv_v = nullptr, *A_log = nullptr, *dt_bias = nullptr, *o_norm = nullptr;
+    const float *head_scale = nullptr, *fa_scale = nullptr, *la_scale = nullptr, *ffn_norm = nullptr;
+};
+
+// The fp32 gradients of the same tensors (ACCUMULATED by the backward; null: frozen or no gradients).
+struct GpuLayerGrads {
+    float *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+    float *la_wq = nullptr, *la_wk = nullptr, *la_wv = nullptr, *la_wa = nullptr, *la_wb = nullptr,
+          *la_wg = nullptr;
+    float *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+    float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr,
+          *k_norm = nullptr;
+    float *la_bq = nullptr, *la_bk = nullptr, *la_bv = nullptr, *conv_q = nullptr, *conv_k = nullptr,
+          *conv_v = nullptr, *A_log = nullptr, *dt_bias = nullptr, *o_norm = nullptr;
+    float *head_scale = nullptr, *fa_scale = nullptr, *la_scale = nullptr, *ffn_norm = nullptr;
+};
+
+// Layer l of a GpuTrainModel: its weights, and its gradients (all null without a gradient arena).
+GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l);
+GpuLayerGrads layer_grads(const GpuTrainModel& m, int64_t l);
+
 // One layer's activations (device pointers into the caller's arena; null where the layer has no such part).
 struct GpuLayerActs {
     const float* x_in = nullptr;                                  // the layer input (fp32 residual)
@@ -87,9 +122,8 @@ class GpuLayerResources {
     virtual cuda::CudnnAttention* cudnn_attention(const cuda::AttnShape& as) = 0;
     // The attention backward workspace of (s.B, s.T, n_fa query heads, n_kv KV heads).
     virtual cuda::AttnWorkspace& attn_workspace(int64_t n_fa, int64_t n_kv, const GpuLayerShape& s) = 0;
-    // Layer l's GDN chunk workspace; save: the one that keeps the chunk states for the backward.
-    virtual cuda::GdnWorkspace& gdn_workspace(const GpuTrainModel& m, int64_t l, const GpuLayerShape& s,
-                                              bool save) = 0;
+    // Layer l's GDN chunk workspace (n_la heads); save: the one that keeps the chunk states for the backward.
+    virtual cuda::GdnWorkspace& gdn_workspace(int64_t l, int64_t n_la, const GpuLayerShape& s, bool save) = 0;
 };
 
 struct GpuLayerEnv {
@@ -112,12 +146,14 @@ size_t layer_backward_scratch_bytes(const GpuTrainModel& m, int64_t l, int64_t N
 
 // x_out (N, C) fp32 = layer l of x_in (N, C) fp32 (x_out may alias x_in); `a` laid out by layout_layer_acts.
 // save: keep what gpu_layer_backward reads (the GDN chunk states too).
-void gpu_layer_forward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& s, const float* x_in,
-                       float* x_out, GpuLayerActs& a, bool save, const GpuLayerEnv& env);
-// dx (N, C) fp32: d loss / d output on entry, d loss / d input on exit; parameter gradients += into m's
-// gradient arena. `a` from a forward with save. dx_bf16: when not null it holds bf16(dx) on entry, and bf16
+void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLayerWeights& w, int64_t l,
+                       const GpuLayerShape& s, const float* x_in, float* x_out, GpuLayerActs& a, bool save,
+                       const GpuLayerEnv& env);
+// dx (N, C) fp32: d loss / d output on entry, d loss / d input on exit; parameter gradients += into g.
+// `a` from a forward with save. dx_bf16: when not null it holds bf16(dx) on entry, and bf16
 // of the returned dx on exit.
-void gpu_layer_backward(const GpuTrainModel& m, int64_t l, const GpuLayerShape& s, float* dx, GpuLayerActs& a,
+void gpu_layer_backward(const ModelConfig& c, const HybridPlan& plan, const GpuLayerWeights& w,
+                        const GpuLayerGrads& g, int64_t l, const GpuLayerShape& s, float* dx, GpuLayerActs& a,
                         bf16* dx_bf16, const GpuLayerEnv& env);
 
 }  // namespace hydra::gpu

@@ -29,6 +29,8 @@ GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher,
                     student.config().vocab_size);
     }
     blas_ = std::make_unique<BlasContext>(stream_);
+    student_res_.step = this, student_res_.student = true;
+    teacher_res_.step = this, teacher_res_.student = false;
     totals_ = cuda::DeviceBuffer<cuda::LossTotals>(2);
     const char* attn_env = std::getenv("HYDRA_ATTENTION");
     if (opt_.cudnn_attention && !(attn_env && std::string(attn_env) == "own"))
@@ -267,34 +269,38 @@ size_t GpuTrainStep::align_arena_estimate(const Shape& s) const {
 
 void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape& s, const float* x_in, float* x_out,
                                  LayerActs& a, bool save, const float* rope_cos, const float* rope_sin) {
-    gpu_layer_forward(m, l, s, x_in, x_out, a, save, layer_env(rope_cos, rope_sin));
+    gpu_layer_forward(m.config(), m.plan(), layer_weights(m, l), l, s, x_in, x_out, a, save,
+                      layer_env(m, rope_cos, rope_sin));
 }
 
 void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a, bf16* dx_bf16) {
-    gpu_layer_backward(student_, l, s, dx, a, dx_bf16, layer_env(rope_cos_, rope_sin_));
+    const GpuTrainModel& m = student_;
+    gpu_layer_backward(m.config(), m.plan(), layer_weights(m, l), layer_grads(m, l), l, s, dx, a, dx_bf16,
+                       layer_env(m, rope_cos_, rope_sin_));
 }
 
-GpuLayerEnv GpuTrainStep::layer_env(const float* rope_cos, const float* rope_sin) {
+GpuLayerEnv GpuTrainStep::layer_env(const GpuTrainModel& m, const float* rope_cos, const float* rope_sin) {
     GpuLayerEnv e;
     e.stream = stream_, e.blas = blas_.get(), e.arena = arena_.get(), e.prof = &prof_;
-    e.res = this;
+    e.res = &m == &student_ ? &student_res_ : &teacher_res_;
     e.rope_cos = rope_cos, e.rope_sin = rope_sin;
     return e;
 }
 
-cuda::CudnnAttention* GpuTrainStep::cudnn_attention(const cuda::AttnShape& as) {
-    return use_cudnn_attention(as) ? cudnn_attn_.get() : nullptr;
+cuda::CudnnAttention* GpuTrainStep::LayerResources::cudnn_attention(const cuda::AttnShape& as) {
+    return step->use_cudnn_attention(as) ? step->cudnn_attn_.get() : nullptr;
 }
 
-cuda::AttnWorkspace& GpuTrainStep::attn_workspace(int64_t n_fa, int64_t n_kv, const Shape& s) {
-    return attn_ws(n_fa, n_kv, s);
+cuda::AttnWorkspace& GpuTrainStep::LayerResources::attn_workspace(int64_t n_fa, int64_t n_kv,
+                                                                  const Shape& s) {
+    return step->attn_ws(n_fa, n_kv, s);
 }
 
-cuda::GdnWorkspace& GpuTrainStep::gdn_workspace(const GpuTrainModel& m, int64_t l, const Shape& s,
-                                                bool save) {
-    const bool student = &m == &student_;
-    return gdn_ws(l, m.layer(l).n_la, m.config().head_dim, s, save,
-                  student);  // asserts: only the student saves
+cuda::GdnWorkspace& GpuTrainStep::LayerResources::gdn_workspace(int64_t l, int64_t n_la, const Shape& s,
+                                                                bool save) {
+    // only the student saves GDN state (gdn_ws asserts it)
+    const int64_t Dh = (student ? step->student_ : *step->teacher_).config().head_dim;
+    return step->gdn_ws(l, n_la, Dh, s, save, student);
 }
 
 std::pair<float*, float*> GpuTrainStep::rope_tables(const ModelConfig& c, int64_t T) {

@@ -109,7 +109,7 @@ struct GpuAlignResult {
     std::vector<double> layer_loss;  // (L)
 };
 
-class GpuTrainStep : private GpuLayerResources {
+class GpuTrainStep {
   public:
     // student: a model with gradients; teacher: for the KL objective (null otherwise). All work is
     // asynchronous on `stream` except where a method says it synchronises.
@@ -184,12 +184,18 @@ class GpuTrainStep : private GpuLayerResources {
     // The student's layer l backward (gpu_layer_backward) with the step's RoPE tables; dx_bf16: when not
     // null it holds bf16(dx) on entry, and holds bf16 of the returned dx on exit.
     void layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a, bf16* dx_bf16 = nullptr);
-    // The stream, cuBLAS, arena, profiler and this step's workspaces for a layer call.
-    GpuLayerEnv layer_env(const float* rope_cos, const float* rope_sin);
-    // GpuLayerResources
-    cuda::CudnnAttention* cudnn_attention(const cuda::AttnShape& as) override;
-    cuda::AttnWorkspace& attn_workspace(int64_t n_fa, int64_t n_kv, const Shape& s) override;
-    cuda::GdnWorkspace& gdn_workspace(const GpuTrainModel& m, int64_t l, const Shape& s, bool save) override;
+    // The stream, cuBLAS, arena, profiler and this step's workspaces for a layer call of model m.
+    GpuLayerEnv layer_env(const GpuTrainModel& m, const float* rope_cos, const float* rope_sin);
+    // The layer's resources for one model: the student's (its GDN workspaces keep chunk states for the
+    // backward, and lend themselves to forwards of its shape) or the teacher's.
+    struct LayerResources final : GpuLayerResources {
+        GpuTrainStep* step = nullptr;
+        bool student = false;
+        cuda::CudnnAttention* cudnn_attention(const cuda::AttnShape& as) override;
+        cuda::AttnWorkspace& attn_workspace(int64_t n_fa, int64_t n_kv, const GpuLayerShape& s) override;
+        cuda::GdnWorkspace& gdn_workspace(int64_t l, int64_t n_la, const GpuLayerShape& s,
+                                          bool save) override;
+    };
     cuda::GdnWorkspace& gdn_ws(int64_t l, int64_t n_la, int64_t Dh, const Shape& s, bool save, bool student);
     cuda::AttnWorkspace& attn_ws(int64_t n_fa, int64_t n_kv, const Shape& s);
     // Whether this attention shape runs on cuDNN (decided once per shape, so forward and backward agree
@@ -221,6 +227,7 @@ class GpuTrainStep : private GpuLayerResources {
     std::unique_ptr<cuda::CudnnAttention> cudnn_attn_;  // null: our attention kernels only
     bool cudnn_used_ = false;
     StepProfiler prof_;
+    LayerResources student_res_, teacher_res_;
     // the student's forward kept for the backward (arena pointers, valid during forward_backward)
     std::vector<float*> resid_;
     std::vector<LayerActs> acts_;
