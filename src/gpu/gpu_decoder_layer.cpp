@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "gpu/decode_attention.h"
 #include "gpu/head_rmsnorm.h"
 #include "gpu/kv_group_reduce.h"
 #include "model/fusion.h"
@@ -145,7 +146,81 @@ cuda::FusionScales fusion_scales(const GpuLayerWeights& w) {
     return f;
 }
 
+// FA heads with the hybrid cache (one sequence, T new tokens at positions kc.pos0..; q, k, v in the fused
+// projection row, a.ld_qkv apart): RoPE at the absolute positions, the new K / V rows into the cache, then
+// attention over the cache: the decode kernel for one token (inside a CUDA graph its position is read on
+// the device, kc.step), flash attention for a prompt from position 0 (K / V duplicated per FA head first
+// when the plan's groups are not uniform).
+void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l, int64_t T, GpuLayerActs& a,
+                      const GpuLayerCache& kc, const float* rope_cos, const float* rope_sin,
+                      cudaStream_t st) {
+    const int64_t Dh = c.head_dim, n_fa = w.n_fa, n_kv = w.n_kv, P = a.ld_qkv, kvw = n_kv * Dh;
+    const int64_t pos0 = kc.pos0;
+    const float scale = float(1.0 / std::sqrt(double(Dh)));
+    GpuCache& cache = *kc.cache;
+    bf16* q = a.q;
+    bf16* k = a.k;
+    const bf16* v = a.v;
+    bf16* fa_out = a.o;  // (T, n_fa, Dh)
+    if (kc.step) {
+        HYDRA_ASSERT(T == 1, "graph decode of {} tokens", T);
+        const int32_t* pos = &kc.step->pos;
+        if (k == q + n_fa * Dh) {  // k's heads follow q's in the fused row: one launch rotates both
+            cuda::rope_forward_decode(q, n_fa + n_kv, Dh, c.rope_dim, pos, double(c.rope_theta), st);
+        } else {
+            cuda::rope_forward_decode(q, n_fa, Dh, c.rope_dim, pos, double(c.rope_theta), st);
+            cuda::rope_forward_decode(k, n_kv, Dh, c.rope_dim, pos, double(c.rope_theta), st);
+        }
+        write_kv_row(cache.k(l), cache.v(l), k, v, kvw, kc.step, st);
+        decode_attention_dev(fa_out, q, cache.k(l), cache.v(l), w.kv_index, n_fa, n_kv, Dh, &kc.step->kv_len,
+                             kc.max_splits, scale, kc.partials, st);
+    } else if (T == 1) {
+        cuda::rope_forward(q, 1, 1, n_fa, Dh, c.rope_dim, pos0, double(c.rope_theta), st);
+        cuda::rope_forward(k, 1, 1, n_kv, Dh, c.rope_dim, pos0, double(c.rope_theta), st);
+        copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
+        copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
+        decode_attention(fa_out, q, cache.k(l), cache.v(l), w.kv_index, n_fa, n_kv, Dh, pos0 + 1, scale,
+                         kc.partials, st);
+    } else {
+        cuda::rope_forward_strided(q, P, 1, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
+        cuda::rope_forward_strided(k, P, 1, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
+        copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
+        copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
+        HYDRA_ASSERT(pos0 == 0, "GPU prefill of {} tokens at position {} (only from 0)", T, pos0);
+        bf16* qc = kc.qbuf;  // (T, n_fa, Dh) packed, as the flash kernel reads q
+        copy_rows(qc, n_fa * Dh, q, P, n_fa * Dh, T, st);
+        const bf16* kk = cache.k(l);
+        const bf16* vv = cache.v(l);
+        int64_t hkv = n_kv;
+        if (!w.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K/V
+            cuda::gather_heads(kc.kdup, cache.k(l), w.kv_index, T, n_kv, n_fa, Dh, st);
+            cuda::gather_heads(kc.vdup, cache.v(l), w.kv_index, T, n_kv, n_fa, Dh, st);
+            kk = kc.kdup, vv = kc.vdup, hkv = n_fa;
+        }
+        cuda::AttnShape s;
+        s.B = 1, s.T = int(T), s.H = int(n_fa), s.Hkv = int(hkv), s.D = int(Dh);
+        cuda::attention_forward(s, qc, kk, vv, fa_out, a.lse, scale, st);
+    }
+}
+
 }  // namespace
+
+GpuLayerWeights layer_weights(const GpuModel& m, int64_t l) {
+    const GpuLayer& g = m.layer(l);
+    const int64_t C = m.config().hidden_size, F = m.config().intermediate_size;
+    GpuLayerWeights w;
+    w.n_fa = g.n_fa, w.n_kv = g.n_kv, w.n_la = g.n_la;
+    w.uniform_groups = g.uniform_groups, w.kv_index = g.kv_index;
+    w.w_proj = g.w_proj, w.b_proj = g.b_proj, w.proj_cols = g.proj_cols;
+    w.wo = g.w_o;
+    w.w_gate = g.w_gate_up, w.w_up = g.w_gate_up + F * C;  // adjacent: one (2F, C) GEMM
+    w.w_down = g.w_down;
+    w.attn_norm = g.attn_norm, w.ffn_norm = g.ffn_norm, w.q_norm = g.q_norm, w.k_norm = g.k_norm;
+    w.conv_q = g.conv_q, w.conv_k = g.conv_k, w.conv_v = g.conv_v;
+    w.A_log = g.A_log, w.dt_bias = g.dt_bias, w.o_norm = g.o_norm;
+    w.head_scale = g.fusion_head_scale, w.fa_scale = g.fusion_fa_scale, w.la_scale = g.fusion_la_scale;
+    return w;
+}
 
 GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l) {
     const TrainLayerOffsets& o = m.layer(l);
@@ -321,11 +396,20 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
     const float *rope_cos = env.rope_cos, *rope_sin = env.rope_sin;
     a.x_in = x_in;
 
+    const GpuLayerCache* kc = env.cache;
+    HYDRA_ASSERT(!kc || (B == 1 && !save), "GPU layer: the cache mode runs one sequence, forward only");
     prof.section("rmsnorm");
     cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, w.attn_norm, N, C, eps, st);
+    if (w.w_proj) {  // every projection of the layer in one GEMM (gpu/gpu_model.h's fused image)
+        prof.section("gemm_fwd");
+        mm_fwd(b, a.xn1, C, w.w_proj, N, C, w.proj_cols, a.proj, a.ld_proj);  // (N, proj_cols) bf16
+        if (w.b_proj) cuda::bias_add(a.proj, w.b_proj, N, w.proj_cols, 0, st);
+    }
     if (n_fa > 0) {
         prof.section("gemm_fwd");
-        if (a.ld_qkv) {  // one GEMM (when the weights are adjacent) into q|k|v columns
+        if (w.w_proj) {
+            // projected above
+        } else if (a.ld_qkv) {  // one GEMM (when the weights are adjacent) into q|k|v columns
             proj_forward(b, st, a.xn1, N, C, {{w.wq, w.bq, Dfa}, {w.wk, w.bk, Dkv}, {w.wv, w.bv, Dkv}}, a.q,
                          a.ld_qkv);
         } else {
@@ -343,64 +427,81 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
             head_rmsnorm_forward(a.k, ldk, keep ? pre + Dfa : nullptr, Dfa + Dkv, keep ? a.rstd_k : nullptr,
                                  w.k_norm, N, n_kv, Dh, eps, st);
         }
-        prof.section("rope");
-        if (c.rope_dim > 0 && a.ld_qkv) {  // q's and k's heads adjacent in the row: one launch
-            cuda::rope_forward_strided(a.q, a.ld_qkv, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos, rope_sin,
-                                       st);
-        } else if (c.rope_dim > 0) {
-            cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
-            cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
+        if (kc) {
+            cached_attention(c, w, l, T, a, *kc, rope_cos, rope_sin, st);
+        } else {
+            prof.section("rope");
+            if (c.rope_dim > 0 && a.ld_qkv) {  // q's and k's heads adjacent in the row: one launch
+                cuda::rope_forward_strided(a.q, a.ld_qkv, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos,
+                                           rope_sin, st);
+            } else if (c.rope_dim > 0) {
+                cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
+                cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
+            }
+            const bf16* kk = a.k;
+            const bf16* vv = a.v;
+            int64_t hkv = n_kv;
+            if (!w.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K / V
+                prof.section("copies");
+                cuda::gather_heads(a.kdup, a.k, w.kv_index, N, n_kv, n_fa, Dh, st);
+                cuda::gather_heads(a.vdup, a.v, w.kv_index, N, n_kv, n_fa, Dh, st);
+                kk = a.kdup, vv = a.vdup, hkv = n_fa;
+            }
+            cuda::AttnShape as;
+            as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(hkv), as.D = int(Dh);
+            as.ld_qkv = int(a.ld_qkv);
+            prof.section("attention");
+            if (cuda::CudnnAttention* dnn = env.res->cudnn_attention(as))
+                dnn->forward(as, a.q, kk, vv, a.o, a.lse, scale, st);
+            else
+                cuda::attention_forward(as, a.q, kk, vv, a.o, a.lse, scale, st);
         }
-        const bf16* kk = a.k;
-        const bf16* vv = a.v;
-        int64_t hkv = n_kv;
-        if (!w.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K / V
-            prof.section("copies");
-            cuda::gather_heads(a.kdup, a.k, w.kv_index, N, n_kv, n_fa, Dh, st);
-            cuda::gather_heads(a.vdup, a.v, w.kv_index, N, n_kv, n_fa, Dh, st);
-            kk = a.kdup, vv = a.vdup, hkv = n_fa;
-        }
-        cuda::AttnShape as;
-        as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(hkv), as.D = int(Dh);
-        as.ld_qkv = int(a.ld_qkv);
-        prof.section("attention");
-        if (cuda::CudnnAttention* dnn = env.res->cudnn_attention(as))
-            dnn->forward(as, a.q, kk, vv, a.o, a.lse, scale, st);
-        else
-            cuda::attention_forward(as, a.q, kk, vv, a.o, a.lse, scale, st);
         prof.section("copies");
         if (n_la > 0) copy_rows(a.heads, HD, a.o, Dfa, Dfa, N, st);
     }
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
-        prof.section("gemm_fwd");
-        proj_forward(b, st, a.xn1, N, C,
-                     {{w.la_wq, w.la_bq, Dla}, {w.la_wk, w.la_bk, Dla}, {w.la_wv, w.la_bv, Dla}}, a.lqkv,
-                     3 * Dla);
-        proj_forward(b, st, a.xn1, N, C, {{w.la_wg, nullptr, Dla}}, a.lz, Dla);
-        proj_forward(b, st, a.xn1, N, C, {{w.la_wa, nullptr, n_la}, {w.la_wb, nullptr, n_la}}, a.lab,
-                     2 * n_la);
+        // row strides of the projections (the fused image's row, or their own buffers)
+        const int64_t ld_lqkv = a.ld_lqkv ? a.ld_lqkv : 3 * Dla, ld_lab = a.ld_lab ? a.ld_lab : 2 * n_la;
+        if (!w.w_proj) {
+            prof.section("gemm_fwd");
+            proj_forward(b, st, a.xn1, N, C,
+                         {{w.la_wq, w.la_bq, Dla}, {w.la_wk, w.la_bk, Dla}, {w.la_wv, w.la_bv, Dla}}, a.lqkv,
+                         3 * Dla);
+            proj_forward(b, st, a.xn1, N, C, {{w.la_wg, nullptr, Dla}}, a.lz, Dla);
+            proj_forward(b, st, a.xn1, N, C, {{w.la_wa, nullptr, n_la}, {w.la_wb, nullptr, n_la}}, a.lab,
+                         2 * n_la);
+        }
+        // the cache's conv windows: the last W - 1 raw projections before this call, updated in place
+        float* win_q = kc ? kc->cache->conv_q(l) : nullptr;
+        float* win_k = kc ? kc->cache->conv_k(l) : nullptr;
+        float* win_v = kc ? kc->cache->conv_v(l) : nullptr;
         prof.section("la_conv");
-        cuda::short_conv_forward(a.lq, nullptr, a.lqkv, 3 * Dla, w.conv_q, nullptr, B, T, Dla, W, st);
-        cuda::short_conv_forward(a.lk, nullptr, a.lqkv + Dla, 3 * Dla, w.conv_k, nullptr, B, T, Dla, W, st);
-        cuda::short_conv_forward(a.lv, nullptr, a.lqkv + 2 * Dla, 3 * Dla, w.conv_v, nullptr, B, T, Dla, W,
-                                 st);
+        cuda::short_conv_forward(a.lq, win_q, a.lqkv, ld_lqkv, w.conv_q, win_q, B, T, Dla, W, st);
+        cuda::short_conv_forward(a.lk, win_k, a.lqkv + Dla, ld_lqkv, w.conv_k, win_k, B, T, Dla, W, st);
+        cuda::short_conv_forward(a.lv, win_v, a.lqkv + 2 * Dla, ld_lqkv, w.conv_v, win_v, B, T, Dla, W, st);
         prof.section("la_gates");
-        cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, 2 * n_la, w.A_log, w.dt_bias, N, n_la,
+        cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, ld_lab, w.A_log, w.dt_bias, N, n_la,
                                 plan.gdn.allow_neg_eigval, st);
-        cuda::GdnShape gs;
-        gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
-        cuda::GdnWorkspace& ws = env.res->gdn_workspace(l, n_la, s, save);
         prof.section("gdn");
-        cuda::gdn_chunk_forward(gs, a.lq, a.lk, a.lv, a.g, a.beta, nullptr, a.lo, nullptr, scale, true, save,
-                                ws, st);
+        float* state = kc ? kc->cache->state(l) : nullptr;  // (n_la, Dh, Dh): h0 in, ht out
+        if (kc && T == 1) {
+            cuda::gdn_decode_step(1, int(n_la), int(n_la), int(Dh), a.lq, a.lk, a.lv, a.g, a.beta, state,
+                                  state, a.lo, scale, true, st);
+        } else {
+            cuda::GdnShape gs;
+            gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
+            cuda::GdnWorkspace& ws = env.res->gdn_workspace(l, n_la, s, save);
+            cuda::gdn_chunk_forward(gs, a.lq, a.lk, a.lv, a.g, a.beta, state, a.lo, state, scale, true, save,
+                                    ws, st);
+        }
         prof.section("la_gated_norm");
-        cuda::gated_rmsnorm_forward(a.gn_out, a.gn_rstd, a.lo, a.lz, 0, w.o_norm, N, n_la, Dh,
+        cuda::gated_rmsnorm_forward(a.gn_out, a.gn_rstd, a.lo, a.lz, a.ld_lz, w.o_norm, N, n_la, Dh,
                                     plan.gdn.norm_eps, st);
         if (n_fa > 0) copy_rows(a.heads + Dfa, HD, a.gn_out, Dla, Dla, N, st);
     }
     prof.section("fusion_residual");
-    if (a.mixed != a.heads)
+    if (fusion_active(plan.fusion, n_la))  // into a.mixed (training) or in place (a.mixed == a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(w), eps, st);
     prof.section("gemm_fwd");
     mm_fwd_add(b, a.mixed, HD, w.wo, N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T

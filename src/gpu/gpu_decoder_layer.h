@@ -5,7 +5,13 @@
 // fusion scales, biases) read as fp32; parameter gradients fp32, ACCUMULATED into the model's gradient
 // arena (frozen tensors: no weight-gradient GEMM or reduction). Used by GpuTrainStep for the whole-model
 // step (activations saved, or the forward re-run right before the backward with recompute), the teacher's
-// forward, evaluation and stage-1 align (teacher-forced layers).
+// forward, evaluation and stage-1 align (teacher-forced layers), and by GpuForward (inference, scoring,
+// generation) in the cache mode (GpuLayerCache: prefill and single-token decode with the hybrid cache,
+// eager or inside a CUDA graph) on gpu_model.h's fused image, where every projection is one GEMM.
+//
+// Modes: forward with save (keeps what the backward reads) or without (teacher, eval, the first pass of
+// recomputation, inference); backward; cache (env.cache); a row subset is the caller's (GpuForward's LM
+// head reads the last rows only).
 //
 // Per layer (N = B * T tokens), forward:
 //   x (N, C) fp32 -> RMSNorm -> xn bf16
@@ -31,6 +37,9 @@
 #include <cstdint>
 #include <functional>
 
+#include "gpu/decode_step.h"
+#include "gpu/gpu_cache.h"
+#include "gpu/gpu_model.h"
 #include "gpu/gpu_train_model.h"
 #include "gpu/step_profiler.h"
 #include "ops/cuda/attention.h"
@@ -63,6 +72,12 @@ struct GpuLayerWeights {
     const float *la_bq = nullptr, *la_bk = nullptr, *la_bv = nullptr, *conv_q = nullptr, *conv_k = nullptr,
                 *conv_v = nullptr, *A_log = nullptr, *dt_bias = nullptr, *o_norm = nullptr;
     const float *head_scale = nullptr, *fa_scale = nullptr, *la_scale = nullptr, *ffn_norm = nullptr;
+    // Inference's fused image (gpu/gpu_model.h): every projection of the normed input as ONE (proj_cols, C)
+    // matrix, rows [q | k | v | la_q | la_k | la_v | la_z | la_a | la_b] then zero rows, with its bias
+    // (proj_cols) or null. When set, the per-tensor projection matrices above are not read.
+    const bf16* w_proj = nullptr;
+    const float* b_proj = nullptr;
+    int64_t proj_cols = 0;
 };
 
 // The fp32 gradients of the same tensors (ACCUMULATED by the backward; null: frozen or no gradients).
@@ -81,6 +96,8 @@ struct GpuLayerGrads {
 // Layer l of a GpuTrainModel: its weights, and its gradients (all null without a gradient arena).
 GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l);
 GpuLayerGrads layer_grads(const GpuTrainModel& m, int64_t l);
+// Layer l of the inference model (its fused projection image).
+GpuLayerWeights layer_weights(const GpuModel& m, int64_t l);
 
 // One layer's activations (device pointers into the caller's arena; null where the layer has no such part).
 struct GpuLayerActs {
@@ -110,6 +127,26 @@ struct GpuLayerActs {
     float* rstd2 = nullptr;
     bf16* gu = nullptr;   // (N, 2F) gate | up
     bf16* act = nullptr;  // (N, F)
+    // With GpuLayerWeights::w_proj: the fused projection output (N, ld_proj); q, k, v, lqkv, lz and lab then
+    // point into it, and these are their row strides (0: the packed widths above)
+    bf16* proj = nullptr;
+    int64_t ld_proj = 0, ld_lqkv = 0, ld_lz = 0, ld_lab = 0;
+};
+
+// Inference with the hybrid cache (gpu/gpu_cache.h): one sequence (B = 1) of T new tokens at positions
+// pos0.. appended to the cache, forward only. FA: RoPE at the absolute positions, K / V rows into the cache,
+// attention over it (gpu/decode_attention.h for T = 1, flash attention for a prompt from position 0); LA:
+// short conv over the cache's windows, GDN from and into the cache's state (gdn_decode_step for T = 1).
+struct GpuLayerCache {
+    GpuCache* cache = nullptr;
+    int64_t pos0 = 0;
+    // graph decode (T = 1): the position and attention length read on the device (gpu/decode_step.h), and the
+    // decode attention grid's key splits; null: pos0 on the host
+    const DecodeStep* step = nullptr;
+    int64_t max_splits = 0;
+    float* partials = nullptr;              // decode attention workspace
+    bf16* qbuf = nullptr;                   // prefill: (T, n_fa, Dh) packed q
+    bf16 *kdup = nullptr, *vdup = nullptr;  // prefill, non-uniform groups: (T, n_fa, Dh) K / V per head
 };
 
 // What the layer borrows from its caller beside the weights: attention backend and workspaces that outlive
@@ -132,7 +169,8 @@ struct GpuLayerEnv {
     cuda::DeviceArena* arena = nullptr;  // the backward's scratch (released before it returns)
     StepProfiler* prof = nullptr;
     GpuLayerResources* res = nullptr;
-    const float *rope_cos = nullptr, *rope_sin = nullptr;  // (T, rope_dim / 2) for positions 0..T-1
+    const float *rope_cos = nullptr, *rope_sin = nullptr;  // (T, rope_dim / 2) for positions pos0..
+    const GpuLayerCache* cache = nullptr;                  // inference with the hybrid cache; null: training
 };
 
 // The activation buffers of layer l for N rows, in allocation order: alloc(bytes) returns memory (or, for a
