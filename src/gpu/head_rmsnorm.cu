@@ -15,8 +15,8 @@ using cuda::detail::warp_sum;
 constexpr int kMaxPerLane = 4;  // Dh <= 128: at most 4 columns per lane
 constexpr int kWarps = 8;
 
-// kSave = false is the inference kernel (no copy, no statistics); kSave = true also writes pre / rstd
-// (either may be null). Same arithmetic in both, so training's forward equals inference's.
+// kSave = false: no copy, no statistics (inference); kSave = true also writes pre / rstd (either may be
+// null). Same arithmetic in both, so training's forward equals inference's.
 template <bool kSave>
 __global__ void head_rmsnorm_kernel(__nv_bfloat16* x, int64_t stride, __nv_bfloat16* pre, int64_t pre_stride,
                                     float* rstd, const float* __restrict__ w, int64_t T, int H, int Dh,
@@ -104,11 +104,6 @@ void launch_forward(__nv_bfloat16* x, int64_t token_stride, __nv_bfloat16* pre, 
 }
 
 }  // namespace
-
-void head_rmsnorm_inplace(__nv_bfloat16* x, int64_t token_stride, const float* w, int64_t T, int64_t H,
-                          int64_t Dh, float eps, cudaStream_t stream) {
-    launch_forward<false>(x, token_stride, nullptr, 0, nullptr, w, T, H, Dh, eps, stream);
-}
 
 void head_rmsnorm_forward(__nv_bfloat16* x, int64_t token_stride, __nv_bfloat16* pre, int64_t pre_stride,
                           float* rstd, const float* w, int64_t T, int64_t H, int64_t Dh, float eps,

@@ -15,13 +15,9 @@
 
 namespace hydra::gpu {
 
-// Inference: x normalised in place.
-void head_rmsnorm_inplace(__nv_bfloat16* x, int64_t token_stride, const float* w, int64_t T, int64_t H,
-                          int64_t Dh, float eps, cudaStream_t stream = nullptr);
-
-// Training forward: the same values in place on x; when `pre` is not null the input rows are copied there
-// first ((T, H, Dh), rows pre_stride apart), and when `rstd` is not null it receives 1 / sqrt(mean(x^2) +
-// eps) per row ((T * H) fp32, row t * H + h). The backward reads both.
+// Forward in place on x. When `pre` is not null the input rows are copied there first ((T, H, Dh), rows
+// pre_stride apart), and when `rstd` is not null it receives 1 / sqrt(mean(x^2) + eps) per row ((T * H)
+// fp32, row t * H + h): what the backward reads (training). Both null (inference): no extra traffic.
 void head_rmsnorm_forward(__nv_bfloat16* x, int64_t token_stride, __nv_bfloat16* pre, int64_t pre_stride,
                           float* rstd, const float* w, int64_t T, int64_t H, int64_t Dh, float eps,
                           cudaStream_t stream = nullptr);
