@@ -3,17 +3,26 @@
 // loss and every parameter's gradient, relative RMS error per tensor (bf16 tolerance 2e-2, loss 1e-2).
 // Frozen tensors must get exactly zero gradient on the GPU. Hybrids are converted from the random teacher
 // (random GDN heads make the step chaotic at bf16 resolution); each case also prints its "bf16 floor": how
-// far rounding only the GEMM weights to bf16 moves the fp32 CPU gradients. Then the CUDA engine (gpu_train_engine.h):
-// three AdamW steps on one batch must lower the loss and leave frozen tensors bit-identical.
-// Stage 1 (align) cases: GpuTrainStep::align_forward_backward against train/align_step (teacher states from
-// layer_boundary_states): the loss, every layer's loss (1e-2) and the gradients as above, with every tensor
-// of the layers that have LA heads trainable, or the align set {*.linear_attn.*, *.fusion.*} (every other
-// tensor must get exactly zero); their bf16 floor rounds the teacher's and the student's GEMM weights.
-// Then the engine on stage align.
+// far rounding only the GEMM weights to bf16 moves the fp32 CPU gradients. Then the CUDA engine
+// (gpu_train_engine.h): three AdamW steps on one batch must lower the loss and leave frozen tensors
+// bit-identical. Stage 1 (align) cases: GpuTrainStep::align_forward_backward against train/align_step
+// (teacher states from layer_boundary_states): the loss, every layer's loss (1e-2) and the gradients as
+// above, with every tensor of the layers that have LA heads trainable, or the align set {*.linear_attn.*,
+// *.fusion.*} (every other tensor must get exactly zero); their bf16 floor rounds the teacher's and the
+// student's GEMM weights. Then the engine on stage align.
 //
-//   gpu_train_parity [--smollm] [--model GGUF] [--seq T] [--no-tiny] [--no-align]
+// q/k norm and head granularity cases (their own block of the table): the Qwen3 architecture as the
+// model loader reads tests/data/tiny_hf/qwen3 (q/k norm, untied head, its eps and theta, 6 heads on 2 KV
+// groups) at head dim 64 with random weights (the tiny Qwen3's own head dim 16 is below what the GPU
+// attention and GDN kernels take), teacher and 7:1 hybrid; head-granularity hybrids whose FA heads read their
+// KV groups non-uniformly (K/V duplicated per head on the GPU); with --smollm a SmolLM2-135M shape with q/k
+// norm.
+//
+//   gpu_train_parity [--smollm] [--model GGUF] [--seq T] [--no-tiny] [--no-align] [--qwen3 DIR]
 //     default: tiny random models (hidden 256, 4 heads of 64, 2 KV heads, 3 layers, vocab 512, B 2 x T 130)
-//     --smollm: also SmolLM2-135M-shaped random models (teacher, 7:1 hybrid), B 1 x T 256
+//     --smollm: also SmolLM2-135M-shaped random models (teacher, 7:1 hybrid, both also with q/k norm), B 1 x
+//     T 256
+//     --qwen3:  the tiny Qwen3 HF directory (default tests/data/tiny_hf/qwen3, from the repository root)
 //     --model:  also the real teacher from a GGUF and its 7:1 random-kv conversion (KL objective, align)
 //     --no-align: skip the align cases (every group above has them)
 // Exit status: 0 all pass; 1 some tensor over tolerance but every error < 0.1; 2 worse (or non-finite).
@@ -387,6 +396,32 @@ std::vector<std::string> la_layer_globs(const LlamaModel& m) {
 
 const std::vector<std::string> kAlignTrainable = {"*.linear_attn.*", "*.fusion.*"};
 
+// Layers whose FA heads do not read their KV groups in the uniform GQA pattern h / (n_fa / n_kv): the GPU
+// step duplicates K / V per head for them (gpu_train_step.h).
+int64_t nonuniform_fa_layers(const ModelConfig& c, const HybridPlan& p) {
+    int64_t n = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::vector<int32_t> idx = p.fa_kv_index(c, l);
+        const int64_t n_fa = int64_t(idx.size()), n_kv = int64_t(p.fa_kv_groups(c, l).size());
+        if (n_fa == 0) continue;
+        bool uniform = n_fa % n_kv == 0;
+        for (int64_t h = 0; uniform && h < n_fa; ++h) uniform = idx[size_t(h)] == h / (n_fa / n_kv);
+        n += !uniform;
+    }
+    return n;
+}
+
+// The first head-granularity plan (seeds seed0, seed0 + 1, ...) with at least one non-uniform FA layer, so
+// the case checks the K/V duplication (deterministic: the same plan every run).
+HybridPlan nonuniform_head_plan(const ModelConfig& c, const std::string& ratio, FusionKind fusion,
+                                uint64_t seed0) {
+    for (uint64_t seed = seed0; seed < seed0 + 64; ++seed) {
+        HybridPlan p = build_plan(c, bench::plan_request(c, ratio, "head", fusion, seed));
+        if (nonuniform_fa_layers(c, p) > 0) return p;
+    }
+    fail("gpu_train_parity: no head-granularity {} plan with a non-uniform FA layer in 64 seeds", ratio);
+}
+
 // The CUDA engine on the distillation objective: 3 steps on one batch lower the loss; frozen tensors stay
 // bit-identical, trainable ones move.
 // With `align`: stage 1 (align loss, CE / KL must read NaN), lr 1e-3, the align trainable set.
@@ -451,7 +486,7 @@ Outcome run_engine(const LlamaModel& student_in, const LlamaModel& teacher, int6
 int main(int argc, char** argv) {
     try {
         bool smollm = false, tiny_cases = true, align_cases = true;
-        std::string model_path;
+        std::string model_path, qwen3_dir = "tests/data/tiny_hf/qwen3";
         int64_t smollm_T = 256;
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
@@ -460,7 +495,12 @@ int main(int argc, char** argv) {
             else if (a == "--seq" && i + 1 < argc) smollm_T = std::stoll(argv[++i]);
             else if (a == "--no-tiny") tiny_cases = false;
             else if (a == "--no-align") align_cases = false;
-            else fail("usage: gpu_train_parity [--smollm] [--model GGUF] [--seq T] [--no-tiny] [--no-align]");
+            else if (a == "--qwen3" && i + 1 < argc)
+                qwen3_dir = argv[++i];
+            else
+                fail(
+                    "usage: gpu_train_parity [--smollm] [--model GGUF] [--seq T] [--no-tiny] [--no-align] "
+                    "[--qwen3 DIR]");
         }
         int dev = 0;
         CUDA_CHECK(cudaGetDeviceCount(&dev));
@@ -585,6 +625,107 @@ int main(int argc, char** argv) {
             }
         }
 
+        // ---- q/k norm (Qwen3-style) and head granularity (non-uniform FA-head -> KV-group maps) ----
+        // The Qwen3 architecture as the model loader reads the tiny Qwen3 (q/k norm, untied LM head, eps
+        // 1e-6, theta 1e6, 6 query heads on 2 KV groups, head dim != hidden / heads), at head dim 64 (the GPU
+        // kernels take 64 or 128; the tiny model's own is 16) with random weights and 4 layers (8 KV groups,
+        // so 7:1 leaves one FA group).
+        std::unique_ptr<LlamaModel> q3_teacher, q3_hybrid, q3_head, head_hybrid;
+        if (tiny_cases) {
+            const ModelConfig loaded = load_model(qwen3_dir).model->config();
+            HYDRA_CHECK(loaded.qk_norm, "gpu_train_parity: {} is not a q/k-norm model", qwen3_dir);
+            ModelConfig q3 = loaded;
+            q3.name = "tiny Qwen3 architecture at head dim 64";
+            q3.head_dim = 64, q3.rope_dim = 64;
+            q3.hidden_size = 256, q3.intermediate_size = 512, q3.vocab_size = 512, q3.num_layers = 4;
+            q3.max_position_embeddings = 1024;
+            q3.eos_token_ids = {0};
+            q3.validate("gpu_train_parity");
+            fmt::print(
+                "q/k-norm cases: {} ({} from {}: qk_norm {}, tied {}, eps {:g}, theta {:g}, {} heads / {} KV "
+                "groups; head dim {} there, 64 here)\n\n",
+                q3.name, loaded.architecture, qwen3_dir, loaded.qk_norm, loaded.tie_word_embeddings,
+                loaded.rms_norm_eps, loaded.rope_theta, loaded.num_heads, loaded.num_kv_heads,
+                loaded.head_dim);
+            q3_teacher = std::make_unique<LlamaModel>(q3);
+            bench::randomise(*q3_teacher, 31);
+            q3_hybrid = convert_to_hybrid(
+                *q3_teacher, build_plan(q3, bench::plan_request(q3, "7:1", "kv", FusionKind::ScaleNorm, 2)),
+                conv);
+            q3_head =
+                convert_to_hybrid(*q3_teacher, nonuniform_head_plan(q3, "1:1", FusionKind::Hymba, 3), conv);
+            head_hybrid =
+                convert_to_hybrid(teacher, nonuniform_head_plan(tiny, "1:1", FusionKind::ScaleNorm, 7), conv);
+            fmt::print(
+                "head-granularity plans: tiny {} ({} non-uniform FA layers), Qwen3 architecture {} ({})\n\n",
+                head_hybrid->plan().ratio_summary(), nonuniform_fa_layers(tiny, head_hybrid->plan()),
+                q3_head->plan().ratio_summary(), nonuniform_fa_layers(q3, q3_head->plan()));
+
+            std::vector<Case> qk;
+            {
+                Case c;
+                c.name = "tiny Qwen3 architecture (q/k norm) teacher, CE";
+                c.student = q3_teacher.get(), c.obj = ce, c.also_lm_train_step = true;
+                qk.push_back(c);
+            }
+            {
+                Case c;
+                c.name = "tiny Qwen3 architecture (q/k norm) teacher, CE, q/k norms frozen";
+                c.student = q3_teacher.get(), c.obj = ce, c.frozen = {"*.q_norm.weight", "*.k_norm.weight"};
+                qk.push_back(c);
+            }
+            {
+                Case c;
+                c.name = "tiny Qwen3 architecture (q/k norm) 7:1 hybrid kv scale-norm, CE";
+                c.student = q3_hybrid.get(), c.obj = ce;
+                qk.push_back(c);
+            }
+            {
+                Case c;
+                c.name =
+                    "tiny Qwen3 architecture (q/k norm) 7:1 hybrid kv scale-norm, 0.5 CE + KL, layer "
+                    "recomputation";
+                c.student = q3_hybrid.get(), c.teacher = q3_teacher.get(), c.obj = kl, c.recompute = true;
+                qk.push_back(c);
+            }
+            {
+                Case c;
+                c.name = "tiny hybrid head granularity 1:1 scale-norm (non-uniform FA->KV maps), CE";
+                c.student = head_hybrid.get(), c.obj = ce;
+                qk.push_back(c);
+            }
+            {
+                Case c;
+                c.name =
+                    "tiny Qwen3 architecture (q/k norm) head granularity 1:1 hymba (non-uniform), CE, "
+                    "recompute";
+                c.student = q3_head.get(), c.obj = ce, c.recompute = true;
+                qk.push_back(c);
+            }
+            std::vector<Case> qk_align;
+            {
+                Case c;
+                c.name =
+                    "tiny Qwen3 architecture (q/k norm) 7:1 hybrid, align, every tensor of the layers with "
+                    "LA heads";
+                c.student = q3_hybrid.get(), c.teacher = q3_teacher.get(),
+                c.trainable = la_layer_globs(*q3_hybrid);
+                qk_align.push_back(c);
+            }
+            {
+                Case c;
+                c.name =
+                    "tiny hybrid head granularity 1:1 (non-uniform), align, every tensor of the layers with "
+                    "LA heads";
+                c.student = head_hybrid.get(), c.teacher = &teacher,
+                c.trainable = la_layer_globs(*head_hybrid);
+                qk_align.push_back(c);
+            }
+            for (const Case& c : qk) record(c.name, run_case(c, stream));
+            if (align_cases)
+                for (const Case& c : qk_align) record(c.name, run_align_case(c, stream));
+        }
+
         // ---- SmolLM2-135M shapes, random weights ----
         std::unique_ptr<LlamaModel> s_teacher, s_hybrid;
         if (smollm) {
@@ -607,6 +748,36 @@ int main(int argc, char** argv) {
                 c.name = "SmolLM2-135M shape 7:1 hybrid kv (random weights), align, trainable *.linear_attn.* *.fusion.*";
                 c.student = s_hybrid.get(), c.teacher = s_teacher.get(), c.trainable = kAlignTrainable, c.B = 1,
                 c.T = smollm_T;
+                record(c.name, run_align_case(c, stream));
+            }
+        }
+        // ---- SmolLM2-135M shape with q/k norm (random weights): the q/k-norm block at full size ----
+        std::unique_ptr<LlamaModel> sq_teacher, sq_hybrid;
+        if (smollm) {
+            ModelConfig sc = bench::smollm2_135m_config();
+            sc.name = "SmolLM2-135M shape with q/k norm";
+            sc.qk_norm = true;
+            sq_teacher = std::make_unique<LlamaModel>(sc);
+            bench::randomise(*sq_teacher, 23);
+            ConversionOptions sconv;
+            sq_hybrid = convert_to_hybrid(
+                *sq_teacher, build_plan(sc, bench::plan_request(sc, "7:1", "kv", FusionKind::ScaleNorm, 1)),
+                sconv);
+            Case a;
+            a.name = "SmolLM2-135M shape with q/k norm, teacher (random weights), CE";
+            a.student = sq_teacher.get(), a.obj = ce, a.B = 1, a.T = smollm_T;
+            record(a.name, run_case(a, stream));
+            Case b;
+            b.name = "SmolLM2-135M shape with q/k norm, 7:1 hybrid kv (random weights), CE";
+            b.student = sq_hybrid.get(), b.obj = ce, b.B = 1, b.T = smollm_T;
+            record(b.name, run_case(b, stream));
+            if (align_cases) {
+                Case c;
+                c.name =
+                    "SmolLM2-135M shape with q/k norm, 7:1 hybrid kv, align, trainable *.linear_attn.* "
+                    "*.fusion.*";
+                c.student = sq_hybrid.get(), c.teacher = sq_teacher.get(), c.trainable = kAlignTrainable,
+                c.B = 1, c.T = smollm_T;
                 record(c.name, run_align_case(c, stream));
             }
         }

@@ -14,19 +14,10 @@
 #include "gpu/argmax.h"
 #include "gpu/decode_attention.h"
 #include "gpu/decode_graph_policy.h"
-#include "gpu/head_rmsnorm.h"
-#include "model/fusion.h"
-#include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/elementwise.h"
 #include "ops/cuda/embedding.h"
-#include "ops/cuda/fusion.h"
-#include "ops/cuda/gated_rmsnorm.h"
-#include "ops/cuda/gdn_gates.h"
 #include "ops/cuda/rmsnorm.h"
 #include "ops/cuda/rope.h"
-#include "ops/cuda/short_conv.h"
-#include "ops/cuda/swiglu.h"
 
 namespace hydra::gpu {
 
@@ -42,16 +33,11 @@ T* data_or_null(const cuda::DeviceBuffer<T>& b) {
     return b.size() > 0 ? b.data() : nullptr;
 }
 
-// dst (rows, width) with row pitch dst_ld <- src (rows, width) with row pitch src_ld, bf16, on the device.
-void copy_rows(bf16* dst, int64_t dst_ld, const bf16* src, int64_t src_ld, int64_t width, int64_t rows,
-               cudaStream_t stream) {
-    CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_ld) * sizeof(bf16), src, size_t(src_ld) * sizeof(bf16),
-                                 size_t(width) * sizeof(bf16), size_t(rows), cudaMemcpyDeviceToDevice, stream));
-}
-
 }  // namespace
 
 GpuForward::GpuForward(const GpuModel& model) : model_(model) {
+    for (int64_t l = 0; l < model.config().num_layers; ++l) weights_.push_back(layer_weights(model, l));
+    res_.fwd = this;
     CUDA_CHECK(cudaStreamCreate(&stream_));
     blas_ = std::make_unique<cuda::BlasContext>(stream_);
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_token_), sizeof(int32_t)));
@@ -130,116 +116,54 @@ GpuForward::Work GpuForward::eager_work() {
     return w;
 }
 
+// One layer through gpu/gpu_decoder_layer.h's cache mode: the activations are the Work buffers (every
+// projection in the fused (T, proj_cols) row, the residual x updated in place).
 void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, const Work& w) {
     const ModelConfig& c = model_.config();
-    const HybridPlan& plan = model_.plan();
     const GpuLayer& g = model_.layer(l);
-    const int64_t C = c.hidden_size, Dh = c.head_dim, H = c.num_heads, F = c.intermediate_size, HD = H * Dh;
-    const int64_t P = g.proj_cols, n_fa = g.n_fa, n_kv = g.n_kv, n_la = g.n_la;
-    const float eps = c.rms_norm_eps, scale = float(1.0 / std::sqrt(double(Dh)));
-    cudaStream_t st = stream_;
-    const bool graph = w.step != nullptr;  // single-token step inside a CUDA graph: position from the device
-    HYDRA_ASSERT(!graph || T == 1, "graph decode of {} tokens", T);
-    float* x = w.x;
-    bf16* xn = w.xn;
-    bf16* proj = w.proj;
-    bf16* heads = w.heads;
+    const int64_t Dla = g.n_la * c.head_dim, P = g.proj_cols;
+    GpuLayerActs a;
+    a.xn1 = w.xn;
+    a.proj = w.proj, a.ld_proj = P;
+    a.q = w.proj + g.off_q, a.k = w.proj + g.off_k, a.v = w.proj + g.off_v, a.ld_qkv = P;
+    // FA output: straight into the heads when the layer has no LA heads
+    a.o = g.n_la == 0 ? w.heads : w.attn;
+    a.lse = w.lse;
+    a.lqkv = w.proj + g.off_lq, a.ld_lqkv = P;  // la_k, la_v follow la_q in the row
+    a.lz = w.proj + g.off_lz, a.ld_lz = P;
+    a.lab = w.proj + g.off_la, a.ld_lab = P;  // la_b follows la_a
+    a.lq = w.la_qkv, a.lk = w.la_qkv ? w.la_qkv + T * Dla : nullptr,
+    a.lv = w.la_qkv ? w.la_qkv + 2 * T * Dla : nullptr;
+    a.g = w.gates, a.beta = w.gates ? w.gates + T * g.n_la : nullptr;
+    a.lo = w.la_o;
+    a.gn_out = g.n_fa == 0 ? w.heads : w.la_o;  // gated norm in place over the GDN output when mixed
+    a.heads = w.heads, a.mixed = w.heads;       // fusion in place
+    a.x_mid = w.x, a.xn2 = w.xn, a.gu = w.gu, a.act = w.act;
 
-    cuda::rmsnorm_forward(xn, nullptr, x, g.attn_norm, T, C, eps, st);
-    cuda::linear_forward(*blas_, xn, g.w_proj, T, C, P, proj);  // (T, P) bf16
-    if (g.b_proj) cuda::bias_add(proj, g.b_proj, T, P, 0, st);
+    GpuLayerCache kc;
+    kc.cache = &cache, kc.pos0 = pos0, kc.step = w.step, kc.max_splits = w.max_splits,
+    kc.partials = w.partials;
+    kc.qbuf = w.qbuf, kc.kdup = w.kdup, kc.vdup = w.vdup;
+    GpuLayerEnv env;
+    env.stream = stream_, env.blas = blas_.get(), env.prof = &prof_, env.res = &res_, env.cache = &kc;
+    if (T > 1) env.rope_cos = w.rope, env.rope_sin = w.rope + T * (c.rope_dim / 2);  // forward_pass's table
+    GpuLayerShape s;
+    s.B = 1, s.T = T;
+    gpu_layer_forward(c, model_.plan(), weights_[size_t(l)], l, s, w.x, w.x, a, false, env);
+}
 
-    if (n_fa > 0) {
-        bf16* q = proj + g.off_q;
-        bf16* k = proj + g.off_k;
-        const bf16* v = proj + g.off_v;
-        if (g.q_norm) head_rmsnorm_inplace(q, P, g.q_norm, T, n_fa, Dh, eps, st);
-        if (g.k_norm) head_rmsnorm_inplace(k, P, g.k_norm, T, n_kv, Dh, eps, st);
-        const int64_t kvw = n_kv * Dh;
-        bf16* fa_out = n_la == 0 ? heads : w.attn;  // (T, n_fa, Dh)
-        if (graph) {
-            const int32_t* pos = &w.step->pos;
-            if (k == q + n_fa * Dh) {  // k's heads follow q's in the fused row: one launch rotates both
-                cuda::rope_forward_decode(q, n_fa + n_kv, Dh, c.rope_dim, pos, double(c.rope_theta), st);
-            } else {
-                cuda::rope_forward_decode(q, n_fa, Dh, c.rope_dim, pos, double(c.rope_theta), st);
-                cuda::rope_forward_decode(k, n_kv, Dh, c.rope_dim, pos, double(c.rope_theta), st);
-            }
-            write_kv_row(cache.k(l), cache.v(l), k, v, kvw, w.step, st);
-            decode_attention_dev(fa_out, q, cache.k(l), cache.v(l), g.kv_index, n_fa, n_kv, Dh, &w.step->kv_len,
-                                 w.max_splits, scale, w.partials, st);
-        } else if (T == 1) {
-            cuda::rope_forward(q, 1, 1, n_fa, Dh, c.rope_dim, pos0, double(c.rope_theta), st);
-            cuda::rope_forward(k, 1, 1, n_kv, Dh, c.rope_dim, pos0, double(c.rope_theta), st);
-            copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
-            copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
-            decode_attention(fa_out, q, cache.k(l), cache.v(l), g.kv_index, n_fa, n_kv, Dh, pos0 + 1, scale,
-                             w.partials, st);
-        } else {
-            const int64_t half = c.rope_dim / 2;
-            const float* cosv = w.rope;
-            const float* sinv = w.rope + T * half;
-            cuda::rope_forward_strided(q, P, 1, T, n_fa, Dh, c.rope_dim, cosv, sinv, st);
-            cuda::rope_forward_strided(k, P, 1, T, n_kv, Dh, c.rope_dim, cosv, sinv, st);
-            copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
-            copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
-            HYDRA_ASSERT(pos0 == 0, "GPU prefill of {} tokens at position {} (only from 0)", T, pos0);
-            bf16* qc = w.qbuf;
-            copy_rows(qc, n_fa * Dh, q, P, n_fa * Dh, T, st);
-            const bf16* kk = cache.k(l);
-            const bf16* vv = cache.v(l);
-            int64_t hkv = n_kv;
-            if (!g.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K/V
-                cuda::gather_heads(w.kdup, cache.k(l), g.kv_index, T, n_kv, n_fa, Dh, st);
-                cuda::gather_heads(w.vdup, cache.v(l), g.kv_index, T, n_kv, n_fa, Dh, st);
-                kk = w.kdup, vv = w.vdup, hkv = n_fa;
-            }
-            cuda::AttnShape s;
-            s.B = 1, s.T = int(T), s.H = int(n_fa), s.Hkv = int(hkv), s.D = int(Dh);
-            cuda::attention_forward(s, qc, kk, vv, fa_out, w.lse, scale, st);
-        }
-        if (n_la > 0) copy_rows(heads, HD, fa_out, n_fa * Dh, n_fa * Dh, T, st);
-    }
+cuda::CudnnAttention* GpuForward::LayerResources::cudnn_attention(const cuda::AttnShape&) {
+    return nullptr;
+}
 
-    if (n_la > 0) {
-        const int64_t Dla = n_la * Dh, W = plan.gdn.conv_size;
-        bf16* lq = w.la_qkv;
-        bf16* lk = lq + T * Dla;
-        bf16* lv = lk + T * Dla;
-        cuda::short_conv_forward(lq, cache.conv_q(l), proj + g.off_lq, P, g.conv_q, cache.conv_q(l), 1, T, Dla, W, st);
-        cuda::short_conv_forward(lk, cache.conv_k(l), proj + g.off_lk, P, g.conv_k, cache.conv_k(l), 1, T, Dla, W, st);
-        cuda::short_conv_forward(lv, cache.conv_v(l), proj + g.off_lv, P, g.conv_v, cache.conv_v(l), 1, T, Dla, W, st);
-        float* gg = w.gates;
-        float* beta = gg + T * n_la;
-        cuda::gdn_gates_forward(gg, beta, proj + g.off_la, proj + g.off_lb, P, g.A_log, g.dt_bias, T, n_la,
-                                plan.gdn.allow_neg_eigval, st);
-        bf16* o = w.la_o;  // (T, n_la, Dh)
-        if (T == 1) {
-            cuda::gdn_decode_step(1, int(n_la), int(n_la), int(Dh), lq, lk, lv, gg, beta, cache.state(l),
-                                  cache.state(l), o, scale, true, st);
-        } else {
-            cuda::GdnShape s;
-            s.B = 1, s.T = int(T), s.H = int(n_la), s.HV = int(n_la), s.D = int(Dh);
-            cuda::gdn_chunk_forward(s, lq, lk, lv, gg, beta, cache.state(l), o, cache.state(l), scale, true, false,
-                                    gdn_workspace(T, n_la), st);
-        }
-        bf16* dst = n_fa == 0 ? heads : o;
-        cuda::gated_rmsnorm_forward(dst, nullptr, o, proj + g.off_lz, P, g.o_norm, T, n_la, Dh, plan.gdn.norm_eps, st);
-        if (n_fa > 0) copy_rows(heads + n_fa * Dh, HD, o, Dla, Dla, T, st);
-    }
+cuda::AttnWorkspace& GpuForward::LayerResources::attn_workspace(int64_t, int64_t, const GpuLayerShape&) {
+    fail("GPU inference: no attention backward");
+}
 
-    if (fusion_active(plan.fusion, n_la)) {
-        cuda::FusionScales fs;
-        fs.head_scale = g.fusion_head_scale, fs.fa_scale = g.fusion_fa_scale, fs.la_scale = g.fusion_la_scale;
-        cuda::fusion_forward(heads, heads, T, n_fa, n_la, Dh, plan.fusion, fs, eps, st);
-    }
-    cuda::linear_forward(*blas_, heads, g.w_o, T, HD, C, x, 1.f);  // x += heads @ Wo^T
-
-    cuda::rmsnorm_forward(xn, nullptr, x, g.ffn_norm, T, C, eps, st);
-    bf16* gu = w.gu;
-    cuda::linear_forward(*blas_, xn, g.w_gate_up, T, C, 2 * F, gu);  // (T, 2F) = [gate | up]
-    cuda::swiglu_forward(w.act, gu, gu + F, T, F, 2 * F, st);
-    cuda::linear_forward(*blas_, w.act, g.w_down, T, F, C, x, 1.f);  // x += act @ Wdown^T
+cuda::GdnWorkspace& GpuForward::LayerResources::gdn_workspace(int64_t, int64_t n_la, const GpuLayerShape& s,
+                                                              bool save) {
+    HYDRA_ASSERT(!save, "GPU inference keeps no GDN state for a backward");
+    return fwd->gdn_workspace(s.T, n_la);
 }
 
 void GpuForward::check_tokens(const GpuCache& cache, std::span<const int32_t> tokens) const {

@@ -1,6 +1,7 @@
 // Forward pass of a teacher or hybrid model on the GPU, the mirror of model/llama_forward.cpp with
 // bf16 GEMM operands and activations between ops, fp32 residual stream, fp32 norms / softmax
-// statistics / gates / GDN state (DESIGN.md §3). Per layer, for T new tokens at positions pos0.. :
+// statistics / gates / GDN state (DESIGN.md §3). Every layer runs gpu/gpu_decoder_layer.h (the layer the
+// training step runs) in its cache mode, on gpu_model.h's fused image, for T new tokens at positions pos0..:
 //   x (T, C) fp32 -> rmsnorm -> xn bf16 -> ONE fused GEMM -> proj (T, P) bf16 (gpu_model.h layout)
 //   FA heads: [q/k head norm] -> RoPE in place -> k, v rows into the cache (bf16)
 //             prefill (pos0 = 0): flash attention (ops/cuda/attention.h) over the cache rows, K/V
@@ -41,7 +42,9 @@
 #include "gpu/cuda_graph.h"
 #include "gpu/decode_step.h"
 #include "gpu/gpu_cache.h"
+#include "gpu/gpu_decoder_layer.h"
 #include "gpu/gpu_model.h"
+#include "gpu/step_profiler.h"
 #include "ops/cuda/gdn_chunk.h"
 #include "ops/cuda/gemm.h"
 
@@ -115,7 +118,20 @@ private:
     void ensure(int64_t T, int64_t n_logits, int64_t kv_len);
     cuda::GdnWorkspace& gdn_workspace(int64_t T, int64_t n_la);
 
+    // The layer's resources in the cache mode: no cuDNN (prefill runs ops/cuda/attention.h), no backward, GDN
+    // chunk workspaces per (T, n_la).
+    struct LayerResources final : GpuLayerResources {
+        GpuForward* fwd = nullptr;
+        cuda::CudnnAttention* cudnn_attention(const cuda::AttnShape& as) override;
+        cuda::AttnWorkspace& attn_workspace(int64_t n_fa, int64_t n_kv, const GpuLayerShape& s) override;
+        cuda::GdnWorkspace& gdn_workspace(int64_t l, int64_t n_la, const GpuLayerShape& s,
+                                          bool save) override;
+    };
+
     const GpuModel& model_;
+    std::vector<GpuLayerWeights> weights_;  // per layer, views of model_'s image
+    LayerResources res_;
+    StepProfiler prof_;  // never enabled: the layer's section marks cost nothing
     cudaStream_t stream_ = nullptr;
     std::unique_ptr<cuda::BlasContext> blas_;
     int64_t cap_T_ = 0, cap_logits_ = 0, cap_kv_ = 0;

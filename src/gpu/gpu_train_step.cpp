@@ -1,5 +1,5 @@
-// GPU training step (see gpu_train_step.h): the CPU reference's forward and backward (train/model_step.cpp,
-// train/decoder_layer.cpp) over the ops of ops/cuda.
+// GPU training step (see gpu_train_step.h): the CPU reference's model step and align step
+// (train/model_step.cpp, train/align_step.cpp) over gpu/gpu_decoder_layer.h and the ops of ops/cuda.
 #include "gpu/gpu_train_step.h"
 
 #include <algorithm>
@@ -10,252 +10,14 @@
 
 #include "core/error.h"
 #include "gpu/align_loss.h"
-#include "model/fusion.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/elementwise.h"
 #include "ops/cuda/embedding.h"
-#include "ops/cuda/fusion.h"
-#include "ops/cuda/gated_rmsnorm.h"
-#include "ops/cuda/gdn_gates.h"
 #include "ops/cuda/rmsnorm.h"
 #include "ops/cuda/rope.h"
-#include "ops/cuda/short_conv.h"
-#include "ops/cuda/swiglu.h"
 
 namespace hydra::gpu {
 
-namespace {
-
 using cuda::BlasContext;
-
-int64_t offset_of(const ParamArena& a, const std::string& name) { return a.has(name) ? a.entry(name).offset : -1; }
-
-// dst (rows, width) with row pitch dst_ld <- src (rows, width) with row pitch src_ld, bf16, on the device.
-void copy_rows(bf16* dst, int64_t dst_ld, const bf16* src, int64_t src_ld, int64_t width, int64_t rows,
-               cudaStream_t stream) {
-    if (rows == 0 || width == 0) return;
-    CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_ld) * sizeof(bf16), src, size_t(src_ld) * sizeof(bf16),
-                                 size_t(width) * sizeof(bf16), size_t(rows), cudaMemcpyDeviceToDevice, stream));
-}
-
-// ---- GEMMs in HF layout with leading dimensions (row-major; W (out, in) contiguous) ----
-// Y (N, out) = X (N, in) @ W^T, bf16 out.
-void mm_fwd(BlasContext& b, const bf16* X, int64_t ldx, const bf16* W, int64_t N, int64_t in, int64_t out, bf16* Y,
-            int64_t ldy) {
-    cuda::gemm_bf16(b, false, true, N, out, in, 1.f, X, ldx, W, in, 0.f, Y, ldy);
-}
-// Y (N, out) fp32 = R + X @ W^T (the residual stream; R may be Y): the GEMM reads the residual R and
-// writes the sum to Y, so the residual is never copied.
-void mm_fwd_add(BlasContext& b, const bf16* X, int64_t ldx, const bf16* W, int64_t N, int64_t in, int64_t out,
-                const float* R, float* Y, int64_t ldy) {
-    cuda::gemm_bf16(b, false, true, N, out, in, 1.f, X, ldx, W, in, 1.f, R, Y, ldy);
-}
-// dX (N, in) = beta dX + dY (N, out) @ W, fp32.
-void mm_dx(BlasContext& b, const bf16* dY, int64_t ldy, const bf16* W, int64_t N, int64_t in, int64_t out, float* dX,
-           int64_t ldx, float beta) {
-    cuda::gemm_bf16(b, false, false, N, in, out, 1.f, dY, ldy, W, in, beta, dX, ldx);
-}
-// dX (N, in) = dY @ W, bf16.
-void mm_dx16(BlasContext& b, const bf16* dY, int64_t ldy, const bf16* W, int64_t N, int64_t in, int64_t out, bf16* dX,
-             int64_t ldx) {
-    cuda::gemm_bf16(b, false, false, N, in, out, 1.f, dY, ldy, W, in, 0.f, dX, ldx);
-}
-// dW (out, in) += dY^T (out, N) @ X (N, in), fp32.
-void mm_dw(BlasContext& b, const bf16* dY, int64_t ldy, const bf16* X, int64_t ldx, int64_t N, int64_t in, int64_t out,
-           float* dW) {
-    cuda::gemm_bf16(b, true, false, out, in, N, 1.f, dY, ldy, X, ldx, 1.f, dW, in);
-}
-
-// A group of projections reading the same input, written side by side into one output row: one GEMM
-// when their weights are adjacent in the arena (q|k|v of the LA heads, a|b, gate|up), else one each.
-struct Part {
-    int64_t w = -1, bias = -1, rows = 0;
-};
-
-bool adjacent(const std::vector<Part>& parts, int64_t in) {
-    for (size_t i = 1; i < parts.size(); ++i)
-        if (parts[i].w != parts[i - 1].w + parts[i - 1].rows * in) return false;
-    return true;
-}
-
-int64_t total_rows(const std::vector<Part>& parts) {
-    int64_t n = 0;
-    for (const Part& p : parts) n += p.rows;
-    return n;
-}
-
-void proj_forward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const bf16* X, int64_t N, int64_t in,
-                  const std::vector<Part>& parts, bf16* Y, int64_t ldy) {
-    if (adjacent(parts, in)) {
-        mm_fwd(b, X, in, m.p16(parts[0].w), N, in, total_rows(parts), Y, ldy);
-    } else {
-        int64_t col = 0;
-        for (const Part& p : parts) {
-            mm_fwd(b, X, in, m.p16(p.w), N, in, p.rows, Y + col, ldy);
-            col += p.rows;
-        }
-    }
-    int64_t col = 0;
-    for (const Part& p : parts) {
-        if (p.bias >= 0) cuda::bias_add(Y + col, m.p32(p.bias), N, p.rows, ldy, st);
-        col += p.rows;
-    }
-}
-
-// dX (N, in) fp32 (first: =, else +=) of the group's dY (N, rows) columns, and the weight / bias grads.
-void proj_backward(const GpuTrainModel& m, BlasContext& b, cudaStream_t st, const bf16* dY, int64_t ldy,
-                   const bf16* X, int64_t N, int64_t in, const std::vector<Part>& parts, float* dX,
-                   bool& first, StepProfiler& prof) {
-    prof.section("gemm_dx");
-    const bool adj = adjacent(parts, in);
-    if (adj) {
-        mm_dx(b, dY, ldy, m.p16(parts[0].w), N, in, total_rows(parts), dX, in, first ? 0.f : 1.f);
-        first = false;
-    } else {
-        int64_t col = 0;
-        for (const Part& p : parts) {
-            mm_dx(b, dY + col, ldy, m.p16(p.w), N, in, p.rows, dX, in, first ? 0.f : 1.f);
-            first = false;
-            col += p.rows;
-        }
-    }
-    prof.section("gemm_dw");
-    bool all_trainable = adj;
-    for (const Part& p : parts) all_trainable = all_trainable && m.grad(p.w) != nullptr;
-    int64_t col = 0;
-    if (all_trainable) mm_dw(b, dY, ldy, X, in, N, in, total_rows(parts), m.grad(parts[0].w));
-    for (const Part& p : parts) {
-        if (!all_trainable)
-            if (float* g = m.grad(p.w)) mm_dw(b, dY + col, ldy, X, in, N, in, p.rows, g);
-        if (float* gb = m.grad(p.bias)) cuda::bias_backward(gb, dY + col, N, p.rows, ldy, st);
-        col += p.rows;
-    }
-}
-
-cuda::FusionScales fusion_scales(const GpuTrainModel& m, const TrainLayerOffsets& o) {
-    cuda::FusionScales f;
-    f.head_scale = m.p32(o.head_scale), f.fa_scale = m.p32(o.fa_scale), f.la_scale = m.p32(o.la_scale);
-    return f;
-}
-
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------------
-// GpuTrainModel
-
-GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStream_t stream)
-    : config_(model.config()), plan_(model.plan()), entries_(model.params().entries()) {
-    const ModelConfig& c = config_;
-    const ParamArena& a = model.params();
-    HYDRA_CHECK(c.head_dim == 64 || c.head_dim == 128, "GPU training: head dim {} is not supported (64 or 128)",
-                c.head_dim);
-    HYDRA_CHECK(c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim, "GPU training: rope_dim {} is not supported",
-                c.rope_dim);
-    HYDRA_CHECK(!c.qk_norm, "GPU training: q/k norm (Qwen3-style) models are not supported yet (train on the CPU)");
-    HYDRA_CHECK(c.num_heads * c.head_dim == c.q_dim(), "GPU training: unexpected head layout");
-    HYDRA_CHECK(plan_.total_la_heads() == 0 || plan_.gdn.chunk_size == 64,
-                "GPU training: GDN chunk size {} (the CUDA kernels use 64)", plan_.gdn.chunk_size);
-    HYDRA_CHECK(plan_.total_la_heads() == 0 || (plan_.gdn.conv_size >= 1 && plan_.gdn.conv_size <= 8),
-                "GPU training: GDN conv width {} (1..8 supported)", plan_.gdn.conv_size);
-    n_ = a.numel();
-    n_params_ = a.parameter_count();
-    layers_.resize(size_t(c.num_layers));
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        TrainLayerOffsets& o = layers_[size_t(l)];
-        auto at = [&](const char* suffix) { return offset_of(a, LlamaModel::layer_name(l, suffix)); };
-        const LayerPlan& lp = plan_.layers[size_t(l)];
-        o.n_fa = lp.num_fa();
-        o.n_la = lp.num_la();
-        o.n_kv = int64_t(plan_.fa_kv_groups(c, l).size());
-        if (o.n_fa > 0) {
-            const std::vector<int32_t> idx = plan_.fa_kv_index(c, l);
-            bool uniform = o.n_fa % o.n_kv == 0;
-            for (int64_t h = 0; uniform && h < o.n_fa; ++h) uniform = idx[size_t(h)] == h / (o.n_fa / o.n_kv);
-            HYDRA_CHECK(uniform,
-                        "GPU training: layer {}'s FA heads do not read their KV groups uniformly (a head-granularity "
-                        "plan); use --granularity kv or train on the CPU",
-                        l);
-        }
-        o.attn_norm = at("input_layernorm.weight");
-        o.wq = at("self_attn.q_proj.weight");
-        o.wk = at("self_attn.k_proj.weight");
-        o.wv = at("self_attn.v_proj.weight");
-        o.wo = at("self_attn.o_proj.weight");
-        o.bq = at("self_attn.q_proj.bias");
-        o.bk = at("self_attn.k_proj.bias");
-        o.bv = at("self_attn.v_proj.bias");
-        o.la_wq = at("linear_attn.q_proj.weight");
-        o.la_wk = at("linear_attn.k_proj.weight");
-        o.la_wv = at("linear_attn.v_proj.weight");
-        o.la_bq = at("linear_attn.q_proj.bias");
-        o.la_bk = at("linear_attn.k_proj.bias");
-        o.la_bv = at("linear_attn.v_proj.bias");
-        o.la_wa = at("linear_attn.a_proj.weight");
-        o.la_wb = at("linear_attn.b_proj.weight");
-        o.la_wg = at("linear_attn.g_proj.weight");
-        o.conv_q = at("linear_attn.q_conv1d.weight");
-        o.conv_k = at("linear_attn.k_conv1d.weight");
-        o.conv_v = at("linear_attn.v_conv1d.weight");
-        o.A_log = at("linear_attn.A_log");
-        o.dt_bias = at("linear_attn.dt_bias");
-        o.o_norm = at("linear_attn.o_norm.weight");
-        o.head_scale = at("fusion.head_scale");
-        o.fa_scale = at("fusion.fa_scale");
-        o.la_scale = at("fusion.la_scale");
-        o.ffn_norm = at("post_attention_layernorm.weight");
-        o.w_gate = at("mlp.gate_proj.weight");
-        o.w_up = at("mlp.up_proj.weight");
-        o.w_down = at("mlp.down_proj.weight");
-    }
-    embed_ = a.entry("model.embed_tokens.weight").offset;
-    final_norm_ = a.entry("model.norm.weight").offset;
-    lm_head_ = c.tie_word_embeddings ? embed_ : a.entry("lm_head.weight").offset;
-
-    master_ = cuda::DeviceBuffer<float>(n_);
-    mirror_ = cuda::DeviceBuffer<bf16>(n_);
-    upload(a.data(), stream);
-    if (with_grads) {
-        grads_ = cuda::DeviceBuffer<float>(n_);
-        grads_.zero(stream);
-    }
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-
-float* GpuTrainModel::grad(int64_t offset) const {
-    if (offset < 0 || grads_.size() == 0 || frozen_.count(offset)) return nullptr;
-    return grads_.data() + offset;
-}
-
-void GpuTrainModel::set_trainable(const std::vector<char>& per_entry) {
-    HYDRA_ASSERT(per_entry.empty() || per_entry.size() == entries_.size(), "trainable mask has {} entries, arena {}",
-                 per_entry.size(), entries_.size());
-    frozen_.clear();
-    for (size_t i = 0; i < per_entry.size(); ++i)
-        if (!per_entry[i]) frozen_.insert(entries_[i].offset);
-}
-
-void GpuTrainModel::upload(const float* host, cudaStream_t stream) {
-    cuda::upload(master_.data(), host, n_, stream);
-    cuda::cast_f32_to_bf16(mirror_.data(), master_.data(), n_, stream);
-}
-
-void GpuTrainModel::download_params(float* host, cudaStream_t stream) const {
-    cuda::download(host, master_.data(), n_, stream);
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-
-void GpuTrainModel::download_grads(float* host, cudaStream_t stream) const {
-    HYDRA_ASSERT(grads_.size() == n_, "model has no gradients");
-    cuda::download(host, grads_.data(), n_, stream);
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-
-void GpuTrainModel::zero_grads(cudaStream_t stream) {
-    if (grads_.size()) grads_.zero(stream);
-}
-
-// ---------------------------------------------------------------------------------------------------
-// GpuTrainStep
 
 GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher, const GpuStepOptions& options,
                            cudaStream_t stream)
@@ -267,6 +29,8 @@ GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher,
                     student.config().vocab_size);
     }
     blas_ = std::make_unique<BlasContext>(stream_);
+    student_res_.step = this, student_res_.student = true;
+    teacher_res_.step = this, teacher_res_.student = false;
     totals_ = cuda::DeviceBuffer<cuda::LossTotals>(2);
     const char* attn_env = std::getenv("HYDRA_ATTENTION");
     if (opt_.cudnn_attention && !(attn_env && std::string(attn_env) == "own"))
@@ -296,7 +60,8 @@ bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
 
 bool GpuTrainStep::fused_qkv(const GpuTrainModel& m, int64_t l, const Shape& s) {
     const TrainLayerOffsets& o = m.layer(l);
-    if (o.n_fa == 0) return false;
+    // non-uniform groups: K / V are gathered per head from packed buffers, and attention reads packed q
+    if (o.n_fa == 0 || !o.uniform_groups) return false;
     static const bool off = [] {
         const char* e = std::getenv("HYDRA_FUSED_QKV");
         return e && std::string(e) == "0";
@@ -427,7 +192,7 @@ void GpuTrainStep::ensure_shape(const Shape& s, bool align) {
         for (int64_t l = 0; l < c.num_layers; ++l) {
             const TrainLayerOffsets& o = student_.layer(l);
             if (o.n_la > 0) gdn_ws(l, o.n_la, c.head_dim, s, true, true);
-            if (o.n_fa > 0) attn_ws(o.n_fa, o.n_kv, s);
+            if (o.n_fa > 0) attn_ws(o.n_fa, o.uniform_groups ? o.n_kv : o.n_fa, s);
         }
     }
     ensure_arena(align ? align_arena_estimate(s) : arena_estimate(s, true));
@@ -444,91 +209,10 @@ void GpuTrainStep::upload_batch(const TrainBatch& batch, bool with_targets) {
     }
 }
 
-namespace {
-
-// The activation buffers of one layer, in allocation order: `alloc(bytes)` returns arena memory (or, for
-// the size estimate, nothing).
-template <class Alloc>
-void layout_acts(const GpuTrainModel& m, int64_t l, int64_t N, GpuTrainStep::LayerActs& a, Alloc&& alloc,
-                 bool fused_qkv = false) {
-    const ModelConfig& c = m.config();
-    const TrainLayerOffsets& o = m.layer(l);
-    const int64_t C = c.hidden_size, F = c.intermediate_size, Dh = c.head_dim, HD = c.num_heads * Dh;
-    const int64_t Dfa = o.n_fa * Dh, Dkv = o.n_kv * Dh, Dla = o.n_la * Dh;
-    auto b16 = [&](int64_t n) { return static_cast<bf16*>(alloc(size_t(n) * 2)); };
-    auto f32 = [&](int64_t n) { return static_cast<float*>(alloc(size_t(n) * 4)); };
-    a = GpuTrainStep::LayerActs();
-    a.xn1 = b16(N * C);
-    a.rstd1 = f32(N);
-    a.heads = b16(N * HD);
-    if (o.n_fa > 0 && fused_qkv) {
-        a.ld_qkv = Dfa + 2 * Dkv;
-        a.q = b16(N * a.ld_qkv);
-        a.k = a.q + Dfa;
-        a.v = a.k + Dkv;
-    } else if (o.n_fa > 0) {
-        a.q = b16(N * Dfa);
-        a.k = b16(N * Dkv);
-        a.v = b16(N * Dkv);
-    }
-    if (o.n_fa > 0) {
-        a.o = o.n_la == 0 ? a.heads : b16(N * Dfa);
-        a.lse = f32(N * o.n_fa);
-    }
-    if (o.n_la > 0) {
-        a.lqkv = b16(N * 3 * Dla);
-        a.lz = b16(N * Dla);
-        a.lab = b16(N * 2 * o.n_la);
-        a.lq = b16(N * Dla);
-        a.lk = b16(N * Dla);
-        a.lv = b16(N * Dla);
-        a.g = f32(N * o.n_la);
-        a.beta = f32(N * o.n_la);
-        a.lo = b16(N * Dla);
-        a.gn_rstd = f32(N * o.n_la);
-        a.gn_out = o.n_fa == 0 ? a.heads : b16(N * Dla);
-    }
-    a.mixed = fusion_active(m.plan().fusion, o.n_la) ? b16(N * HD) : a.heads;
-    a.x_mid = f32(N * C);
-    a.xn2 = b16(N * C);
-    a.rstd2 = f32(N);
-    a.gu = b16(N * 2 * F);
-    a.act = b16(N * F);
-}
-
-// Bytes (256-aligned) of one layer's activations, and of its backward's scratch (layer_backward).
-size_t acts_bytes(const GpuTrainModel& m, int64_t l, int64_t N) {
-    size_t n = 0;
-    GpuTrainStep::LayerActs a;
-    layout_acts(m, l, N, a, [&](size_t b) -> void* {
-        n += cuda::align_up(b);
-        return nullptr;
-    });
-    return n;
-}
-
-size_t backward_scratch_bytes(const GpuTrainModel& m, int64_t l, int64_t N) {
-    const ModelConfig& c = m.config();
-    const TrainLayerOffsets& o = m.layer(l);
-    const int64_t C = c.hidden_size, F = c.intermediate_size, Dh = c.head_dim, HD = c.num_heads * Dh;
-    const int64_t Dfa = o.n_fa * Dh, Dkv = o.n_kv * Dh, Dla = o.n_la * Dh;
-    size_t n = 0;
-    auto add = [&](int64_t elems, int64_t bytes) { n += cuda::align_up(size_t(elems) * size_t(bytes)); };
-    add(N * C, 2), add(N * F, 2), add(N * 2 * F, 2), add(N * C, 4), add(N * HD, 2);
-    if (o.n_fa > 0) add(N * Dfa, 2), add(N * Dfa, 2), add(N * Dkv, 2), add(N * Dkv, 2);
-    if (o.n_la > 0) {
-        for (int i = 0; i < 6; ++i) add(N * Dla, 2);
-        add(N * o.n_la, 4), add(N * o.n_la, 4), add(N * 2 * o.n_la, 2), add(N * 3 * Dla, 2);
-    }
-    return n;
-}
-
-}  // namespace
-
 void GpuTrainStep::alloc_acts(const GpuTrainModel& m, int64_t l, const Shape& s, LayerActs& a) {
     cuda::DeviceArena& ar = *arena_;
     const bool fused = fused_qkv(m, l, s);
-    layout_acts(
+    layout_layer_acts(
         m, l, s.N(), a, [&](size_t b) { return ar.alloc_bytes(b); }, fused);
 }
 
@@ -541,10 +225,10 @@ size_t GpuTrainStep::arena_estimate(const Shape& s, bool training) const {
         n += cuda::align_up(size_t(N) * size_t(C) * 2) + cuda::align_up(size_t(N) * 4);                // h, rstd
         size_t layer_max = 0, layer_sum = 0, bwd_max = 0;
         for (int64_t l = 0; l < L; ++l) {
-            const size_t a = acts_bytes(m, l, N);
+            const size_t a = layer_acts_bytes(m, l, N);
             layer_max = std::max(layer_max, a);
             layer_sum += a;
-            if (keep) bwd_max = std::max(bwd_max, backward_scratch_bytes(m, l, N));
+            if (keep) bwd_max = std::max(bwd_max, layer_backward_scratch_bytes(m, l, N));
         }
         const size_t row = cuda::align_up(size_t(N) * size_t(C) * 4);
         if (!keep) return n + row + layer_max;
@@ -575,244 +259,48 @@ size_t GpuTrainStep::align_arena_estimate(const Shape& s) const {
     };
     size_t teacher_layer = 0, student_layer = 0;
     for (int64_t l = 0; l < teacher_->config().num_layers; ++l)
-        teacher_layer = std::max(teacher_layer, acts_bytes(*teacher_, l, N));
+        teacher_layer = std::max(teacher_layer, layer_acts_bytes(*teacher_, l, N));
     for (int64_t l = 0; l < L; ++l)
-        student_layer = std::max(student_layer, acts_bytes(student_, l, N) + backward_scratch_bytes(student_, l, N));
+        student_layer = std::max(
+            student_layer, layer_acts_bytes(student_, l, N) + layer_backward_scratch_bytes(student_, l, N));
     n += std::max(rope(teacher_->config()) + teacher_layer, rope(c) + student_layer);
     return n + n / 16 + (size_t(64) << 20);
 }
 
 void GpuTrainStep::layer_forward(const GpuTrainModel& m, int64_t l, const Shape& s, const float* x_in, float* x_out,
                                  LayerActs& a, bool save, const float* rope_cos, const float* rope_sin) {
-    const ModelConfig& c = m.config();
-    const HybridPlan& plan = m.plan();
-    const TrainLayerOffsets& o = m.layer(l);
-    const int64_t B = s.B, T = s.T, N = s.N(), C = c.hidden_size, F = c.intermediate_size, Dh = c.head_dim;
-    const int64_t H = c.num_heads, HD = H * Dh, n_fa = o.n_fa, n_kv = o.n_kv, n_la = o.n_la;
-    const int64_t Dfa = n_fa * Dh, Dkv = n_kv * Dh, Dla = n_la * Dh;
-    const float eps = c.rms_norm_eps, scale = float(1.0 / std::sqrt(double(Dh)));
-    cudaStream_t st = stream_;
-    BlasContext& b = *blas_;
-    a.x_in = x_in;
-
-    prof_.section("rmsnorm");
-    cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, m.p32(o.attn_norm), N, C, eps, st);
-    if (n_fa > 0) {
-        prof_.section("gemm_fwd");
-        if (a.ld_qkv) {  // one GEMM (when the weights are adjacent) into q|k|v columns; RoPE on q and k at
-                         // once
-            proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}, {o.wk, o.bk, Dkv}, {o.wv, o.bv, Dkv}},
-                         a.q, a.ld_qkv);
-            prof_.section("rope");
-            if (c.rope_dim > 0)
-                cuda::rope_forward_strided(a.q, a.ld_qkv, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos,
-                                           rope_sin, st);
-        } else {
-            proj_forward(m, b, st, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, a.q, Dfa);
-            proj_forward(m, b, st, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, a.k, Dkv);
-            proj_forward(m, b, st, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, a.v, Dkv);
-            prof_.section("rope");
-            if (c.rope_dim > 0) {
-                cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
-                cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
-            }
-        }
-        cuda::AttnShape as;
-        as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
-        as.ld_qkv = int(a.ld_qkv);
-        prof_.section("attention");
-        if (use_cudnn_attention(as))
-            cudnn_attn_->forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
-        else
-            cuda::attention_forward(as, a.q, a.k, a.v, a.o, a.lse, scale, st);
-        prof_.section("copies");
-        if (n_la > 0) copy_rows(a.heads, HD, a.o, Dfa, Dfa, N, st);
-    }
-    if (n_la > 0) {
-        const int64_t W = plan.gdn.conv_size;
-        prof_.section("gemm_fwd");
-        proj_forward(m, b, st, a.xn1, N, C, {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}},
-                     a.lqkv, 3 * Dla);
-        proj_forward(m, b, st, a.xn1, N, C, {{o.la_wg, -1, Dla}}, a.lz, Dla);
-        proj_forward(m, b, st, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, a.lab, 2 * n_la);
-        prof_.section("la_conv");
-        cuda::short_conv_forward(a.lq, nullptr, a.lqkv, 3 * Dla, m.p32(o.conv_q), nullptr, B, T, Dla, W, st);
-        cuda::short_conv_forward(a.lk, nullptr, a.lqkv + Dla, 3 * Dla, m.p32(o.conv_k), nullptr, B, T, Dla, W, st);
-        cuda::short_conv_forward(a.lv, nullptr, a.lqkv + 2 * Dla, 3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
-        prof_.section("la_gates");
-        cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias), N, n_la,
-                                plan.gdn.allow_neg_eigval, st);
-        cuda::GdnShape gs;
-        gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
-        const bool student = &m == &student_;
-        cuda::GdnWorkspace& ws = gdn_ws(l, n_la, Dh, s, save && student, student);
-        prof_.section("gdn");
-        cuda::gdn_chunk_forward(gs, a.lq, a.lk, a.lv, a.g, a.beta, nullptr, a.lo, nullptr, scale, true,
-                                save && student, ws, st);
-        prof_.section("la_gated_norm");
-        cuda::gated_rmsnorm_forward(a.gn_out, a.gn_rstd, a.lo, a.lz, 0, m.p32(o.o_norm), N, n_la, Dh,
-                                    plan.gdn.norm_eps, st);
-        if (n_fa > 0) copy_rows(a.heads + Dfa, HD, a.gn_out, Dla, Dla, N, st);
-    }
-    prof_.section("fusion_residual");
-    if (a.mixed != a.heads)
-        cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(m, o), eps, st);
-    prof_.section("gemm_fwd");
-    mm_fwd_add(b, a.mixed, HD, m.p16(o.wo), N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T
-
-    prof_.section("rmsnorm");
-    cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, m.p32(o.ffn_norm), N, C, eps, st);
-    prof_.section("gemm_fwd");
-    proj_forward(m, b, st, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, a.gu, 2 * F);
-    prof_.section("swiglu");
-    cuda::swiglu_forward(a.act, a.gu, a.gu + F, N, F, 2 * F, st);
-    prof_.section("gemm_fwd");
-    mm_fwd_add(b, a.act, F, m.p16(o.w_down), N, F, C, a.x_mid, x_out, C);  // x_out = x_mid + act @ Wdown^T
-    prof_.section("other");
+    gpu_layer_forward(m.config(), m.plan(), layer_weights(m, l), l, s, x_in, x_out, a, save,
+                      layer_env(m, rope_cos, rope_sin));
 }
 
 void GpuTrainStep::layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a, bf16* dx_bf16) {
     const GpuTrainModel& m = student_;
-    const ModelConfig& c = m.config();
-    const HybridPlan& plan = m.plan();
-    const TrainLayerOffsets& o = m.layer(l);
-    const int64_t B = s.B, T = s.T, N = s.N(), C = c.hidden_size, F = c.intermediate_size, Dh = c.head_dim;
-    const int64_t H = c.num_heads, HD = H * Dh, n_fa = o.n_fa, n_kv = o.n_kv, n_la = o.n_la;
-    const int64_t Dfa = n_fa * Dh, Dkv = n_kv * Dh, Dla = n_la * Dh;
-    const float eps = c.rms_norm_eps, scale = float(1.0 / std::sqrt(double(Dh)));
-    cudaStream_t st = stream_;
-    BlasContext& b = *blas_;
-    cuda::DeviceArena& ar = *arena_;
-    const size_t mark = ar.mark();
+    gpu_layer_backward(m.config(), m.plan(), layer_weights(m, l), layer_grads(m, l), l, s, dx, a, dx_bf16,
+                       layer_env(m, rope_cos_, rope_sin_));
+}
 
-    // x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
-    prof_.section("casts");
-    bf16* dxb = dx_bf16;  // bf16(dx): written with dx by the norm backward that produced it, or cast here
-    if (!dxb) {
-        dxb = ar.alloc<bf16>(N * C);
-        cuda::cast_f32_to_bf16(dxb, dx, N * C, st);
-    }
-    bf16* dact = ar.alloc<bf16>(N * F);
-    prof_.section("gemm_dx");
-    mm_dx16(b, dxb, C, m.p16(o.w_down), N, F, C, dact, F);
-    prof_.section("gemm_dw");
-    if (float* g = m.grad(o.w_down)) mm_dw(b, dxb, C, a.act, F, N, F, C, g);
-    prof_.section("swiglu");
-    bf16* dgu = ar.alloc<bf16>(N * 2 * F);
-    cuda::swiglu_backward(dgu, dgu + F, dact, a.gu, a.gu + F, N, F, 2 * F, 2 * F, st);
-    float* dxn = ar.alloc<float>(N * C);
-    bool first = true;
-    prof_.section("gemm_dx");
-    proj_backward(m, b, st, dgu, 2 * F, a.xn2, N, C, {{o.w_gate, -1, F}, {o.w_up, -1, F}}, dxn, first, prof_);
-    prof_.section("rmsnorm");
-    cuda::rmsnorm_backward(dx, dxb, m.grad(o.ffn_norm), dxn, a.x_mid, m.p32(o.ffn_norm), a.rstd2, N, C,
-                           st);  // d x_mid, and its bf16 copy for the o-projection GEMMs
+GpuLayerEnv GpuTrainStep::layer_env(const GpuTrainModel& m, const float* rope_cos, const float* rope_sin) {
+    GpuLayerEnv e;
+    e.stream = stream_, e.blas = blas_.get(), e.arena = arena_.get(), e.prof = &prof_;
+    e.res = &m == &student_ ? &student_res_ : &teacher_res_;
+    e.rope_cos = rope_cos, e.rope_sin = rope_sin;
+    return e;
+}
 
-    // x_mid = x_in + o_proj(fusion(heads))
-    bf16* dheads = ar.alloc<bf16>(N * HD);
-    prof_.section("gemm_dx");
-    mm_dx16(b, dxb, C, m.p16(o.wo), N, HD, C, dheads, HD);
-    prof_.section("gemm_dw");
-    if (float* g = m.grad(o.wo)) mm_dw(b, dxb, C, a.mixed, HD, N, HD, C, g);
-    prof_.section("fusion_residual");
-    if (a.mixed != a.heads) {
-        cuda::FusionScaleGrads fg;
-        fg.head_scale = m.grad(o.head_scale), fg.fa_scale = m.grad(o.fa_scale), fg.la_scale = m.grad(o.la_scale);
-        cuda::fusion_backward(dheads, fg, dheads, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(m, o), eps, st);
-    }
-    first = true;
-    if (n_fa > 0) {
-        bf16* d_o = dheads;
-        if (n_la > 0) {
-            d_o = ar.alloc<bf16>(N * Dfa);
-            copy_rows(d_o, Dfa, dheads, HD, Dfa, N, st);
-        }
-        const int64_t ld = a.ld_qkv;  // dq|dk|dv in the layout of q|k|v
-        bf16 *dq, *dk, *dv;
-        if (ld) {
-            dq = ar.alloc<bf16>(N * ld);
-            dk = dq + Dfa;
-            dv = dk + Dkv;
-        } else {
-            dq = ar.alloc<bf16>(N * Dfa);
-            dk = ar.alloc<bf16>(N * Dkv);
-            dv = ar.alloc<bf16>(N * Dkv);
-        }
-        cuda::AttnShape as;
-        as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(Dh);
-        as.ld_qkv = int(ld);
-        prof_.section("attention");
-        if (use_cudnn_attention(as))
-            cudnn_attn_->backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s), st);
-        else
-            cuda::attention_backward(as, a.q, a.k, a.v, a.o, a.lse, d_o, dq, dk, dv, scale, attn_ws(n_fa, n_kv, s),
-                                     st);
-        prof_.section("rope");
-        if (c.rope_dim > 0 && ld) {
-            cuda::rope_backward_strided(dq, ld, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
-        } else if (c.rope_dim > 0) {
-            cuda::rope_backward(dq, B, T, n_fa, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
-            cuda::rope_backward(dk, B, T, n_kv, Dh, c.rope_dim, rope_cos_, rope_sin_, st);
-        }
-        prof_.section("gemm_dx");
-        if (ld) {
-            proj_backward(m, b, st, dq, ld, a.xn1, N, C,
-                          {{o.wq, o.bq, Dfa}, {o.wk, o.bk, Dkv}, {o.wv, o.bv, Dkv}}, dxn, first, prof_);
-        } else {
-            proj_backward(m, b, st, dq, Dfa, a.xn1, N, C, {{o.wq, o.bq, Dfa}}, dxn, first, prof_);
-            proj_backward(m, b, st, dk, Dkv, a.xn1, N, C, {{o.wk, o.bk, Dkv}}, dxn, first, prof_);
-            proj_backward(m, b, st, dv, Dkv, a.xn1, N, C, {{o.wv, o.bv, Dkv}}, dxn, first, prof_);
-        }
-    }
-    if (n_la > 0) {
-        const int64_t W = plan.gdn.conv_size;
-        prof_.section("la_gated_norm");
-        bf16* dgn = dheads;
-        if (n_fa > 0) {
-            dgn = ar.alloc<bf16>(N * Dla);
-            copy_rows(dgn, Dla, dheads + Dfa, HD, Dla, N, st);
-        }
-        bf16* dlo = ar.alloc<bf16>(N * Dla);
-        bf16* dz = ar.alloc<bf16>(N * Dla);
-        cuda::gated_rmsnorm_backward(dlo, dz, 0, m.grad(o.o_norm), dgn, a.lo, a.lz, 0, m.p32(o.o_norm), a.gn_rstd, N,
-                                     n_la, Dh, st);
-        bf16* dlq = ar.alloc<bf16>(N * Dla);
-        bf16* dlk = ar.alloc<bf16>(N * Dla);
-        bf16* dlv = ar.alloc<bf16>(N * Dla);
-        float* dg = ar.alloc<float>(N * n_la);
-        float* dbeta = ar.alloc<float>(N * n_la);
-        cuda::GdnShape gs;
-        gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
-        prof_.section("gdn");
-        cuda::gdn_chunk_backward(gs, a.lq, a.lk, a.lv, a.g, a.beta, dlo, nullptr, dlq, dlk, dlv, dg, dbeta, nullptr,
-                                 scale, true, gdn_ws(l, n_la, Dh, s, true, true), st);
-        prof_.section("la_gates");
-        bf16* dlab = ar.alloc<bf16>(N * 2 * n_la);
-        cuda::gdn_gates_backward(dlab, dlab + n_la, 2 * n_la, m.grad(o.A_log), m.grad(o.dt_bias), dg, dbeta, a.lab,
-                                 a.lab + n_la, 2 * n_la, m.p32(o.A_log), m.p32(o.dt_bias), N, n_la,
-                                 plan.gdn.allow_neg_eigval, st);
-        bf16* dlqkv = ar.alloc<bf16>(N * 3 * Dla);
-        prof_.section("la_conv");
-        cuda::short_conv_backward(dlqkv, 3 * Dla, m.grad(o.conv_q), nullptr, dlq, nullptr, a.lqkv, 3 * Dla,
-                                  m.p32(o.conv_q), nullptr, B, T, Dla, W, st);
-        cuda::short_conv_backward(dlqkv + Dla, 3 * Dla, m.grad(o.conv_k), nullptr, dlk, nullptr, a.lqkv + Dla, 3 * Dla,
-                                  m.p32(o.conv_k), nullptr, B, T, Dla, W, st);
-        cuda::short_conv_backward(dlqkv + 2 * Dla, 3 * Dla, m.grad(o.conv_v), nullptr, dlv, nullptr, a.lqkv + 2 * Dla,
-                                  3 * Dla, m.p32(o.conv_v), nullptr, B, T, Dla, W, st);
-        prof_.section("gemm_dx");
-        proj_backward(m, b, st, dlqkv, 3 * Dla, a.xn1, N, C,
-                      {{o.la_wq, o.la_bq, Dla}, {o.la_wk, o.la_bk, Dla}, {o.la_wv, o.la_bv, Dla}}, dxn, first,
-                      prof_);
-        proj_backward(m, b, st, dz, Dla, a.xn1, N, C, {{o.la_wg, -1, Dla}}, dxn, first, prof_);
-        proj_backward(m, b, st, dlab, 2 * n_la, a.xn1, N, C, {{o.la_wa, -1, n_la}, {o.la_wb, -1, n_la}}, dxn,
-                      first, prof_);
-    }
-    prof_.section("rmsnorm");
-    if (first) CUDA_CHECK(cudaMemsetAsync(dxn, 0, size_t(N * C) * sizeof(float), st));  // no mixer heads (not reached)
-    // d x_in, and (dx_bf16 not null) its bf16 copy for the next (lower) layer's first GEMMs
-    cuda::rmsnorm_backward(dx, dx_bf16, m.grad(o.attn_norm), dxn, a.x_in, m.p32(o.attn_norm), a.rstd1, N, C,
-                           st);
-    ar.reset(mark);
+cuda::CudnnAttention* GpuTrainStep::LayerResources::cudnn_attention(const cuda::AttnShape& as) {
+    return step->use_cudnn_attention(as) ? step->cudnn_attn_.get() : nullptr;
+}
+
+cuda::AttnWorkspace& GpuTrainStep::LayerResources::attn_workspace(int64_t n_fa, int64_t n_kv,
+                                                                  const Shape& s) {
+    return step->attn_ws(n_fa, n_kv, s);
+}
+
+cuda::GdnWorkspace& GpuTrainStep::LayerResources::gdn_workspace(int64_t l, int64_t n_la, const Shape& s,
+                                                                bool save) {
+    // only the student saves GDN state (gdn_ws asserts it)
+    const int64_t Dh = (student ? step->student_ : *step->teacher_).config().head_dim;
+    return step->gdn_ws(l, n_la, Dh, s, save, student);
 }
 
 std::pair<float*, float*> GpuTrainStep::rope_tables(const ModelConfig& c, int64_t T) {

@@ -5,17 +5,11 @@
 // parameter vectors (norms, conv taps, gates, fusion scales, biases) read as fp32, parameter gradients
 // fp32 accumulated into a gradient arena with the ParamArena's offsets.
 //
-// Per layer (N = B * T tokens), forward:
-//   x (N, C) fp32 -> RMSNorm -> xn bf16
-//   FA heads:  q, k, v = xn W^T (+ b) -> RoPE -> causal GQA flash attention (cuDNN's fused engines,
-//              ops/cuda/cudnn_attention.h, where they load; else ops/cuda/attention.h) -> o, lse
-//   LA heads:  [q|k|v] = xn [Wq;Wk;Wv]^T (one GEMM when adjacent in the arena), z, [a|b] -> short conv + SiLU
-//              -> gates g, beta -> GDN chunked forward (saved for the backward) -> gated RMSNorm with z
-//   heads (N, H, Dh) = [FA | LA] -> fusion (mixed layers) -> o_proj GEMM accumulated into x_mid (fp32)
-//   -> RMSNorm -> [gate|up] GEMM -> SwiGLU -> down GEMM accumulated into x_out (fp32)
-// then the final RMSNorm (bf16 h) and the vocabulary-chunked CE / KL through the LM head (ops/cuda/losses.h,
-// never (N, V)); the backward walks the same ops back, parameter gradients += into the gradient arena.
-// Frozen tensors (trainable mask) get no gradient: their weight-gradient GEMMs and reductions are skipped.
+// The model (N = B * T tokens): embedding -> every layer through gpu/gpu_decoder_layer.h (its forward, and
+// its backward on the way back) -> the final RMSNorm (bf16 h) and the vocabulary-chunked CE / KL through the
+// LM head (ops/cuda/losses.h, never (N, V)); the backward walks the same ops back, parameter gradients +=
+// into the gradient arena. Frozen tensors (trainable mask) get no gradient: their weight-gradient GEMMs and
+// reductions are skipped.
 //
 // Activations live in one DeviceArena sized from the step's allocations (mark at the step's start, reset
 // at its end). Without recompute
@@ -33,9 +27,8 @@
 // embedding, final norm and LM head get no gradient (they are not in the objective). No host
 // synchronisation until the per-layer sums come back at the end.
 //
-// Supported: head dim 64 / 128, RoPE with rope_dim <= head_dim, q/k/v biases, every fusion kind, any
-// kv-granularity plan (FA heads of a layer read whole KV groups in order); refused with an error: qk_norm
-// (Qwen3) and head-granularity plans whose FA heads do not map uniformly onto their KV groups.
+// Supported: what gpu/gpu_decoder_layer.h supports (q/k norm, q/k/v biases, every fusion kind, kv- and
+// head-granularity plans; head dim 64 / 128).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -52,6 +45,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/gpu_decoder_layer.h"
+#include "gpu/gpu_train_model.h"
 #include "gpu/step_profiler.h"
 #include "model/llama_model.h"
 #include "ops/cuda/attention.h"
@@ -65,70 +60,6 @@
 namespace hydra::gpu {
 
 using bf16 = __nv_bfloat16;
-
-// Element offsets of one layer's tensors in the parameter arena (-1: the plan has no such tensor).
-struct TrainLayerOffsets {
-    int64_t n_fa = 0, n_kv = 0, n_la = 0;
-    int64_t attn_norm = -1, wq = -1, wk = -1, wv = -1, wo = -1, bq = -1, bk = -1, bv = -1;
-    int64_t la_wq = -1, la_wk = -1, la_wv = -1, la_bq = -1, la_bk = -1, la_bv = -1;
-    int64_t la_wa = -1, la_wb = -1, la_wg = -1, conv_q = -1, conv_k = -1, conv_v = -1;
-    int64_t A_log = -1, dt_bias = -1, o_norm = -1;
-    int64_t head_scale = -1, fa_scale = -1, la_scale = -1;
-    int64_t ffn_norm = -1, w_gate = -1, w_up = -1, w_down = -1;
-};
-
-// A LlamaModel's parameter arena on the device: fp32 master, bf16 mirror (same offsets) and, for a
-// student, an fp32 gradient arena (same offsets). Not copyable.
-class GpuTrainModel {
-public:
-    // Uploads `model` (config, plan and arena layout are copied). Throws for unsupported shapes.
-    GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStream_t stream = nullptr);
-    GpuTrainModel(const GpuTrainModel&) = delete;
-    GpuTrainModel& operator=(const GpuTrainModel&) = delete;
-
-    const ModelConfig& config() const { return config_; }
-    const HybridPlan& plan() const { return plan_; }
-    const std::vector<ArenaEntry>& entries() const { return entries_; }
-    int64_t numel() const { return n_; }
-    int64_t parameter_count() const { return n_params_; }
-    const TrainLayerOffsets& layer(int64_t l) const { return layers_[size_t(l)]; }
-    int64_t embed_offset() const { return embed_; }
-    int64_t final_norm_offset() const { return final_norm_; }
-    int64_t lm_head_offset() const { return lm_head_; }
-
-    float* master() const { return master_.data(); }
-    bf16* mirror() const { return mirror_.data(); }
-    float* grads() const { return grads_.data(); }  // null without gradients
-
-    // fp32 master / bf16 mirror / gradient pointer of the tensor at `offset` (null for offset < 0; grad()
-    // also null when the model has no gradients or the tensor is frozen).
-    const float* p32(int64_t offset) const { return offset < 0 ? nullptr : master_.data() + offset; }
-    const bf16* p16(int64_t offset) const { return offset < 0 ? nullptr : mirror_.data() + offset; }
-    float* grad(int64_t offset) const;
-
-    // One flag per arena entry (entries() order; empty = all trainable): frozen tensors get no gradient.
-    void set_trainable(const std::vector<char>& per_entry);
-    bool trainable(int64_t offset) const { return offset >= 0 && !frozen_.count(offset); }
-
-    // Re-uploads the weights from a host arena of numel() floats (master and mirror).
-    void upload(const float* host, cudaStream_t stream = nullptr);
-    // Synchronous copies of the fp32 master / gradients into host arrays of numel() floats.
-    void download_params(float* host, cudaStream_t stream = nullptr) const;
-    void download_grads(float* host, cudaStream_t stream = nullptr) const;
-    void zero_grads(cudaStream_t stream = nullptr);
-    size_t device_bytes() const { return master_.bytes() + mirror_.bytes() + grads_.bytes(); }
-
-private:
-    ModelConfig config_;
-    HybridPlan plan_;
-    std::vector<ArenaEntry> entries_;
-    int64_t n_ = 0, n_params_ = 0;
-    std::vector<TrainLayerOffsets> layers_;
-    int64_t embed_ = -1, final_norm_ = -1, lm_head_ = -1;
-    std::set<int64_t> frozen_;
-    cuda::DeviceBuffer<float> master_, grads_;
-    cuda::DeviceBuffer<bf16> mirror_;
-};
 
 struct GpuStepOptions {
     bool recompute = false;  // keep only each layer's input, re-run its forward before its backward
@@ -179,7 +110,7 @@ struct GpuAlignResult {
 };
 
 class GpuTrainStep {
-public:
+  public:
     // student: a model with gradients; teacher: for the KL objective (null otherwise). All work is
     // asynchronous on `stream` except where a method says it synchronises.
     GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher, const GpuStepOptions& options,
@@ -222,38 +153,10 @@ public:
     void enable_profile() { prof_.enable(stream_); }
     std::map<std::string, double> profile() { return prof_.collect(); }
 
-    // One layer's activations (device pointers into the arena; null where the layer has no such part).
-    struct LayerActs {
-        const float* x_in = nullptr;  // the layer input (fp32 residual)
-        bf16* xn1 = nullptr;          // (N, C) normed input
-        float* rstd1 = nullptr;       // (N)
-        bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // FA (N, n_fa|n_kv, Dh), q/k after RoPE
-        // q, k, v as columns of one (N, Dfa + 2 Dkv) buffer (one projection GEMM, one RoPE launch; cuDNN
-        // reads them strided): that row width; 0 = three packed buffers (our own attention kernels)
-        int64_t ld_qkv = 0;
-        float* lse = nullptr;                                         // (B, n_fa, T)
-        bf16* lqkv = nullptr;  // (N, 3 Dla) LA q|k|v projections (conv inputs)
-        bf16* lz = nullptr;    // (N, Dla) output gate
-        bf16* lab = nullptr;   // (N, 2 n_la) decay | beta logits
-        bf16 *lq = nullptr, *lk = nullptr, *lv = nullptr;  // (N, Dla) after conv + SiLU
-        float *g = nullptr, *beta = nullptr;               // (N, n_la)
-        bf16* lo = nullptr;                                // (N, Dla) GDN core output
-        float* gn_rstd = nullptr;                          // (N, n_la)
-        bf16* gn_out = nullptr;                            // (N, Dla) gated-norm output (mixed layers)
-        bf16* heads = nullptr;                             // (N, H, Dh) mixer output before the fusion
-        bf16* mixed = nullptr;                             // o_proj input: fused heads, or heads
-        float* x_mid = nullptr;                            // (N, C)
-        bf16* xn2 = nullptr;
-        float* rstd2 = nullptr;
-        bf16* gu = nullptr;   // (N, 2F) gate | up
-        bf16* act = nullptr;  // (N, F)
-    };
+    using LayerActs = GpuLayerActs;  // one layer's activations (gpu/gpu_decoder_layer.h)
 
-private:
-    struct Shape {
-        int64_t B = 0, T = 0;
-        int64_t N() const { return B * T; }
-    };
+  private:
+    using Shape = GpuLayerShape;
     void ensure_arena(size_t need);
     // Arena bytes of a step (training: teacher forward + the student's kept activations and backward
     // scratch; else a forward), from the same allocation sizes, plus 1/16 and 64 MiB of slack.
@@ -278,8 +181,21 @@ private:
     std::pair<float*, float*> rope_tables(const ModelConfig& c, int64_t T);
     void layer_forward(const GpuTrainModel& m, int64_t l, const Shape& s, const float* x_in, float* x_out,
                        LayerActs& a, bool save, const float* rope_cos, const float* rope_sin);
-    // dx_bf16: when not null it holds bf16(dx) on entry, and holds bf16 of the returned dx on exit.
+    // The student's layer l backward (gpu_layer_backward) with the step's RoPE tables; dx_bf16: when not
+    // null it holds bf16(dx) on entry, and holds bf16 of the returned dx on exit.
     void layer_backward(int64_t l, const Shape& s, float* dx, LayerActs& a, bf16* dx_bf16 = nullptr);
+    // The stream, cuBLAS, arena, profiler and this step's workspaces for a layer call of model m.
+    GpuLayerEnv layer_env(const GpuTrainModel& m, const float* rope_cos, const float* rope_sin);
+    // The layer's resources for one model: the student's (its GDN workspaces keep chunk states for the
+    // backward, and lend themselves to forwards of its shape) or the teacher's.
+    struct LayerResources final : GpuLayerResources {
+        GpuTrainStep* step = nullptr;
+        bool student = false;
+        cuda::CudnnAttention* cudnn_attention(const cuda::AttnShape& as) override;
+        cuda::AttnWorkspace& attn_workspace(int64_t n_fa, int64_t n_kv, const GpuLayerShape& s) override;
+        cuda::GdnWorkspace& gdn_workspace(int64_t l, int64_t n_la, const GpuLayerShape& s,
+                                          bool save) override;
+    };
     cuda::GdnWorkspace& gdn_ws(int64_t l, int64_t n_la, int64_t Dh, const Shape& s, bool save, bool student);
     cuda::AttnWorkspace& attn_ws(int64_t n_fa, int64_t n_kv, const Shape& s);
     // Whether this attention shape runs on cuDNN (decided once per shape, so forward and backward agree
@@ -311,6 +227,7 @@ private:
     std::unique_ptr<cuda::CudnnAttention> cudnn_attn_;  // null: our attention kernels only
     bool cudnn_used_ = false;
     StepProfiler prof_;
+    LayerResources student_res_, teacher_res_;
     // the student's forward kept for the backward (arena pointers, valid during forward_backward)
     std::vector<float*> resid_;
     std::vector<LayerActs> acts_;

@@ -1,0 +1,147 @@
+// Upload of a LlamaModel's parameter arena for GPU training (see gpu_train_model.h).
+#include "gpu/gpu_train_model.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/elementwise.h"
+
+namespace hydra::gpu {
+
+namespace {
+
+int64_t offset_of(const ParamArena& a, const std::string& name) {
+    return a.has(name) ? a.entry(name).offset : -1;
+}
+
+}  // namespace
+
+GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStream_t stream)
+    : config_(model.config()), plan_(model.plan()), entries_(model.params().entries()) {
+    const ModelConfig& c = config_;
+    const ParamArena& a = model.params();
+    HYDRA_CHECK(c.head_dim == 64 || c.head_dim == 128,
+                "GPU training: head dim {} is not supported (64 or 128)", c.head_dim);
+    HYDRA_CHECK(c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim, "GPU training: rope_dim {} is not supported",
+                c.rope_dim);
+    HYDRA_CHECK(c.num_heads * c.head_dim == c.q_dim(), "GPU training: unexpected head layout");
+    HYDRA_CHECK(plan_.total_la_heads() == 0 || plan_.gdn.chunk_size == 64,
+                "GPU training: GDN chunk size {} (the CUDA kernels use 64)", plan_.gdn.chunk_size);
+    HYDRA_CHECK(plan_.total_la_heads() == 0 || (plan_.gdn.conv_size >= 1 && plan_.gdn.conv_size <= 8),
+                "GPU training: GDN conv width {} (1..8 supported)", plan_.gdn.conv_size);
+    n_ = a.numel();
+    n_params_ = a.parameter_count();
+    layers_.resize(size_t(c.num_layers));
+    std::vector<int32_t> kv_index;  // every layer's map, uploaded below
+    std::vector<int64_t> kv_index_at(size_t(c.num_layers), -1);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        TrainLayerOffsets& o = layers_[size_t(l)];
+        auto at = [&](const char* suffix) { return offset_of(a, LlamaModel::layer_name(l, suffix)); };
+        const LayerPlan& lp = plan_.layers[size_t(l)];
+        o.n_fa = lp.num_fa();
+        o.n_la = lp.num_la();
+        o.n_kv = int64_t(plan_.fa_kv_groups(c, l).size());
+        if (o.n_fa > 0) {
+            const std::vector<int32_t> idx = plan_.fa_kv_index(c, l);
+            HYDRA_CHECK(int64_t(idx.size()) == o.n_fa, "GPU training: layer {} maps {} FA heads, has {}", l,
+                        idx.size(), o.n_fa);
+            for (const int32_t g : idx)
+                HYDRA_CHECK(g >= 0 && g < o.n_kv, "GPU training: layer {}: KV slot {} outside 0..{}", l, g,
+                            o.n_kv - 1);
+            o.uniform_groups = o.n_fa % o.n_kv == 0;
+            for (int64_t h = 0; o.uniform_groups && h < o.n_fa; ++h)
+                o.uniform_groups = idx[size_t(h)] == h / (o.n_fa / o.n_kv);
+            kv_index_at[size_t(l)] = int64_t(kv_index.size());
+            kv_index.insert(kv_index.end(), idx.begin(), idx.end());
+        }
+        o.attn_norm = at("input_layernorm.weight");
+        o.wq = at("self_attn.q_proj.weight");
+        o.wk = at("self_attn.k_proj.weight");
+        o.wv = at("self_attn.v_proj.weight");
+        o.wo = at("self_attn.o_proj.weight");
+        o.bq = at("self_attn.q_proj.bias");
+        o.bk = at("self_attn.k_proj.bias");
+        o.bv = at("self_attn.v_proj.bias");
+        o.q_norm = at("self_attn.q_norm.weight");
+        o.k_norm = at("self_attn.k_norm.weight");
+        HYDRA_CHECK(o.n_fa == 0 || !c.qk_norm || (o.q_norm >= 0 && o.k_norm >= 0),
+                    "GPU training: layer {} of a q/k-norm model has no q_norm / k_norm weights", l);
+        o.la_wq = at("linear_attn.q_proj.weight");
+        o.la_wk = at("linear_attn.k_proj.weight");
+        o.la_wv = at("linear_attn.v_proj.weight");
+        o.la_bq = at("linear_attn.q_proj.bias");
+        o.la_bk = at("linear_attn.k_proj.bias");
+        o.la_bv = at("linear_attn.v_proj.bias");
+        o.la_wa = at("linear_attn.a_proj.weight");
+        o.la_wb = at("linear_attn.b_proj.weight");
+        o.la_wg = at("linear_attn.g_proj.weight");
+        o.conv_q = at("linear_attn.q_conv1d.weight");
+        o.conv_k = at("linear_attn.k_conv1d.weight");
+        o.conv_v = at("linear_attn.v_conv1d.weight");
+        o.A_log = at("linear_attn.A_log");
+        o.dt_bias = at("linear_attn.dt_bias");
+        o.o_norm = at("linear_attn.o_norm.weight");
+        o.head_scale = at("fusion.head_scale");
+        o.fa_scale = at("fusion.fa_scale");
+        o.la_scale = at("fusion.la_scale");
+        o.ffn_norm = at("post_attention_layernorm.weight");
+        o.w_gate = at("mlp.gate_proj.weight");
+        o.w_up = at("mlp.up_proj.weight");
+        o.w_down = at("mlp.down_proj.weight");
+    }
+    embed_ = a.entry("model.embed_tokens.weight").offset;
+    final_norm_ = a.entry("model.norm.weight").offset;
+    lm_head_ = c.tie_word_embeddings ? embed_ : a.entry("lm_head.weight").offset;
+
+    master_ = cuda::DeviceBuffer<float>(n_);
+    mirror_ = cuda::DeviceBuffer<bf16>(n_);
+    upload(a.data(), stream);
+    if (!kv_index.empty()) {
+        kv_index_ = cuda::DeviceBuffer<int32_t>(int64_t(kv_index.size()));
+        kv_index_.upload(kv_index.data(), stream);  // `kv_index` outlives the copy: synchronised below
+        for (int64_t l = 0; l < c.num_layers; ++l)
+            if (kv_index_at[size_t(l)] >= 0)
+                layers_[size_t(l)].kv_index = kv_index_.data() + kv_index_at[size_t(l)];
+    }
+    if (with_grads) {
+        grads_ = cuda::DeviceBuffer<float>(n_);
+        grads_.zero(stream);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+float* GpuTrainModel::grad(int64_t offset) const {
+    if (offset < 0 || grads_.size() == 0 || frozen_.count(offset)) return nullptr;
+    return grads_.data() + offset;
+}
+
+void GpuTrainModel::set_trainable(const std::vector<char>& per_entry) {
+    HYDRA_ASSERT(per_entry.empty() || per_entry.size() == entries_.size(),
+                 "trainable mask has {} entries, arena {}", per_entry.size(), entries_.size());
+    frozen_.clear();
+    for (size_t i = 0; i < per_entry.size(); ++i)
+        if (!per_entry[i]) frozen_.insert(entries_[i].offset);
+}
+
+void GpuTrainModel::upload(const float* host, cudaStream_t stream) {
+    cuda::upload(master_.data(), host, n_, stream);
+    cuda::cast_f32_to_bf16(mirror_.data(), master_.data(), n_, stream);
+}
+
+void GpuTrainModel::download_params(float* host, cudaStream_t stream) const {
+    cuda::download(host, master_.data(), n_, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void GpuTrainModel::download_grads(float* host, cudaStream_t stream) const {
+    HYDRA_ASSERT(grads_.size() == n_, "model has no gradients");
+    cuda::download(host, grads_.data(), n_, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void GpuTrainModel::zero_grads(cudaStream_t stream) {
+    if (grads_.size()) grads_.zero(stream);
+}
+
+}  // namespace hydra::gpu
