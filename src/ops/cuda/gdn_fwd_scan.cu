@@ -404,9 +404,10 @@ __device__ __forceinline__ void fwd_scan(const ScanArgs& a) {
 }
 
 // The forward scan's kernels: the cp.async instantiations, and the tile-copy one (MC) with its producer warp,
-// held to 112 registers so that an 8-warp prep block (up to 88 registers) fits beside it in the streamed
-// forward, in each of the SM's four register files too (gdn_prep_fits_beside_scan: three of its warps and two
-// of the prep's in one). No spills at 112 (ptxas, every instantiation).
+// held to 112 registers (GdnKernelOptions::kScanTileMaxRegs) so that an 8-warp prep block (up to 88
+// registers) fits beside it in the streamed forward, in each of the SM's four register files too
+// (gdn_prep_fits_beside_scan: three of its warps and two of the prep's in one). No spills at 112 (ptxas,
+// every instantiation).
 template <int D, int VT, int ST, int NW, bool SAVE>
 __global__ void __launch_bounds__(NW * 32) gdn_fwd_scan_kernel(const __grid_constant__ ScanArgs a) {
     fwd_scan<D, VT, ST, NW, SAVE, false>(a);
@@ -454,9 +455,10 @@ constexpr size_t scan_smem_bytes(bool tiles) {
 
 // The tile-copy scan's cluster size for a launch of `blocks` blocks: all D / VT slice blocks of a head, when
 // the GPU can hold all the blocks at once in clusters that size (cudaOccupancyMaxActiveClusters; a cluster
-// must fit inside one GPC; the scan's clusters wait on each other's copies, so all must be resident), else
-// half as many, down to 2; 0 where no cluster of two fits, and the cp.async kernel runs (tile copies without
-// clusters were slower than cp.async copies). Known per block count after the first ask.
+// must fit inside one GPC; the scan is one wave, and in the streamed forward its blocks wait on the prep, so
+// all of them must be resident), else half as many, down to 2; 0 where no cluster of two fits, and the
+// cp.async kernel runs (tile copies without clusters were slower than cp.async copies). Known per block count
+// after the first ask.
 template <int D, int VT>
 int scan_cluster(size_t blocks) {
     static std::vector<std::pair<size_t, int>> known;  // (blocks, cluster size) asked before
