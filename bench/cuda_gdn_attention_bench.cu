@@ -6,12 +6,9 @@
 // at least 5). Inputs are random (never zeros). One JSON object per line on stdout (impl "ours"), matched by
 // bench/cuda_peers.py's rows on op/B/T/H/D.
 //
-// Usage: cuda_gdn_attention_bench [--quick] [--attn-only | --gdn-only | --decode-only] [--scan-sweep]
+// Usage: cuda_gdn_attention_bench [--quick] [--attn-only | --gdn-only | --decode-only]
 // [--shape BxTxHxD[xHkv]]...
 //   --decode-only: the GDN decode rows alone (and the state copy of the same bytes)
-//   --scan-sweep: after each GDN shape's rows, the same chunk timings with every state-scan variant forced
-//                 (ops "gdn_fwd_scan" / "gdn_fwdbwd_scan" with a "scan" field; per-kernel times on stderr),
-//                 to check gdn_scan_policy.h's choice on this GPU
 //   --shape:      time these shapes instead of the built-in list (repeatable; D 64 or 128; Hkv, attention's
 //                 key/value heads, defaults to H); decode rows are skipped
 #include <cuda_bf16.h>
@@ -110,8 +107,10 @@ T* dev_random(size_t n, std::mt19937_64& gen, float lo, float hi, bool bf) {
         const size_t m = std::min(chunk, n - off);
         for (size_t i = 0; i < m; ++i) {
             const float x = u(gen);
-            if constexpr (sizeof(T) == 2) h[i] = __float2bfloat16(x);
-            else h[i] = x;
+            if constexpr (sizeof(T) == 2)
+                h[i] = __float2bfloat16(x);
+            else
+                h[i] = x;
         }
         CUDA_CHECK(cudaMemcpy(p + off, h.data(), m * sizeof(T), cudaMemcpyHostToDevice));
     }
@@ -119,56 +118,18 @@ T* dev_random(size_t n, std::mt19937_64& gen, float lo, float hi, bool bf) {
     return p;
 }
 
-int g_scan_field = -1;  // >= 0: the forced scan variant, added to each row emitted (--scan-sweep)
-
 void emit(const char* op, int B, int T, int H, int D, float ms, double tokens, double flops, double bytes) {
-    std::printf("{\"impl\": \"ours\", \"op\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, \"D\": %d, \"ms\": %.4f", op, B, T,
-                H, D, ms);
+    std::printf(
+        "{\"impl\": \"ours\", \"op\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, \"D\": %d, \"ms\": %.4f", op,
+        B, T, H, D, ms);
     if (tokens > 0) std::printf(", \"Mtok_s\": %.2f", tokens / ms / 1e3);
     if (flops > 0) std::printf(", \"TFLOPs\": %.1f", flops / ms / 1e9);
     if (bytes > 0) std::printf(", \"TB_s\": %.2f", bytes / ms / 1e9);
-    if (g_scan_field >= 0) std::printf(", \"scan\": %d", g_scan_field);
     std::printf("}\n");
     std::fflush(stdout);
 }
 
-// --scan-sweep: forward / both (the chunk forward, and the saving forward + backward) with every scan
-// variant forced in turn (rows with a "scan" field, per-kernel times on stderr), then on stderr the fastest
-// variants against the automatic choice (whose times, auto_fwd / auto_fb, the caller measured just before).
-void sweep_scans(const hydra::cuda::GdnShape& s, const std::function<void()>& forward,
-                 const std::function<void()>& both, float auto_fwd, float auto_fb) {
-    namespace hc = hydra::cuda;
-    const int B = s.B, T = s.T, H = s.H, D = s.D;
-    int best_fwd = -1, best_fb = -1;
-    float best_fwd_ms = 0.f, best_fb_ms = 0.f;
-    for (int variant = 0; variant < hc::kGdnScanVariants; ++variant) {
-        if (!hc::gdn_scan_fits(variant, D)) continue;  // taller than the state (whole d 128 heads at d 64)
-        hc::gdn_set_scan_variant(variant);
-        g_scan_field = variant;
-        const float fwd = median_ms(forward), fb = median_ms(both);
-        emit("gdn_fwd_scan", B, T, H, D, fwd, double(B) * T, 0, 0);
-        emit("gdn_fwdbwd_scan", B, T, H, D, fb, double(B) * T, 0, 0);
-        if (best_fwd < 0 || fwd < best_fwd_ms) best_fwd = variant, best_fwd_ms = fwd;
-        if (best_fb < 0 || fb < best_fb_ms) best_fb = variant, best_fb_ms = fb;
-        hc::gdn_set_profile(true);
-        std::fprintf(stderr, "B%d T%d H%d D%d scan %d\n", B, T, H, D, variant);
-        forward();
-        both();
-        hc::gdn_set_profile(false);
-    }
-    hc::gdn_set_scan_variant(-1);
-    g_scan_field = -1;
-    int sms = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    std::fprintf(
-        stderr,
-        "B%d T%d H%d D%d: automatic scan %d (forward %.3f ms, forward+backward %.3f ms); fastest forward "
-        "scan %d (%.3f ms), fastest forward+backward scan %d (%.3f ms)\n",
-        B, T, H, D, hc::gdn_scan_variant_for(D, size_t(B) * H, sms), auto_fwd, auto_fb, best_fwd, best_fwd_ms,
-        best_fb, best_fb_ms);
-}
-
-void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
+void bench_gdn(int B, int T, int H, int D, std::mt19937_64& gen) {
     const size_t nq = size_t(B) * T * H * D, ng = size_t(B) * T * H;
     bf16* q = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
     bf16* k = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
@@ -193,8 +154,8 @@ void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
         };
         const std::function<void()> both = [&] {
             hydra::cuda::gdn_chunk_forward(s, q, k, v, g, beta, nullptr, o, nullptr, scale, true, true, ws);
-            hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr, scale,
-                                            true, ws);
+            hydra::cuda::gdn_chunk_backward(s, q, k, v, g, beta, dout, nullptr, dq, dk, dv, dg, db, nullptr,
+                                            scale, true, ws);
         };
         const float fwd = median_ms(forward);
         emit("gdn_fwd", B, T, H, D, fwd, double(B) * T, 0, 0);
@@ -213,10 +174,9 @@ void bench_gdn(int B, int T, int H, int D, bool sweep, std::mt19937_64& gen) {
         forward();
         both();
         hydra::cuda::gdn_set_profile(false);
-        if (sweep) sweep_scans(s, forward, both, fwd, fb);
     }
-    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)g, (void*)beta, (void*)o, (void*)dq, (void*)dk,
-                    (void*)dv, (void*)dg, (void*)db})
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)g, (void*)beta, (void*)o, (void*)dq,
+                    (void*)dk, (void*)dv, (void*)dg, (void*)db})
         CUDA_CHECK(cudaFree(p));
 }
 
@@ -265,7 +225,8 @@ void bench_attn(int B, int T, int H, int Hkv, int D, std::mt19937_64& gen) {
             std::fprintf(stderr, "cuDNN attention not run: %s\n", cudnn_attn.reason().c_str());
         }
     }
-    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)o, (void*)dq, (void*)dk, (void*)dv, (void*)lse})
+    for (void* p :
+         {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)o, (void*)dq, (void*)dk, (void*)dv, (void*)lse})
         CUDA_CHECK(cudaFree(p));
 }
 
@@ -351,18 +312,17 @@ bool parse_shape(const char* text, BenchShape& out, std::string& why) {
 
 int main(int argc, char** argv) {
     // --attn-only: the attention rows alone; --gdn-only: the GDN rows alone (decode and chunk)
-    bool quick = false, attn_only = false, gdn_only = false, decode_only = false, sweep = false;
+    bool quick = false, attn_only = false, gdn_only = false, decode_only = false;
     std::vector<BenchShape> shapes;
     for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--quick")) quick = true;
+        if (!std::strcmp(argv[i], "--quick"))
+            quick = true;
         else if (!std::strcmp(argv[i], "--attn-only"))
             attn_only = true;
         else if (!std::strcmp(argv[i], "--gdn-only"))
             gdn_only = true;
         else if (!std::strcmp(argv[i], "--decode-only"))
             decode_only = true;
-        else if (!std::strcmp(argv[i], "--scan-sweep"))
-            sweep = true;
         else if (!std::strcmp(argv[i], "--shape")) {
             BenchShape sh{};
             std::string why;
@@ -375,9 +335,8 @@ int main(int argc, char** argv) {
             ++i;
         } else {
             std::fprintf(stderr,
-                         "unknown argument '%s' (use --quick, --attn-only, --gdn-only, --decode-only, "
-                         "--scan-sweep or --shape "
-                         "BxTxHxD[xHkv])\n",
+                         "unknown argument '%s' (use --quick, --attn-only, --gdn-only, --decode-only or "
+                         "--shape BxTxHxD[xHkv])\n",
                          argv[i]);
             return 2;
         }
@@ -396,7 +355,7 @@ int main(int argc, char** argv) {
                      cudnn.loaded ? ("version " + std::to_string(cudnn.version)).c_str() : cudnn.why.c_str());
         if (!shapes.empty()) {
             for (const BenchShape& sh : shapes) {
-                if (!attn_only) bench_gdn(sh.B, sh.T, sh.H, sh.D, sweep, gen);
+                if (!attn_only) bench_gdn(sh.B, sh.T, sh.H, sh.D, gen);
                 if (!gdn_only) bench_attn(sh.B, sh.T, sh.H, sh.Hkv, sh.D, gen);
             }
             return 0;
@@ -408,10 +367,10 @@ int main(int argc, char** argv) {
         if (decode_only) return 0;
         const int anchors[3][2] = {{8, 4096}, {2, 16384}, {1, 65536}};
         for (int i = 0; i < (quick ? 1 : 3); ++i) {
-            if (!attn_only) bench_gdn(anchors[i][0], anchors[i][1], 16, 128, sweep, gen);
+            if (!attn_only) bench_gdn(anchors[i][0], anchors[i][1], 16, 128, gen);
             if (!gdn_only) bench_attn(anchors[i][0], anchors[i][1], 16, 16, 128, gen);
         }
-        if (!attn_only) bench_gdn(8, 4096, 9, 64, sweep, gen);
+        if (!attn_only) bench_gdn(8, 4096, 9, 64, gen);
         if (!gdn_only) {
             bench_attn(8, 4096, 9, 3, 64, gen);
             bench_attn(8, 2048, 9, 3, 64, gen);

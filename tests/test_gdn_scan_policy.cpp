@@ -1,6 +1,7 @@
 // Host-side choice of the GDN state-scan kernel shape (src/ops/cuda/gdn_scan_policy.h): every variant
-// tiles the state and its warps the way gdn_chunk.cu's scans require, and the automatic rule keeps the
-// scans in one wave while widening slices as pairs grow. No GPU needed.
+// tiles the state and its warps the way gdn_fwd_scan.cu's and gdn_bwd_scan.cu's kernels require, the
+// automatic rule keeps the scans in one wave while widening slices as pairs grow, and it chooses only
+// variants that have kernels. No GPU needed.
 #include <gtest/gtest.h>
 
 #include "ops/cuda/gdn_scan_policy.h"
@@ -35,13 +36,13 @@ TEST(GdnScanPolicy, EveryVariantTilesBothHeadDims) {
 TEST(GdnScanPolicy, ChoicesOnAnH200) {
     const int sms = 132;
     // the shapes the choice was measured on (gdn_scan_policy.h)
-    EXPECT_EQ(gdn_scan_variant_for(128, 8 * 16, sms), 8);
-    EXPECT_EQ(gdn_scan_variant_for(128, 2 * 16, sms), 5);
-    EXPECT_EQ(gdn_scan_variant_for(128, 1 * 16, sms), 4);
-    EXPECT_EQ(gdn_scan_variant_for(128, 4 * 16, sms), 3);  // 64 rows x 8 warps beat x 16 (call AY)
-    EXPECT_EQ(gdn_scan_variant_for(64, 8 * 9, sms), 3);
-    EXPECT_EQ(gdn_scan_variant_for(64, 4 * 9, sms), 5);
-    EXPECT_NE(gdn_scan_variant_for(64, 16 * 9, sms), 3);  // whole d 64 heads lost there (call AQ)
+    EXPECT_EQ(gdn_scan_variant_for(128, 8 * 16, sms), kGdnScanHead128);
+    EXPECT_EQ(gdn_scan_variant_for(128, 2 * 16, sms), kGdnScan32);
+    EXPECT_EQ(gdn_scan_variant_for(128, 1 * 16, sms), kGdnScan16);
+    EXPECT_EQ(gdn_scan_variant_for(128, 4 * 16, sms), kGdnScan64);  // 64 rows x 8 warps beat x 16
+    EXPECT_EQ(gdn_scan_variant_for(64, 8 * 9, sms), kGdnScan64);
+    EXPECT_EQ(gdn_scan_variant_for(64, 4 * 9, sms), kGdnScan32);
+    EXPECT_NE(gdn_scan_variant_for(64, 16 * 9, sms), kGdnScan64);  // whole d 64 heads lost there
 }
 
 TEST(GdnScanPolicy, OneWaveAndWiderSlicesAsPairsGrow) {
@@ -76,21 +77,24 @@ TEST(GdnScanPolicy, OneWaveAndWiderSlicesAsPairsGrow) {
     }
 }
 
-// The split forward: only where the scan leaves room beside its blocks, ranges of 128 chunks or more.
-TEST(GdnScanPolicy, ForwardPartsOnlyBesideAOneWaveScan) {
-    const size_t sm = 228 * 1024, rsv = 1024, prep = 75 * 1024;
-    const size_t scan16 = 141056, scan32 = 153600, scan128 = 224 * 1024;  // ScanSmem<128, 16 / 32 / 128, 2>
-    // the shapes the rule was measured on (gdn_scan_policy.h)
-    EXPECT_EQ(gdn_forward_parts_for(1024, 128, 132, scan16, prep, sm, rsv), 4);  // B1 T65536
-    EXPECT_EQ(gdn_forward_parts_for(256, 128, 132, scan32, prep, sm, rsv), 2);   // B2 T16384
-    // no room beside whole-head blocks, or more scan blocks than SMs, or too few chunks
-    EXPECT_EQ(gdn_forward_parts_for(1024, 128, 132, scan128, prep, sm, rsv), 1);
-    EXPECT_EQ(gdn_forward_parts_for(1024, 144, 132, scan32, prep, sm, rsv), 1);
-    EXPECT_EQ(gdn_forward_parts_for(255, 128, 132, scan16, prep, sm, rsv), 1);
-    for (int chunks = 1; chunks < 100000; chunks += 7) {
-        const int p = gdn_forward_parts_for(chunks, 100, 132, scan16, prep, sm, rsv);
-        EXPECT_TRUE(p == 1 || p == 2 || p == 4) << chunks;
-        EXPECT_GE(chunks / p, p == 1 ? 0 : 128) << chunks;
+// Only the variants the rule can choose have kernels (gdn_kernels.h's with_scan_shape instantiates those):
+// the rule never leaves them, at any SM count, and on an H200 each of them is chosen for some pair count.
+TEST(GdnScanPolicy, ChoosesOnlyVariantsWithKernels) {
+    for (int D : {64, 128}) {
+        for (int sms : {1, 16, 78, 114, 132, 144}) {
+            for (size_t pairs = 1; pairs <= 4096; ++pairs) {
+                const int v = gdn_scan_variant_for(D, pairs, sms);
+                EXPECT_TRUE(gdn_scan_used(v, D)) << "D " << D << " pairs " << pairs << " sms " << sms;
+            }
+        }
+        for (int v = 0; v < kGdnScanVariants; ++v) {
+            if (!gdn_scan_used(v, D)) continue;
+            EXPECT_TRUE(gdn_scan_fits(v, D)) << "variant " << v << " D " << D;
+            bool chosen = false;
+            for (size_t pairs = 1; pairs <= 4096 && !chosen; ++pairs)
+                chosen = gdn_scan_variant_for(D, pairs, 132) == v;
+            EXPECT_TRUE(chosen) << "variant " << v << " D " << D << " is never chosen on 132 SMs";
+        }
     }
 }
 
@@ -114,7 +118,7 @@ TEST(GdnScanPolicy, PrepBesideScanNeedsSharedMemoryAndRegisters) {
 }
 
 // The registers of one sub-partition (a quarter of the SM's) hold a quarter of each block's warps, rounded
-// up: a 9-warp block of 128 registers leaves no room there for two prep warps of 88 (call CH), though the
+// up: a 9-warp block of 128 registers leaves no room there for two prep warps of 88, though the
 // SM's 64K have room for both blocks; at 112 registers (3.5K a warp) it does.
 TEST(GdnScanPolicy, PrepBesideScanCountsSubPartitionRegisters) {
     const size_t sm = 228 * 1024, rsv = 1024, regs = 65536, prep = 75008, scan = 131072;

@@ -2,10 +2,10 @@
 // tiles copied once from global memory and delivered into the shared memory of every block of the
 // cluster (.multicast::cluster), completing on each block's own mbarrier, and the mbarrier handshake that
 // tells a block when all of the cluster has finished reading a buffer, so that it may copy into it again.
-// Used by the GDN forward scan (gdn_chunk.cu), whose D / VT slice blocks of one head each read the same chunk
-// operands (W, Q, K): one copy for the cluster instead of one per block takes that many times less of the
-// L2's bandwidth, and one copy instruction a 64 x 64 tile instead of 512 16-byte copies by the threads.
-// (Rows multicast by one cp.async.bulk each were tried first: three times slower, call BL.)
+// Used by the GDN forward scan (gdn_fwd_scan.cu), whose D / VT slice blocks of one head each read the same
+// chunk operands (W, Q, K): one copy for the cluster instead of one per block takes that many times less of
+// the L2's bandwidth, and one copy instruction a 64 x 64 tile instead of 512 16-byte copies by the threads.
+// (Rows multicast by one cp.async.bulk each were three times slower.)
 // Written from the PTX ISA (mbarrier, cp.async.bulk, mapa, barrier.cluster); no third-party code.
 #pragma once
 
@@ -89,7 +89,7 @@ __device__ __forceinline__ void arrive_on_copies(uint64_t* bar) {
 // finished reading the buffer that barrier guards" (after a barrier that follows every read of it). The
 // arrival has the default semantics (release at CTA scope), as the consumer release of CUTLASS's multicast
 // copy pipelines: the reads it follows have completed (their values were used), and a release at cluster
-// scope cost the arriving warp about 330 cycles a chunk in the forward scan (call CF's phase clocks).
+// scope cost the arriving warp about 330 cycles a chunk in the forward scan.
 __device__ __forceinline__ void arrive_remote(uint64_t* bar, uint32_t target) {
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(target));

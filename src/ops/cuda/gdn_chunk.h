@@ -30,7 +30,7 @@ struct GdnShape {
 // Device buffers of the chunked forward/backward. `training` adds what the backward reads (per-chunk
 // states, deltas, the UT matrices) and the backward's own scratch.
 class GdnWorkspace {
-public:
+  public:
     GdnWorkspace(const GdnShape& s, bool training);
     ~GdnWorkspace();
     GdnWorkspace(const GdnWorkspace&) = delete;
@@ -44,8 +44,6 @@ public:
     // (B, HV, NT, 64, 64), from the normalised q, k (the kernels never write normalised copies)
     float *rq = nullptr, *rk = nullptr, *gam = nullptr;
     bf16 *W = nullptr, *U = nullptr, *P = nullptr;
-    // the states between the parts of a split forward (HYDRA_GDN_PARTS): two (B, HV, D, D) fp32
-    float* hpart = nullptr;
     // the streamed forward's per-chunk ready flags (B, HV, NT), set by the prep, waited for by the scan,
     // and per (sequence, head) the count of its scan blocks that have finished (B, HV), right after them:
     // zero again when a forward ends (the scan clears them); ready_zeroed: the first forward has zeroed
@@ -72,7 +70,8 @@ public:
 // o = GDN(q, k, v, g, beta; h0) and, when ht is given, the final state. h0 null = zeros.
 // save = keep what gdn_chunk_backward needs in ws (ws must be a training workspace).
 // Where the GPU has room, the preparation and the state scan run at the same time on two streams of their
-// own, the scan at high priority (gdn_chunk.cu, forward_impl); captured into a CUDA graph, instantiate it
+// own, the scan at high priority (gdn_chunk.cu; HYDRA_GDN_STREAM=0 turns it off,
+// gdn_kernel_options.h); captured into a CUDA graph, instantiate it
 // with cudaGraphInstantiateFlagUseNodePriority to keep that priority (without it the result is the same,
 // slower).
 void gdn_chunk_forward(const GdnShape& s, const bf16* q, const bf16* k, const bf16* v, const float* g,
@@ -96,12 +95,5 @@ void gdn_decode_step(int B, int H, int HV, int D, const bf16* q, const bf16* k, 
 // Diagnostics: when on, each chunked forward/backward call synchronises and prints the time of each of
 // its kernels to stderr (for benchmarks' stage breakdowns; off by default).
 void gdn_set_profile(bool on);
-
-// Diagnostics: force the state-scan variant of the chunked forward and backward (0: 16-row slices,
-// 1: 32-row double-buffered, 2: 32-row single-buffered at two blocks per SM, 3: 64-row slices with 8
-// warps; 4-7: 16 rows / 8 warps, 32 / 8, 32 / 16, 64 / 16; 8: a whole d 128 head, 16 warps; a variant
-// taller than the state is ignored) or -1 to choose by shape (the default; HYDRA_GDN_SCAN=0..8 forces one
-// as well).
-void gdn_set_scan_variant(int variant);
 
 }  // namespace hydra::cuda

@@ -1,6 +1,7 @@
-// Which state-scan kernel shape the GDN chunked forward and backward run (ops/cuda/gdn_chunk.cu): the
-// table of scan variants and the rule that picks one from the head dimension, the number of (sequence,
-// value head) pairs and the GPU's SM count. Pure host logic without CUDA, so the CPU tests cover it.
+// Which state-scan kernel shape the GDN chunked forward and backward run (ops/cuda/gdn_fwd_scan.cu,
+// gdn_bwd_scan.cu): the table of scan variants, the rule that picks one from the head dimension, the number
+// of (sequence, value head) pairs and the GPU's SM count, and the rule for running the prep beside the scan.
+// Pure host logic without CUDA, so the CPU tests cover it.
 #pragma once
 
 #include <cstddef>
@@ -14,11 +15,15 @@ struct GdnScanShape {
     int rows, stages, warps;
 };
 
-inline constexpr int kGdnScanVariants = 9;
+inline constexpr int kGdnScan16 = 0;  // 16-row slices: few pairs, D / 16 blocks each fill the GPU
+inline constexpr int kGdnScan32 = 1;  // 32-row slices
+inline constexpr int kGdnScan32Single =
+    2;                                // 32-row slices single-buffered, two blocks an SM: d 64 past a wave
+inline constexpr int kGdnScan64 = 3;  // 64-row slices: whole d 64 heads, or half a d 128 head
+inline constexpr int kGdnScanHead128 = 4;  // a whole d 128 head a block
+inline constexpr int kGdnScanVariants = 5;
 inline constexpr GdnScanShape kGdnScanShapes[kGdnScanVariants] = {
-    {16, 2, 4},   {32, 2, 4}, {32, 1, 4},  {64, 2, 8},   // the first four of the third pass
-    {16, 2, 8},   {32, 2, 8}, {32, 2, 16}, {64, 2, 16},  // the same slices, each chunk's work over more warps
-    {128, 2, 16},  // d 128 only: a whole head a block (the chunk's operands loaded once for all its rows)
+    {16, 2, 8}, {32, 2, 8}, {32, 1, 4}, {64, 2, 8}, {128, 2, 16},
 };
 
 // Whether variant v can run at head dimension D (its slice no taller than the state).
@@ -34,47 +39,41 @@ inline constexpr size_t gdn_scan_blocks(int variant, int D, size_t pairs) {
 // The automatic choice (D = 64 or 128). A block walks every chunk of its sequence in order, so the scans'
 // time is that of the slowest SM: one wave of blocks, as many SMs at work as the pairs allow, and the most
 // warps the slice gives (a chunk's step is a chain of dependent phases; more warps split each phase into
-// shorter per-warp parts). Measured on an H200 (132 SMs), call AB, forward scan / reverse scan ms:
-//   d 128, 128 pairs (B8 H16): 64 rows x 16 warps 0.535 / 0.615, x 8 warps 0.548 / 0.659;
-//   d 128, 32 pairs (B2):      32 rows x 8 warps 0.777 / 0.848, x 4 warps 0.994 / 0.982;
-//   d 128, 16 pairs (B1):      16 rows x 8 warps 2.606 / 2.394, x 4 warps 3.122 / 2.833;
-//   d 64, 72 pairs (B8 H9):    32 rows x 8 warps 0.211 / 0.256, 32 rows single-buffered 0.241 / 0.311.
-//   call AO, d 128, 128 pairs: a whole head a block (variant 8) 0.366 / 0.368 against 64 rows x 16 warps
-//   0.416 / 0.456 (each block loads the chunk's operands once for all 128 rows).
-// Beyond one wave of pairs (not measured) whole heads stay the choice: two 64-row blocks of a head cost
-// 2 x 0.208 ms of an SM at B8 (their 256 blocks ran in two waves), one whole-head block 0.366.
-//   call AQ, d 128, 64 pairs (B4 T8192): 64 rows x 16 warps 0.414 / 0.449, 32 rows single-buffered
-//   0.510 / 0.523, whole heads 0.704 / 0.707; 32 pairs (B2): 32 rows x 8 warps 0.540 / 0.594, x 16 warps
-//   0.662 (reverse), 64 rows x 16 warps 0.823 / 0.903; 16 pairs (B1): 16 rows x 8 warps 1.849 / 1.851,
-//   x 4 warps 1.916 (reverse), 32 rows x 8 warps 2.331 (reverse).
-//   call AY (two builds), d 128, 64 pairs (B4 T8192): 64 rows x 8 warps 0.380 / 0.420 against x 16 warps
-//   0.411 / 0.455 (saving scan 0.413 against 0.464; forward+backward 2.712 against 2.807 ms), the rule's
-//   choice until then (AQ had not compared the two). Call BF, after parity with variant 3 forced (104/104):
-//   B4 T8192 forward 0.727 -> 0.688 ms, forward+backward 2.781 -> 2.712 against the rule's 7 (same call).
-//   call AQ, d 64, 72 pairs (B8 H9): whole 64-row heads x 8 warps 0.152 / 0.148 against 32 rows x 8 warps
-//   0.156 / 0.175; at 36 and 144 pairs whole heads lose (0.156 against 0.101, 0.312 against 0.233).
+// shorter per-warp parts). Wider slices load each chunk's operands (W, Q, K, P) once for more state rows, so
+// as pairs grow the slices widen while the blocks still fit one wave: at d 128 whole heads from half the SMs
+// in pairs on (also beyond one wave: one whole-head block costs an SM less than two 64-row blocks of the
+// head), 64-row slices of 8 warps below that (16 warps were slower); at d 64 whole heads only in one wave
+// that fills at least half the GPU (below that, and beyond one wave, 32-row slices were faster). Past one
+// wave of 32-row blocks at d 64, the single-buffered slices, two blocks an SM, hide each other's latency.
+// The measurements are in docs/kernels/gdn.md.
 inline constexpr int gdn_scan_variant_for(int D, size_t pairs, int sms) {
     const size_t n = size_t(sms);
-    if (D == 128 && 2 * pairs > n) return 8;                         // whole heads still fill the GPU
-    if (D == 128 && 4 * pairs > n) return 3;                         // 64-row slices x 8 warps, one wave
-    if (D == 64 && 2 * pairs > n && pairs <= n) return 3;  // whole d 64 heads, one wave, half or more
-    if (gdn_scan_blocks(4, D, pairs) <= n) return 4;                 // 16-row slices in one wave
-    if (gdn_scan_blocks(5, D, pairs) <= n) return 5;                 // 32-row slices in one wave
-    if (D == 64 && gdn_scan_blocks(5, D, pairs) <= 2 * n) return 5;  // two of its blocks fit an SM at d 64
-    return 2;                                                        // 32-row slices, two blocks per SM
+    if (D == 128 && 2 * pairs > n) return kGdnScanHead128;  // whole heads still fill the GPU
+    if (D == 128 && 4 * pairs > n) return kGdnScan64;       // 64-row slices x 8 warps, one wave
+    if (D == 64 && 2 * pairs > n && pairs <= n)
+        return kGdnScan64;  // whole d 64 heads, one wave, half or more
+    if (gdn_scan_blocks(kGdnScan16, D, pairs) <= n) return kGdnScan16;  // 16-row slices in one wave
+    if (gdn_scan_blocks(kGdnScan32, D, pairs) <= n) return kGdnScan32;  // 32-row slices in one wave
+    if (D == 64 && gdn_scan_blocks(kGdnScan32, D, pairs) <= 2 * n)
+        return kGdnScan32;    // two fit an SM at d 64
+    return kGdnScan32Single;  // 32-row slices, two blocks per SM
+}
+
+// Whether the rule above can choose variant v at head dimension D (every SM count): only those have
+// kernels. d 128 never needs the single-buffered slices (once 4 * pairs <= SMs, 32-row slices fit one
+// wave), d 64 never a 128-row block.
+inline constexpr bool gdn_scan_used(int variant, int D) {
+    return D == 64 ? variant != kGdnScanHead128 : variant != kGdnScan32Single;
 }
 
 // Whether a prep block fits beside every block of a one-wave scan: the scan's blocks no more than the SMs,
 // and a prep block beside one of them in an SM's shared memory (`reserved` bytes kept per block) and in its
 // register file (`*_warps` warps of `*_warp_regs` registers each), also in each of the SM's four
 // sub-partitions, whose register files hold their own warps: a block's warps spread over the four, so one
-// holds up to a quarter of them rounded up (call CH: a 9-warp scan block of 128 registers left no room for
-// an 8-warp prep block of 88 beside it, though the SM's total had room, and the scan waited on the 4 SMs
-// left to the prep, 15x slower). The streamed forward (gdn_chunk.cu, forward_impl)
-// needs it: there the scan's blocks wait for the prep's, and without room beside them the waiting blocks
-// would hold the SMs the prep needs. Measured on an H200, call BA, from CUDA graphs, streamed against the
-// split forward below: B2 T16384 d 128 0.835 -> 0.811 ms, B1 T65536 2.367 -> 2.240, B8 H9 d 64 (not split)
-// 0.293 -> 0.268.
+// holds up to a quarter of them rounded up (a 9-warp scan block of 128 registers leaves no room for an
+// 8-warp prep block of 88 beside it though the SM's total has room, and the scan then waits on the few SMs
+// left to the prep). The streamed forward (gdn_chunk.cu) needs it: there the scan's blocks wait for the
+// prep's, and without room beside them the waiting blocks would hold the SMs the prep needs.
 inline constexpr bool gdn_prep_fits_beside_scan(size_t scan_blocks, int sms, size_t scan_smem,
                                                 size_t prep_smem, size_t sm_smem, size_t reserved,
                                                 size_t scan_warps, size_t scan_warp_regs, size_t prep_warps,
@@ -83,21 +82,6 @@ inline constexpr bool gdn_prep_fits_beside_scan(size_t scan_blocks, int sms, siz
     const size_t quarter = (scan_warps + 3) / 4 * scan_warp_regs + (prep_warps + 3) / 4 * prep_warp_regs;
     return scan_blocks <= size_t(sms) && scan_smem + prep_smem + 2 * reserved <= sm_smem &&
            whole <= sm_regs && quarter <= sm_regs / 4;
-}
-
-// Chunk ranges of the split forward (gdn_chunk.cu, forward_impl; where the streamed forward runs, only with
-// HYDRA_GDN_STREAM=0 or HYDRA_GDN_PARTS set): the prep of range k + 1 runs beside the
-// scan of range k, which only helps when the scan leaves SMs half idle: its blocks fit one wave and a prep
-// block fits beside a scan block in an SM's shared memory (`reserved` bytes kept per block). Ranges of about
-// 128 chunks or more, at most 4. Measured on an H200, call AO, forward ms at 1 / 2 / 4 / 8 parts:
-//   d 128, B1 T65536 (1024 chunks, 16-row slices): 2.667 / 2.576 / 2.545 / 2.576;
-//   d 128, B2 T16384 (256 chunks, 32-row slices):  0.954 / 0.934 / 0.946 / 0.970.
-inline constexpr int gdn_forward_parts_for(int chunks, size_t scan_blocks, int sms, size_t scan_smem,
-                                           size_t prep_smem, size_t sm_smem, size_t reserved) {
-    if (scan_blocks > size_t(sms) || scan_smem + prep_smem + 2 * reserved > sm_smem) return 1;
-    int parts = 1;
-    while (parts < 4 && chunks / (2 * parts) >= 128) parts *= 2;
-    return parts;
 }
 
 }  // namespace hydra::cuda

@@ -1,6 +1,6 @@
-// How the per-chunk GDN backward (ops/cuda/gdn_chunk.cu) splits its two triangular 64 x 64 x 64 tf32 products
-// over its 16 warps. These are tL = dT T^T and dA = -T^T tL. Pure data without CUDA, so the CPU tests check
-// that the tables cover each needed tile and k-block exactly once.
+// How the per-chunk GDN backward (ops/cuda/gdn_bwd_chunk.cu) splits its two triangular 64 x 64 x 64 tf32
+// products over its 16 warps. These are tL = dT T^T and dA = -T^T tL. Pure data without CUDA, so the CPU
+// tests check that the tables cover each needed tile and k-block exactly once.
 //
 // dA is read only below its diagonal and T is lower triangular, so of the 4 x 4 tiles (16 x 16) of each
 // product only the 10 with I >= J are formed, and each only over the k-blocks of 16 where T is not zero:

@@ -1,8 +1,8 @@
-// 16-byte global stores of a warp's bf16 tile held in mma accumulator-fragment layout (gdn_chunk.cu's
-// epilogues). In that layout the lanes of a quad hold 4-byte column pairs of the same row, so a warp's pair
-// store covers 8 rows x 16 bytes: half of each 32-byte sector it touches. Transposing 4 x 4 words within each
-// quad (two shuffle steps) gives each lane 8 consecutive columns of one n-tile: a warp's store then covers
-// 8 rows x 64 contiguous bytes, whole sectors, with a quarter of the store instructions.
+// 16-byte global stores of a warp's bf16 tile held in mma accumulator-fragment layout (the GDN
+// kernels' epilogues). In that layout the lanes of a quad hold 4-byte column pairs of the same row, so a
+// warp's pair store covers 8 rows x 16 bytes: half of each 32-byte sector it touches. Transposing 4 x 4 words
+// within each quad (two shuffle steps) gives each lane 8 consecutive columns of one n-tile: a warp's store
+// then covers 8 rows x 64 contiguous bytes, whole sectors, with a quarter of the store instructions.
 #pragma once
 
 #include <cuda_bf16.h>
