@@ -16,6 +16,8 @@ with the ratio peer_ms / our_ms (above 1: ours is faster).
 Usage: FLA_PATH=.peer python3 bench/cuda_peers.py --ours ours.jsonl [--quick] [--attn-only | --gdn-only]
            [--shape BxTxHxD ...] [--json out.json]
 The fla source tree is never committed: it is fetched into a git-ignored folder and carried.
+bench/gpu_peers.sh builds our benchmark with CMake, runs the GPU op table's GDN and attention parity cases,
+our benchmark and this script in one call.
 """
 import argparse
 import json

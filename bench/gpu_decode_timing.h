@@ -1,5 +1,5 @@
 // Single-token decode speed of the GPU forward, eager launches vs CUDA graphs (src/gpu/gpu_forward.h), at a
-// few cache lengths, for bench/gpu_forward_parity --decode-timing. Per model and length P: a prefill of
+// few cache lengths, for bench/gpu_decode_bench. Per model and length P: a prefill of
 // P - 1 random tokens fills the cache, then `warmup` + `steps` greedy single-token steps through
 // forward_argmax (the argmax and its 4 bytes back to the host, one synchronisation per token: what
 // `hydra eval --device cuda` does per generated token); the `steps` are timed by the host clock, so a
@@ -28,16 +28,18 @@ namespace hydra::bench {
 
 struct DecodeTimingRow {
     std::string model;
-    int64_t positions = 0;               // cache length at the first timed step
-    double eager_ms = 0, graph_ms = 0;   // per token
-    int64_t equal = 0, compared = 0;     // greedy tokens equal, of warm-up + timed steps
-    int64_t captures = 0;                // graphs recorded during this length's graph run
+    int64_t positions = 0;              // cache length at the first timed step
+    double eager_ms = 0, graph_ms = 0;  // per token
+    int64_t equal = 0, compared = 0;    // greedy tokens equal, of warm-up + timed steps
+    int64_t captures = 0;               // graphs recorded during this length's graph run
     double capture_ms = 0;
 };
 
-// One model over `lengths` (each >= 2: the prefill needs a token), one cache sized for the longest (as hydra eval sizes it).
+// One model over `lengths` (each >= 2: the prefill needs a token), one cache sized for the longest (as hydra
+// eval sizes it).
 inline std::vector<DecodeTimingRow> time_decode(const LlamaModel& model, const std::string& name,
-                                                const std::vector<int64_t>& lengths, int64_t steps, int64_t warmup) {
+                                                const std::vector<int64_t>& lengths, int64_t steps,
+                                                int64_t warmup) {
     using clock = std::chrono::steady_clock;
     gpu::GpuModel gm(model);
     gpu::GpuForward fwd(gm);
@@ -67,7 +69,8 @@ inline std::vector<DecodeTimingRow> time_decode(const LlamaModel& model, const s
                 streams[mode].push_back(tok);
                 tok = fwd.forward_argmax(cache, std::span<const int32_t>(&tok, 1));
             }
-            const double ms = 1000.0 * std::chrono::duration<double>(clock::now() - t0).count() / double(steps);
+            const double ms =
+                1000.0 * std::chrono::duration<double>(clock::now() - t0).count() / double(steps);
             (graphs ? row.graph_ms : row.eager_ms) = ms;
             if (graphs) {
                 row.captures = fwd.graph_stats().captures - before.captures;
@@ -76,11 +79,13 @@ inline std::vector<DecodeTimingRow> time_decode(const LlamaModel& model, const s
             }
         }
         row.compared = int64_t(streams[0].size());
-        while (row.equal < row.compared && streams[0][size_t(row.equal)] == streams[1][size_t(row.equal)]) ++row.equal;
-        fmt::print("decode timing {} at {} positions: eager {:.3f} ms/token, graphs {:.3f} ms/token ({:.2f}x); "
-                   "greedy {}/{} equal; {} captures ({:.1f} ms)\n",
-                   name, P, row.eager_ms, row.graph_ms, row.eager_ms / row.graph_ms, row.equal, row.compared,
-                   row.captures, row.capture_ms);
+        while (row.equal < row.compared && streams[0][size_t(row.equal)] == streams[1][size_t(row.equal)])
+            ++row.equal;
+        fmt::print(
+            "decode timing {} at {} positions: eager {:.3f} ms/token, graphs {:.3f} ms/token ({:.2f}x); "
+            "greedy {}/{} equal; {} captures ({:.1f} ms)\n",
+            name, P, row.eager_ms, row.graph_ms, row.eager_ms / row.graph_ms, row.equal, row.compared,
+            row.captures, row.capture_ms);
         std::fflush(stdout);
         rows.push_back(row);
     }
@@ -89,12 +94,15 @@ inline std::vector<DecodeTimingRow> time_decode(const LlamaModel& model, const s
 }
 
 inline void print_decode_table(const std::vector<DecodeTimingRow>& rows, int64_t steps) {
-    fmt::print("\n| model | positions | eager ms/token | CUDA graphs ms/token | speed-up | greedy tokens equal |\n"
-               "|---|---|---|---|---|---|\n");
+    fmt::print(
+        "\n| model | positions | eager ms/token | CUDA graphs ms/token | speed-up | greedy tokens equal |\n"
+        "|---|---|---|---|---|---|\n");
     for (const DecodeTimingRow& r : rows)
-        fmt::print("| {} | {} | {:.3f} | {:.3f} | {:.2f}x | {}/{} |\n", r.model, r.positions, r.eager_ms, r.graph_ms,
-                   r.eager_ms / r.graph_ms, r.equal, r.compared);
-    fmt::print("({} timed greedy steps per cell after the warm-up; host clock, one synchronisation per token)\n", steps);
+        fmt::print("| {} | {} | {:.3f} | {:.3f} | {:.2f}x | {}/{} |\n", r.model, r.positions, r.eager_ms,
+                   r.graph_ms, r.eager_ms / r.graph_ms, r.equal, r.compared);
+    fmt::print(
+        "({} timed greedy steps per cell after the warm-up; host clock, one synchronisation per token)\n",
+        steps);
 }
 
 }  // namespace hydra::bench

@@ -1,5 +1,5 @@
-// Helpers shared by the GPU training programs (gpu_train_parity, gpu_train_bench): the SmolLM2-135M
-// shape, random weights in sane ranges, plan requests and the relative RMS error.
+// Random models shared by the GPU benchmarks (gpu_train_bench, gpu_decode_bench) and the GPU tests
+// (tests/gpu): the SmolLM2-135M shape, random weights in sane ranges, plan requests, the relative RMS error.
 #pragma once
 
 #include <cmath>
@@ -26,8 +26,9 @@ inline ModelConfig smollm2_135m_config() {
 }
 
 // Random weights: matrices N(0, 0.5/sqrt(in)) so activations keep their scale, the embedding / LM head
-// N(0, 1/C) (logits of unit scale), norms and fusion scales near 1, GDN gates in fla's init ranges.
-inline void randomise(LlamaModel& model, uint64_t seed) {
+// N(0, 1/C) (logits of unit scale; unit_logits = false: N(0, 0.5/sqrt(C)) as every other matrix), norms and
+// fusion scales near 1, GDN gates in fla's init ranges.
+inline void randomise(LlamaModel& model, uint64_t seed, bool unit_logits = true) {
     Rng rng(seed);
     for (const ArenaEntry& e : model.params().entries()) {
         Tensor t = model.params().get(e.name);
@@ -35,7 +36,8 @@ inline void randomise(LlamaModel& model, uint64_t seed) {
         const int64_t n = t.numel();
         const std::string& nm = e.name;
         auto ends = [&](const char* suf) {
-            return nm.size() >= std::strlen(suf) && nm.compare(nm.size() - std::strlen(suf), std::strlen(suf), suf) == 0;
+            return nm.size() >= std::strlen(suf) &&
+                   nm.compare(nm.size() - std::strlen(suf), std::strlen(suf), suf) == 0;
         };
         if (ends("norm.weight") || ends("layernorm.weight") || ends("scale") || ends("o_norm.weight")) {
             for (int64_t i = 0; i < n; ++i) p[i] = float(1.0 + 0.1 * rng.normal());
@@ -47,7 +49,7 @@ inline void randomise(LlamaModel& model, uint64_t seed) {
             for (int64_t i = 0; i < n; ++i) p[i] = float(0.5 * rng.normal());
         } else if (ends(".bias")) {
             for (int64_t i = 0; i < n; ++i) p[i] = float(0.1 * rng.normal());
-        } else if (ends("embed_tokens.weight") || ends("lm_head.weight")) {  // logits of unit scale
+        } else if (unit_logits && (ends("embed_tokens.weight") || ends("lm_head.weight"))) {
             const double sd = 1.0 / std::sqrt(double(e.shape[1]));
             for (int64_t i = 0; i < n; ++i) p[i] = float(sd * rng.normal());
         } else {
@@ -57,8 +59,8 @@ inline void randomise(LlamaModel& model, uint64_t seed) {
     }
 }
 
-inline PlanRequest plan_request(const ModelConfig& c, const std::string& ratio, const std::string& granularity,
-                                FusionKind fusion, uint64_t seed) {
+inline PlanRequest plan_request(const ModelConfig& c, const std::string& ratio,
+                                const std::string& granularity, FusionKind fusion, uint64_t seed) {
     PlanRequest r;
     r.select = "random";
     r.ratio = parse_ratio(ratio, "bench");

@@ -7,14 +7,15 @@
 # Here (Debian 12, apt works):
 #   tools/gpu_build.sh fetch   into .devdeps/ (git-ignored):
 #     gpu/sysroot.tar.xz  the -dev and runtime packages of OpenBLAS (+ gfortran, quadmath), fmt, PCRE2,
-#                         CLI11, nlohmann-json, toml++, stb and pkgconf (apt-get download, dpkg -x, static
-#                         archives and docs dropped)
+#                         CLI11, nlohmann-json, toml++, stb, pkgconf and GoogleTest (apt-get download,
+#                         dpkg -x, docs and static archives dropped except GoogleTest's)
 #     gpu/data.tar.xz     eval data: the prose cache, WordNet's index.{noun,verb,adj}, the wamerican list
 #     gguf_a/, gguf_b/    the default GGUF, xz -1 compressed and split: call 1 carries the sysroot, the
 #                         data and part a; call 2 carries part b only, so part b is the larger
 # There, two calls in a row (a machine stays warm ~30 s after a call and keeps /tmp and ignored files):
 #   call 1, carry .devdeps/gpu .devdeps/gguf_a:  tools/gpu_build.sh build && tools/gpu_build.sh stash
-#       -> /tmp/hydra_gpu/{sysroot,data,build/hydra,build/gpu_forward_parity,env.sh}, part a kept
+#       -> /tmp/hydra_gpu/{sysroot,data,build/hydra,build/hydra_gpu_tests,env.sh}, part a kept
+#       (tools/gpu_test.sh runs the GPU test suite on top of this build)
 #   call 2, carry .devdeps/gguf_b:               tools/gpu_build.sh model
 #       -> /tmp/hydra_gpu/models/SmolLM2-135M-Instruct.Q4_1.gguf (sha256 checked); exit 3 when part a or
 #          the build did not survive (the machine went cold: start again with call 1)
@@ -29,7 +30,7 @@ GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  
 CARRY_LIMIT=$((64 * 1024 * 1024))
 PACKAGES=(libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5 libquadmath0 libfmt-dev libfmt9
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtomlplusplus3 libpcre2-dev libpcre2-8-0 libstb-dev
-  pkgconf pkgconf-bin libpkgconf3)
+  pkgconf pkgconf-bin libpkgconf3 libgtest-dev)
 ARCH=x86_64-linux-gnu
 mode="${1:-}"
 
@@ -52,7 +53,9 @@ fetch)
   stage="$(mktemp -d)"
   trap 'rm -rf "$stage"' EXIT
   for f in "$DEPS"/debs_gpu/*.deb; do dpkg -x "$f" "$stage/sysroot"; done
-  find "$stage/sysroot" \( -name '*.a' -o -name 'liblapack*' -o -name 'libblas*' \) -exec rm -f {} +
+  # GoogleTest comes as static archives only: kept (the GPU tests link them)
+  find "$stage/sysroot" \( \( -name '*.a' ! -name 'libgtest*' \) -o -name 'liblapack*' -o -name 'libblas*' \) \
+    -exec rm -f {} +
   rm -rf "$stage/sysroot/usr/share/doc" "$stage/sysroot/usr/share/man"
   tar -C "$stage" -cf - sysroot | xz -T"${JOBS:-2}" -6 > "$DEPS/gpu/sysroot.tar.xz"
   mkdir -p "$stage/data/prose" "$stage/data/wordnet"
@@ -103,17 +106,17 @@ EOF
   export PKG_CONFIG_LIBDIR="$PKG_CONFIG_PATH"
   nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
   # nvcc at C++17: with the image's g++ 13 library, nvcc's C++20 mode rejects fmt's consteval format strings
-  cmake -S "$ROOT" -B "$PREFIX/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYDRA_CUDA=ON -DHYDRA_TESTS=OFF \
+  cmake -S "$ROOT" -B "$PREFIX/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYDRA_CUDA=ON -DHYDRA_TESTS=ON \
     -DHYDRA_CUDA_STD=c++17 \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DPKG_CONFIG_EXECUTABLE="$SYS/usr/bin/pkgconf" \
     -DCMAKE_PREFIX_PATH="$SYS/usr" -Dfmt_DIR="$SYS/usr/lib/$ARCH/cmake/fmt" \
     -Dnlohmann_json_DIR="$SYS/usr/share/cmake/nlohmann_json" -DCLI11_DIR="$SYS/usr/share/cmake/CLI11" \
-    -Dtomlplusplus_DIR="$SYS/usr/lib/$ARCH/cmake/tomlplusplus" \
+    -Dtomlplusplus_DIR="$SYS/usr/lib/$ARCH/cmake/tomlplusplus" -DGTest_DIR="$SYS/usr/lib/$ARCH/cmake/GTest" \
     -DOPENBLAS_INCLUDE="$SYS/usr/include/$ARCH/openblas-openmp" \
     -DOPENBLAS_LIB="$SYS/usr/lib/$ARCH/openblas-openmp/libopenblas.so" \
     -DCMAKE_CXX_FLAGS="-isystem $SYS/usr/include" -DCMAKE_CUDA_FLAGS="-isystem=$SYS/usr/include" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$SYS/usr/lib/$ARCH:$SYS/usr/lib/$ARCH/openblas-openmp" >/dev/null
-  targets="${HYDRA_GPU_TARGETS:-hydra gpu_forward_parity}"  # e.g. the training programs (tools/gpu_train_run.sh)
+  targets="${HYDRA_GPU_TARGETS:-hydra hydra_gpu_tests}"  # e.g. the benchmarks (tools/gpu_train_run.sh)
   ninja -C "$PREFIX/build" -j"$(nproc)" $targets
   echo "[gpu_build] built $targets in $PREFIX/build in $(( $(date +%s) - start )) s"
   ;;
@@ -135,7 +138,7 @@ model)
   echo "[gpu_build] model: $PREFIX/models/$GGUF_NAME"
   ;;
 *)
-  sed -n '2,26p' "$0"
+  sed -n '2,24p' "$0"
   exit 2
   ;;
 esac

@@ -3,16 +3,18 @@
 # (random weights) or two (the default model too). Figures: docs/BENCHMARKS.md, "Decode with CUDA graphs".
 #
 # here:  tools/gpu_decode_graphs_run.sh pack
-#   hydra + gpu_forward_parity of a CUDA build (BUILD_DIR, default build-cuda-graphs: -DHYDRA_CUDA=ON
+#   hydra, hydra_gpu_tests and gpu_decode_bench of a CUDA build (BUILD_DIR, default build-cuda-graphs: -DHYDRA_CUDA=ON
 #   -DHYDRA_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3) -> .devdeps/gpu_graphs/bin.tar.xz, and the xz'd
 #   GGUF of tools/gpu_build.sh fetch split for these two calls -> .devdeps/gguf_graphs_{a,b}
 # call 1, carry .devdeps/gpu .devdeps/gpu_graphs .devdeps/gguf_graphs_a:   tools/gpu_decode_graphs_run.sh synthetic
-#   gpu_forward_parity --synthetic (7 random models: CPU reference, and graphs vs eager to 1e-5), then
-#   graphs vs eager + decode ms/token eager vs graphs at 1K/8K/32K positions for random weights at
-#   SmolLM2-135M's shape (teacher and 7:1 hybrid); keeps part a of the model for call 2
+#   hydra_gpu_tests' GpuForward/Synthetic cases (7 random models: CPU reference, and graphs vs eager to 1e-5)
+#   and its GpuForwardGraphs cases at SmolLM2-135M's shape, then gpu_decode_bench: decode ms/token eager vs
+#   graphs at 1K/8K/32K positions for random weights at SmolLM2-135M's shape (teacher and 7:1 hybrid);
+#   keeps part a of the model for call 2
 # call 2 within 30 s, carry .devdeps/gguf_graphs_b:                        tools/gpu_decode_graphs_run.sh model
-#   the default model (checksum): gpu_forward_parity on it (graphs check included), decode timing of it and
-#   its 7:1 conversion, and `hydra eval --device cuda` (EVAL_ARGS) with HYDRA_CUDA_GRAPHS=0 and with graphs
+#   the default model (checksum): GpuForward.RealModel and GpuForwardGraphs.RealModelHybrid7to1 on it, decode
+#   timing of it and its 7:1 conversion (gpu_decode_bench), and `hydra eval --device cuda` (EVAL_ARGS) with
+#   HYDRA_CUDA_GRAPHS=0 and with graphs
 # Logs go to $OUT (or ./gpu_graphs_results): results_<mode>.tar.gz (every log, eval JSON) and the main logs.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -56,7 +58,7 @@ export HYDRA_MODEL="$PREFIX/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 ENV
   # shellcheck disable=SC1091
   source "$PREFIX/env.sh"
-  ldd "$PREFIX/bin/gpu_forward_parity" | grep "not found" && return 1
+  ldd "$PREFIX/bin/hydra_gpu_tests" "$PREFIX/bin/gpu_decode_bench" | grep "not found" && return 1
   return 0
 }
 
@@ -64,7 +66,7 @@ case "$mode" in
 pack)
   BUILD="${BUILD_DIR:-$ROOT/build-cuda-graphs}"
   mkdir -p "$(dirname "$PACKED")" "$(dirname "$PART_A")" "$(dirname "$PART_B")"
-  tar -C "$BUILD" -cf - hydra gpu_forward_parity | xz -T2 -9 > "$PACKED"
+  tar -C "$BUILD" -cf - hydra hydra_gpu_tests gpu_decode_bench | xz -T2 -9 > "$PACKED"
   # call 2 carries the tree + part b, call 1 the tree + sysroot/data + binaries + part a: the slack is shared
   xzm="$ROOT/.devdeps/model.gguf.xz"
   tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1)
@@ -81,11 +83,12 @@ synthetic)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$RES/gpu.txt" 2>&1
   setup > "$RES/setup.log" 2>&1 || { cat "$RES/setup.log"; finish 3 setup.log; }
   mkdir -p "$PREFIX/parts" && cp "$PART_A" "$PREFIX/parts/a" && stamp "set up; part a kept"
-  timeout 100 gpu_forward_parity --synthetic > "$RES/parity_synthetic.log" 2>&1
+  timeout 100 hydra_gpu_tests --gtest_filter='GpuForward/Synthetic.*:GpuForwardGraphs.Smollm2Shape*' \
+    > "$RES/parity_synthetic.log" 2>&1
   echo "exit $?" >> "$RES/parity_synthetic.log"
-  grep -E "^(==|CUDA graphs|FAIL|PASS|logits rel|GPU decode vs)|passed|exit" "$RES/parity_synthetic.log"
+  grep -E "^(CUDA graphs|logits rel|GPU decode vs)|^\[ +(OK|FAILED|SKIPPED) +\]|suites? ran|exit" "$RES/parity_synthetic.log"
   stamp "timing, random weights at SmolLM2-135M's shape"
-  timeout 150 gpu_forward_parity --no-parity --decode-timing "$LENGTHS" > "$RES/timing_random.log" 2>&1
+  timeout 150 gpu_decode_bench --lengths "$LENGTHS" > "$RES/timing_random.log" 2>&1
   trc=$?
   echo "exit $trc" >> "$RES/timing_random.log"
   grep -vE "^decode timing" "$RES/timing_random.log"
@@ -101,11 +104,12 @@ model)
   # shellcheck disable=SC1091
   source "$PREFIX/env.sh"
   stamp "model ready; parity"
-  timeout 120 gpu_forward_parity "$HYDRA_MODEL" > "$RES/parity_model.log" 2>&1
+  timeout 120 hydra_gpu_tests --gtest_filter='GpuForward.RealModel:GpuForwardGraphs.RealModel*' \
+    > "$RES/parity_model.log" 2>&1
   echo "exit $?" >> "$RES/parity_model.log"
-  grep -E "^(==|CUDA graphs|FAIL|PASS|logits rel|GPU decode vs|greedy)|passed|exit" "$RES/parity_model.log"
+  grep -E "^(CUDA graphs|logits rel|GPU decode vs|greedy)|^\[ +(OK|FAILED|SKIPPED) +\]|suites? ran|exit" "$RES/parity_model.log"
   stamp "timing, the model and its 7:1 conversion"
-  timeout 150 gpu_forward_parity --no-parity --decode-timing "$LENGTHS" "$HYDRA_MODEL" > "$RES/timing_model.log" 2>&1
+  timeout 150 gpu_decode_bench --lengths "$LENGTHS" "$HYDRA_MODEL" > "$RES/timing_model.log" 2>&1
   trc=$?
   echo "exit $trc" >> "$RES/timing_model.log"
   grep -vE "^decode timing" "$RES/timing_model.log"

@@ -8,14 +8,15 @@
 # here, before: tools/gpu_train_run.sh split (the model in two parts sized for the tree as it is now)
 # call 1, carry .devdeps/gpu .devdeps/gguf_train_a .devdeps/gpu_train:   tools/gpu_pipeline_run.sh stage
 #   the binaries and part a of the model (tools/gpu_train_run.sh stage), then the gradient parity of the
-#   CUDA training step against the CPU reference (tiny and SmolLM2-shaped models: CE, KL, align)
+#   CUDA training step against the CPU reference (hydra_gpu_tests' GpuTrainStep cases on tiny and
+#   SmolLM2-shaped models: CE, KL, align; and the engine)
 # call 2 (within ~30 s), carry .devdeps/gguf_train_b:    tools/gpu_pipeline_run.sh start [key=value ...]
 #   the model (checksum), the real-model parity (SKIP_PARITY=1: not), then the pipeline started in the
 #   background into $PREFIX/pipeline; waits up to WAIT_SECONDS (default 500) and collects
 # call 3... (each within ~30 s of the last):             tools/gpu_pipeline_run.sh wait
 #   waits again and collects; exits 0 once the pipeline has finished (report.md written), 10 while it
-#   is still running, the pipeline's status otherwise; after a good finish, gpu_forward_parity (GPU vs
-#   CPU forward) on the teacher and the trained students
+#   is still running, the pipeline's status otherwise; after a good finish, the GPU forward against the
+#   CPU's (hydra_gpu_tests' GpuForward.RealModel) on the teacher and each trained student
 # Results go to $OUT (or ./gpu_pipeline_results).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -59,13 +60,16 @@ wait_pipeline() {
   rc="$(cat "$PREFIX/pipeline.rc" 2>/dev/null || echo 99)"  # 99: ended without a status (killed)
   stamp "pipeline finished, status $rc"
   tr '\r' '\n' < "$PREFIX/pipeline.log" | grep -v '^\s*$' | tail -20
-  if [[ "$rc" == 0 && -x "$PREFIX/build/gpu_forward_parity" && ! -f "$RES/forward_parity.log" ]]; then
-    # GPU inference vs the CPU reference on the trained students (and the teacher)
+  if [[ "$rc" == 0 && -x "$PREFIX/build/hydra_gpu_tests" && ! -f "$RES/forward_parity.log" ]]; then
+    # GPU inference vs the CPU reference on the trained students (and the teacher): the test reads $HYDRA_MODEL
     stamp "forward parity of the trained models"
-    timeout "${FORWARD_PARITY_SECONDS:-150}" "$PREFIX/build/gpu_forward_parity" --tokens 300 "$HYDRA_MODEL" \
-      "$RUN"/*/longctx > "$RES/forward_parity.log" 2>&1
-    echo "forward parity exit $?" >> "$RES/forward_parity.log"
-    grep -vE '^\s*$' "$RES/forward_parity.log" | tail -30
+    for m in "$HYDRA_MODEL" "$RUN"/*/longctx; do
+      echo "== $m"
+      HYDRA_MODEL="$m" timeout "${FORWARD_PARITY_SECONDS:-150}" "$PREFIX/build/hydra_gpu_tests" \
+        --gtest_filter='GpuForward.RealModel'
+      echo "forward parity exit $?"
+    done > "$RES/forward_parity.log" 2>&1
+    grep -E '^== |logits rel|greedy|decode vs|CUDA graphs|^\[ +(OK|FAILED|SKIPPED) +\]|exit' "$RES/forward_parity.log" | tail -40
   fi
   return "$rc"
 }
@@ -77,9 +81,11 @@ stage)
   source "$PREFIX/env.sh"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$RES/gpu.txt" 2>&1
   stamp "parity (tiny and SmolLM2-shaped models)"
-  timeout "${PARITY_SECONDS:-240}" "$PREFIX/build/gpu_train_parity" --smollm > "$RES/parity.log" 2>&1
+  timeout "${PARITY_SECONDS:-240}" "$PREFIX/build/hydra_gpu_tests" \
+    --gtest_filter='Cases/GpuTrainStep.Parity/tiny_*:Cases/GpuTrainStep.Parity/smollm2_shape_*:GpuTrainEngine.*' \
+    > "$RES/parity.log" 2>&1
   echo "parity exit $?" | tee -a "$RES/parity.log"
-  grep -E "PASS|FAIL|passed|floor" "$RES/parity.log" | tail -40
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|^\[  (PASSED|FAILED)  \]|suites? ran' "$RES/parity.log" | tail -40
   stamp "done"
   ;;
 start)
@@ -88,9 +94,10 @@ start)
   source "$PREFIX/env.sh"
   if [[ -z "${SKIP_PARITY:-}" ]]; then
     stamp "parity on the real model"
-    timeout 60 "$PREFIX/build/gpu_train_parity" --no-tiny --seq 130 --model "$HYDRA_MODEL" > "$RES/parity_model.log" 2>&1
+    timeout 120 "$PREFIX/build/hydra_gpu_tests" --gtest_filter='Cases/GpuTrainStep.Parity/smollm2_real_*' \
+      > "$RES/parity_model.log" 2>&1
     echo "parity exit $?" | tee -a "$RES/parity_model.log"
-    grep -E "PASS|FAIL|passed|floor" "$RES/parity_model.log" | tail -20
+    grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|^\[  (PASSED|FAILED)  \]|suites? ran' "$RES/parity_model.log" | tail -20
   fi
   stamp "pipeline started in the background"
   rm -rf "$RUN" "$PREFIX/pipeline.rc"

@@ -3,21 +3,23 @@
 # explains the split: the 94 MiB GGUF goes over as two parts, part a with the first call).
 #
 # here, once:  tools/gpu_build.sh fetch (.devdeps/gpu, gguf_a, gguf_b); optionally tools/gpu_train_run.sh pack
-#   (.devdeps/gpu_train/bin.tar.xz: hydra + the two programs from build-cuda-train2, configured with
+#   (.devdeps/gpu_train/bin.tar.xz: hydra, the GPU tests and the benchmarks from build-cuda-train2, configured with
 #   -DHYDRA_CUDA=ON -DHYDRA_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3, so no build is needed there)
 # here, before the calls: tools/gpu_train_run.sh split (.devdeps/gguf_train_{a,b}: the model split for the
 #   tree as it is now, 3 MiB margin)
 # call 1, carry .devdeps/gpu .devdeps/gguf_train_a .peer [.devdeps/gpu_train]:   tools/gpu_train_run.sh bench
-#   the carried binaries when they load there, else build hydra + gpu_train_parity + gpu_train_bench there
+#   the carried binaries when they load there, else build hydra, hydra_gpu_tests and the benchmarks there
 #   (tools/gpu_build.sh build); keep part a of the model for call 2;
-#   gradient parity (tiny models + SmolLM2-135M shapes, random weights) vs the CPU reference;
+#   gradient parity (hydra_gpu_tests' GpuTrainStep cases: tiny models + SmolLM2-135M shapes, random weights,
+#   and the engine) vs the CPU reference;
 #   training-step throughput of SmolLM2-135M and its 7:1 hybrid (8x2048, 4x4096, the distillation step,
 #   T = 32K batch 1 with / without layer recomputation), then the PyTorch eager reference of the same
 #   models at the same shapes (tools/torch_hybrid_ref.py; fla from .peer for the GDN heads)
 #   (tools/gpu_train_run.sh stage: only the binaries and part a, when call 1's measurements already exist)
 # (tools/gpu_train_run.sh model: only the model assembly of call 2, for other scripts such as gpu_pipeline_run.sh)
 # call 2 (within ~30 s), carry .devdeps/gguf_train_b:    tools/gpu_train_run.sh distill
-#   the model; parity on the real teacher and its 7:1 random-kv conversion; `hydra convert`; a stage-2 KL
+#   the model; parity on the real teacher and its 7:1 random-kv conversion (the smollm2_real_* GpuTrainStep
+#   cases); `hydra convert`; a stage-2 KL
 #   distillation of the hybrid against the teacher on the prose cache through `hydra distill --device
 #   cuda`, sized from call 1's measured step time (or DISTILL_STEP_MS) to run DISTILL_SECONDS (default
 #   320; SKIP_PARITY=1 leaves the real-model parity out)
@@ -32,7 +34,12 @@ export PYTHONUNBUFFERED=1
 mode="${1:-}"
 t_start=$(date +%s)
 stamp() { echo "[gpu_train_run] $(( $(date +%s) - t_start )) s: $*"; }
-PROGRAMS=(hydra gpu_train_parity gpu_train_bench gpu_forward_parity)
+PROGRAMS=(hydra hydra_gpu_tests gpu_train_bench gpu_decode_bench)
+# the GPU test cases of the training step (random-weight models; the real model's: REAL_PARITY)
+PARITY='Cases/GpuTrainStep.Parity/tiny_*:Cases/GpuTrainStep.Parity/smollm2_shape_*:GpuTrainEngine.*'
+REAL_PARITY='Cases/GpuTrainStep.Parity/smollm2_real_*'
+# the lines of a gtest run worth showing: each test's verdict and the totals
+verdicts() { grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|^\[  (PASSED|FAILED)  \]|suites? ran' "$1" | tail -"${2:-40}"; }
 PACKED="$ROOT/.devdeps/gpu_train/bin.tar.xz"
 GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # as tools/gpu_build.sh
@@ -134,10 +141,10 @@ bench)
   source "$PREFIX/env.sh"
   B="$PREFIX/build"
   stamp "parity"
-  timeout 120 "$B/gpu_train_parity" --smollm > "$RES/parity.log" 2>&1
+  timeout 240 "$B/hydra_gpu_tests" --gtest_filter="$PARITY" > "$RES/parity.log" 2>&1
   prc=$?
   echo "parity exit $prc" >> "$RES/parity.log"
-  grep -E "^(loss|gradients|frozen|timing|teacher|vs lm|step|after|engine|eval)|PASS|FAIL|passed" "$RES/parity.log" | tail -60
+  verdicts "$RES/parity.log" 60
   stamp "ours"
   timeout 150 "$B/gpu_train_bench" --plan-out "$RES/plan.json" --json "$RES/ours.jsonl" > "$RES/ours.log" 2>&1
   cat "$RES/ours.log"
@@ -158,9 +165,9 @@ distill)
   source "$PREFIX/env.sh"
   B="$PREFIX/build"
   stamp "parity on the real model${SKIP_PARITY:+ (skipped)}"
-  [[ -n "${SKIP_PARITY:-}" ]] || timeout 45 "$B/gpu_train_parity" --no-tiny --seq 130 --model "$HYDRA_MODEL" > "$RES/parity_model.log" 2>&1
+  [[ -n "${SKIP_PARITY:-}" ]] || timeout 120 "$B/hydra_gpu_tests" --gtest_filter="$REAL_PARITY" > "$RES/parity_model.log" 2>&1
   echo "parity exit $?" >> "$RES/parity_model.log"
-  grep -E "^(==|loss|gradients|teacher|timing)|PASS|FAIL|passed" "$RES/parity_model.log" | tail -20
+  verdicts "$RES/parity_model.log" 20
   stamp "convert"
   rm -rf /tmp/hybrid71 /tmp/distill71
   hydra convert "$HYDRA_MODEL" --ratio 7:1 --select random --seed 1 --granularity kv \
