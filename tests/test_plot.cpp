@@ -608,6 +608,23 @@ TEST(PlotHeatmap, FixedScaleAndNames) {
     EXPECT_EQ(centre(1, 1), viridis(0.25));
 }
 
+TEST(PlotHeatmap, OutlinedSmallCellsKeepTheirColour) {
+    HeatmapOptions o;
+    o.vmin = 0.0;
+    o.vmax = 1.0;
+    o.cell_width = 4;  // too small for the white ring: the black edge and the cell's colour inside
+    o.cell_height = 4;
+    o.outlined = {{0, 1}};
+    HeatmapFrame f;
+    PlotTempDir dir("heatsmall");
+    fs::path p = dir.path / "h.png";
+    write_heatmap(p.string(), {{0.25, 0.75, 0.5}}, o, &f);
+    Image c = load_png(p);
+    EXPECT_EQ(c.at(f.x0 + 4, f.y0), rgb_hex(0x000000));
+    EXPECT_EQ(c.at(f.x0 + 4 + 2, f.y0 + 2), viridis(0.75));
+    EXPECT_EQ(c.at(f.x0 + 2, f.y0 + 2), viridis(0.25));
+}
+
 TEST(PlotHeatmap, BadInputsThrow) {
     PlotTempDir dir("heatbad");
     const std::string p = (dir.path / "h.png").string();

@@ -174,12 +174,15 @@ void write_heatmap(const std::string& path, const std::vector<std::vector<double
         for (auto [r, k] : o.outlined) {
             const int x = left + k * cw, y = top + r * ch;
             const double v = values[size_t(r)][size_t(k)];
-            const int ring = std::min(2, (std::min(cw, ch) - 3) / 2);
+            const int ring =
+                std::max(0, std::min(2, (std::min(cw, ch) - 3) / 2));  // none in cells under 5 px
             pg.color(rgb_hex(0x000000));
             pg.fill_rect(x, y, cw, ch);
             if (ring > 0) {
                 pg.color(rgb_hex(0xffffff));
                 pg.fill_rect(x + 1, y + 1, cw - 2, ch - 2);
+            }
+            if (cw > 2 + 2 * ring && ch > 2 + 2 * ring) {
                 pg.color(std::isfinite(v) ? viridis((v - vmin) / (vmax - vmin)) : heatmap_missing_color());
                 pg.fill_rect(x + 1 + ring, y + 1 + ring, cw - 2 - 2 * ring, ch - 2 - 2 * ring);
             }
