@@ -135,8 +135,15 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
         o.title = "stage " + stage + ": training loss";
         o.x_label = "step";
         o.y_label = stage == "align" ? "layer error / layer update" : "loss (nats/token)";
-        write_line_plot((out / ("loss_" + stage + ".png")).string(), series, o);
-        md += fmt::format("![{} loss](loss_{}.png)\n\n", stage, stage);
+        // A figure is a side product of the report: when it cannot be drawn (no PNG driver, ...) the
+        // report says so and keeps its tables.
+        try {
+            write_line_plot((out / ("loss_" + stage + ".png")).string(), series, o);
+            md += fmt::format("![{} loss](loss_{}.png)\n\n", stage, stage);
+        } catch (const Error& e) {
+            fmt::print(stderr, "warning: no {} loss plot: {}\n", stage, e.what());
+            md += fmt::format("({} loss plot not drawn: {})\n\n", stage, e.what());
+        }
     }
     if (fs::exists(out / "heads.png")) md += "Head scores of the teacher (outlined: the top eighth): ![heads](heads.png)\n\n";
     if (fs::exists(out / "ablation.json")) {

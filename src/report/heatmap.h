@@ -1,6 +1,6 @@
-// Heatmaps as PNG: head scores as a (layers x heads) grid of viridis-coloured cells, with row and
-// column tick labels, axis labels, a colour bar with min/max labels, and optional outlined cells
-// (e.g. the heads selected to keep full attention).
+// Heatmaps as PNG, drawn by PLplot: head scores as a (layers x heads) grid of viridis-coloured cells,
+// with row and column tick labels, axis labels, a colour bar with min/max labels, and optional
+// outlined cells (e.g. the heads selected to keep full attention).
 //
 // Row 0 is at the top. The image size follows from the cell size (automatic unless given).
 // Non-finite values (NaN, inf) are drawn as grey "missing" cells.
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "report/canvas.h"
+#include "report/colors.h"
 
 namespace hydra {
 
@@ -27,27 +27,22 @@ struct HeatmapOptions {
     std::vector<std::pair<int, int>> outlined;  // (row, col) cells to outline
 };
 
-// Where things went, for callers (and tests) that need to locate a cell.
+// Where things went, for callers (and tests) that need to locate a cell. Pixel coordinates, y down.
 struct HeatmapFrame {
     int x0 = 0, y0 = 0, cell_w = 0, cell_h = 0, rows = 0,
-        cols = 0;                                    // cell (r, c) at x0 + c*cell_w, y0 + r*cell_h
+        cols = 0;                                    // cell (r, c) covers x0 + c*cell_w, y0 + r*cell_h
     int bar_x = 0, bar_y = 0, bar_w = 0, bar_h = 0;  // colour bar, vmax at the top
+    int width = 0, height = 0;                       // the image
     double vmin = 0, vmax = 1;
 };
 
-// Viridis colormap, t in [0, 1] (clamped; NaN -> 0): interpolated from 10 equally spaced samples,
-// dark purple (0x440154) through teal to yellow (0xfde725), lightness increasing monotonically.
-Rgb viridis(double t);
-// Colour of missing (non-finite) cells.
-Rgb heatmap_missing_color();
-
-// Throws hydra::Error for: no rows or no columns, ragged rows, too many rows/cols for the image
-// size, a names vector of the wrong length, an outlined cell out of range, vmin >= vmax, or no
-// finite value when vmin/vmax are not both given.
-Canvas render_heatmap(const std::vector<std::vector<double>>& values, const HeatmapOptions& options,
-                      HeatmapFrame* frame = nullptr);
-// render_heatmap + Canvas::write_png (atomic).
+// Cell colours: viridis((v - vmin) / (vmax - vmin)) (colors.h), heatmap_missing_color() for
+// non-finite values. Writes the PNG atomically (a temporary file renamed into place). Throws
+// hydra::Error naming path for: no rows or no columns, ragged rows, too many rows/cols for the image
+// size, a names vector of the wrong length, an outlined cell out of range, vmin >= vmax, no finite
+// value when vmin/vmax are not both given, PLplot's PNG device missing (the message names the Debian
+// package), or a path that cannot be written. frame, when given, receives the layout.
 void write_heatmap(const std::string& path, const std::vector<std::vector<double>>& values,
-                   const HeatmapOptions& options);
+                   const HeatmapOptions& options, HeatmapFrame* frame = nullptr);
 
 }  // namespace hydra

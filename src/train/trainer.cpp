@@ -159,7 +159,13 @@ void write_loss_plot(const std::string& path, const std::vector<double>& steps, 
                 : c.stage == "pretrain" ? "cross-entropy (nats/token)"
                                         : fmt::format("{} CE + {} KL (nats/token)", c.ce_weight, c.kl_weight);
     if (!eval_steps.empty()) o.y_label += "; held-out: CE";
-    write_line_plot(path, series, o);
+    // The plot is a side product of the run: the checkpoint and log.jsonl are written already, so a
+    // plot that cannot be drawn (no PNG driver, ...) is reported, not made the run's failure.
+    try {
+        write_line_plot(path, series, o);
+    } catch (const Error& e) {
+        fmt::print(stderr, "warning: no loss plot: {}\n", e.what());
+    }
 }
 
 }  // namespace
