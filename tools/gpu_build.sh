@@ -28,9 +28,13 @@ PREFIX="${HYDRA_GPU_PREFIX:-/tmp/hydra_gpu}"
 GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # as tools/setup.sh
 CARRY_LIMIT=$((64 * 1024 * 1024))
+# PLplot: only what building and linking need; its cairo driver (fonts, pango, X libraries) is left out, so on the
+# GPU machine figures are skipped with a warning naming the package.
 PACKAGES=(libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5 libquadmath0 libfmt-dev libfmt9
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtomlplusplus3 libpcre2-dev libpcre2-8-0 libstb-dev
-  pkgconf pkgconf-bin libpkgconf3 libgtest-dev)
+  pkgconf pkgconf-bin libpkgconf3 libgtest-dev
+  libplplot-dev libplplot17 libltdl7 libshp2 libcsirocsa0 libcsironn0 libqhull-r8.0 libqsastime0 libfreetype6 libpng16-16
+  libbrotli1)
 ARCH=x86_64-linux-gnu
 mode="${1:-}"
 

@@ -43,9 +43,22 @@ const std::vector<std::string>& pipeline_steps() {
 
 namespace {
 
+// Figures are side products of a step: one that cannot be drawn (no PNG driver on this machine, ...) is a
+// warning, never the step's failure, so a resumed run does not redo the work the figure shows.
+template <typename Draw>
+void draw_figure(const std::string& path, Draw&& draw) {
+    try {
+        draw();
+    } catch (const Error& e) {
+        fmt::print(stderr, "warning: no figure {}: {}\n", path, e.what());
+    }
+}
+
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // A `hydra train` checkpoint that reached its configured number of steps.
 bool stage_complete(const fs::path& dir, int64_t steps) {
@@ -66,7 +79,8 @@ void write_json(const fs::path& p, const json& j) {
 }
 
 // Teacher statistics for the calibration: the first tokens of held-out prose.
-std::vector<int32_t> prose_tokens(const ModelText& text, const std::string& file, int64_t count, int64_t skip_bytes) {
+std::vector<int32_t> prose_tokens(const ModelText& text, const std::string& file, int64_t count,
+                                  int64_t skip_bytes) {
     if (count <= 0 || !fs::exists(file)) return {};
     std::string s = read_text_file(file);
     if (int64_t(s.size()) > skip_bytes + 64 * count) s = s.substr(size_t(skip_bytes));
@@ -90,20 +104,22 @@ TrainConfig without_heldout(TrainConfig tc, const std::string& heldout, const st
     bool dropped = false;
     for (const std::string& f : training_source_files(tc)) {
         std::error_code ec;
-        if (fs::equivalent(f, heldout, ec)) dropped = true;
-        else kept.push_back(fs::absolute(f).string());
+        if (fs::equivalent(f, heldout, ec))
+            dropped = true;
+        else
+            kept.push_back(fs::absolute(f).string());
     }
     if (!dropped) return tc;
-    HYDRA_CHECK(!kept.empty(), "{}: data.sources holds only the held-out text {}; give the stage other prose", label,
-                heldout);
+    HYDRA_CHECK(!kept.empty(), "{}: data.sources holds only the held-out text {}; give the stage other prose",
+                label, heldout);
     tc.sources = kept;
     return tc;
 }
 
 // Top-1 agreement, KL(teacher || student) and the student's perplexity on held-out prose, in windows
 // of the teacher's training length.
-json teacher_agreement(const LlamaModel& teacher, const LlamaModel& student, const std::vector<int32_t>& tokens,
-                       int64_t window) {
+json teacher_agreement(const LlamaModel& teacher, const LlamaModel& student,
+                       const std::vector<int32_t>& tokens, int64_t window) {
     int64_t agree = 0, count = 0;
     double kl = 0, nll = 0;
     const int64_t V = student.config().vocab_size;
@@ -157,9 +173,10 @@ std::unique_ptr<LlamaModel> ablated_copy(const LlamaModel& m, const std::vector<
 // retrieval accuracy far more than ablating the same number of random heads"): RULER-style accuracy
 // of the teacher with the top eighth of heads by aggregate score ablated, and with random eighths
 // for three seeds, on the scoring tasks at the first evaluation length.
-json ablation_check(const LlamaModel& teacher, const ModelText& text, const std::vector<const TaskGenerator*>& tasks,
-                    const std::vector<std::string>& task_names, const std::vector<double>& aggregate, int64_t length,
-                    int64_t samples, const PipelineHooks& hooks, bool on_device) {
+json ablation_check(const LlamaModel& teacher, const ModelText& text,
+                    const std::vector<const TaskGenerator*>& tasks,
+                    const std::vector<std::string>& task_names, const std::vector<double>& aggregate,
+                    int64_t length, int64_t samples, const PipelineHooks& hooks, bool on_device) {
     const ModelConfig& c = teacher.config();
     const int64_t L = c.num_layers, H = c.num_heads, n = std::max<int64_t>(1, (L * H + 7) / 8);
     EvalSettings es;
@@ -170,10 +187,12 @@ json ablation_check(const LlamaModel& teacher, const ModelText& text, const std:
     SampleCache cache;  // the same samples for every ablation
     es.sample_cache = &cache;
     auto accuracy = [&](const LlamaModel& m) {
-        const GenerateFn gen = on_device ? hooks.generator(m, text, es.context_limit, es.context_limit) : GenerateFn{};
+        const GenerateFn gen =
+            on_device ? hooks.generator(m, text, es.context_limit, es.context_limit) : GenerateFn{};
         return run_eval("ablation", m, tasks, text, es, {}, gen).overall;
     };
-    std::vector<std::vector<double>> table(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(H), 0.0));
+    std::vector<std::vector<double>> table(static_cast<size_t>(L),
+                                           std::vector<double>(static_cast<size_t>(H), 0.0));
     for (int64_t i = 0; i < L * H; ++i) table[size_t(i / H)][size_t(i % H)] = aggregate[size_t(i)];
     json j;
     j["heads_ablated"] = n;
@@ -184,16 +203,18 @@ json ablation_check(const LlamaModel& teacher, const ModelText& text, const std:
     j["top_scored"] = accuracy(*ablated_copy(teacher, top_scored_heads(table, n)));
     json random = json::array();
     for (uint64_t seed : {1u, 2u, 3u})
-        random.push_back({{"seed", seed}, {"accuracy", accuracy(*ablated_copy(teacher, random_heads(L, H, n, seed)))}});
+        random.push_back(
+            {{"seed", seed}, {"accuracy", accuracy(*ablated_copy(teacher, random_heads(L, H, n, seed)))}});
     j["random"] = random;
     return j;
 }
 
 std::string ablation_summary(const json& ab) {
-    return fmt::format("ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
-                       "{:.1f} / {:.1f} / {:.1f}",
-                       ab["none"].get<double>(), ab["top_scored"].get<double>(), ab["random"][0]["accuracy"].get<double>(),
-                       ab["random"][1]["accuracy"].get<double>(), ab["random"][2]["accuracy"].get<double>());
+    return fmt::format(
+        "ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
+        "{:.1f} / {:.1f} / {:.1f}",
+        ab["none"].get<double>(), ab["top_scored"].get<double>(), ab["random"][0]["accuracy"].get<double>(),
+        ab["random"][1]["accuracy"].get<double>(), ab["random"][2]["accuracy"].get<double>());
 }
 
 }  // namespace
@@ -203,14 +224,16 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     const auto t_start = Clock::now();
     cfg.validate();
     const bool on_device = cfg.device == "cuda";
-    HYDRA_CHECK(!on_device || (hooks.train_engine && hooks.generator),
-                "pipeline: device = cuda, but this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON "
-                "on a machine with the CUDA toolkit, or set device=cpu)");
+    HYDRA_CHECK(
+        !on_device || (hooks.train_engine && hooks.generator),
+        "pipeline: device = cuda, but this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON "
+        "on a machine with the CUDA toolkit, or set device=cpu)");
     const auto& steps = pipeline_steps();
     size_t from_index = steps.size();
     if (!from.empty()) {
         auto it = std::find(steps.begin(), steps.end(), from);
-        HYDRA_CHECK(it != steps.end(), "--from: '{}' is not a pipeline step ({})", from, fmt::format("{}", fmt::join(steps, ", ")));
+        HYDRA_CHECK(it != steps.end(), "--from: '{}' is not a pipeline step ({})", from,
+                    fmt::format("{}", fmt::join(steps, ", ")));
         from_index = size_t(it - steps.begin());
     }
     auto forced = [&](const std::string& step) {
@@ -242,13 +265,14 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         DataLoader::Generator synthetic;
         if (tc.synthetic_fraction > 0 && hooks.synthetic_rows) synthetic = hooks.synthetic_rows(tc);
         tc.device = cfg.device;
-        run_training(tc, dir.string(), resume ? std::optional(dir.string()) : std::nullopt, std::nullopt,
-                     [&](const StepLog& s) {
-                         if (hooks.progress)
-                             hooks.progress(label, s.step, s.total_steps,
-                                            fmt::format("loss {:.4f} {:.0f} tok/s", s.loss, s.tokens_per_second));
-                     },
-                     synthetic, on_device ? hooks.train_engine : TrainEngineFactory{});
+        run_training(
+            tc, dir.string(), resume ? std::optional(dir.string()) : std::nullopt, std::nullopt,
+            [&](const StepLog& s) {
+                if (hooks.progress)
+                    hooks.progress(label, s.step, s.total_steps,
+                                   fmt::format("loss {:.4f} {:.0f} tok/s", s.loss, s.tokens_per_second));
+            },
+            synthetic, on_device ? hooks.train_engine : TrainEngineFactory{});
         record(label, since(t0), tc.steps * tc.batch_size * tc.seq_len);
     };
 
@@ -256,11 +280,12 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     std::string teacher_path = cfg.teacher;
     if (teacher_path.empty()) {
         teacher_path = (out / "teacher").string();
-        train_stage("teacher", without_heldout(cfg.teacher_train, heldout_file, "teacher_train"), out / "teacher");
+        train_stage("teacher", without_heldout(cfg.teacher_train, heldout_file, "teacher_train"),
+                    out / "teacher");
     }
     LoadedModel teacher = load_model(teacher_path);
-    HYDRA_CHECK(teacher.model->plan().is_all_fa(), "{}: the pipeline's teacher must be a full-attention model",
-                teacher_path);
+    HYDRA_CHECK(teacher.model->plan().is_all_fa(),
+                "{}: the pipeline's teacher must be a full-attention model", teacher_path);
     const ModelConfig& tcfg = teacher.model->config();
     const ModelText text = model_text_for(teacher_path, teacher.vocab, tcfg.eos_token_ids);
     auto ctx = std::make_shared<TaskContext>();
@@ -282,7 +307,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             const auto t0 = Clock::now();
             const HeadScoreTable table = load_head_scores(cfg.score_file, tcfg);
             std::vector<double> aggregate;
-            for (const auto& layer : table.heads) aggregate.insert(aggregate.end(), layer.begin(), layer.end());
+            for (const auto& layer : table.heads)
+                aggregate.insert(aggregate.end(), layer.begin(), layer.end());
             std::vector<std::unique_ptr<TaskGenerator>> gens;
             std::vector<const TaskGenerator*> ptrs;
             for (const std::string& t : cfg.score_tasks) {
@@ -291,12 +317,15 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             }
             say(fmt::format("score: from {}; ablation check on {} at {} tokens", cfg.score_file,
                             fmt::join(cfg.score_tasks, ","), cfg.score_lengths[0]));
-            json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, aggregate, cfg.score_lengths[0],
-                                     cfg.ablation_samples, hooks, on_device);
+            json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, aggregate,
+                                     cfg.score_lengths[0], cfg.ablation_samples, hooks, on_device);
             ab["scores_from"] = cfg.score_file;
             write_json(out / "ablation.json", ab);
-            write_scores_heatmap((out / "heads.png").string(), aggregate, tcfg.num_layers, tcfg.num_heads,
-                                 "head scores (aggregate)", "combined score", (tcfg.num_layers * tcfg.num_heads + 7) / 8);
+            draw_figure((out / "heads.png").string(), [&] {
+                write_scores_heatmap((out / "heads.png").string(), aggregate, tcfg.num_layers, tcfg.num_heads,
+                                     "head scores (aggregate)", "combined score",
+                                     (tcfg.num_layers * tcfg.num_heads + 7) / 8);
+            });
             write_text_file(scores_path, read_text_file(cfg.score_file));  // last: marks the step done
             record("score/ablation", since(t0), 0);
             say(ablation_summary(ab));
@@ -317,14 +346,17 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                 HYDRA_CHECK(!c.empty(), "score.tasks: task '{}' has no clean/corrupted pairs", t);
                 tasks.push_back({gens.back().get(), c[0]});
             }
-            ScoreReport report = score_heads(*teacher.model, text, tasks, so, [&](int64_t d, int64_t n, const std::string& s) {
-                if (hooks.progress) hooks.progress("score", d, n, s);
-            });
+            ScoreReport report =
+                score_heads(*teacher.model, text, tasks, so, [&](int64_t d, int64_t n, const std::string& s) {
+                    if (hooks.progress) hooks.progress("score", d, n, s);
+                });
             report.model_source = teacher_path;
             write_scores_json(scores_path.string(), tcfg, report);
-            write_scores_heatmap((out / "heads.png").string(), report.scores.aggregate, tcfg.num_layers,
-                                 tcfg.num_heads, "head scores (aggregate)", "combined score",
-                                 (tcfg.num_layers * tcfg.num_heads + 7) / 8);
+            draw_figure((out / "heads.png").string(), [&] {
+                write_scores_heatmap((out / "heads.png").string(), report.scores.aggregate, tcfg.num_layers,
+                                     tcfg.num_heads, "head scores (aggregate)", "combined score",
+                                     (tcfg.num_layers * tcfg.num_heads + 7) / 8);
+            });
             record("score", since(t0), 0);
             // Causality check of the scores by ablation (written next to them).
             const auto t1 = Clock::now();
@@ -373,7 +405,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             if (text.name() == "byte-v1") extra["tokenizer"] = "byte-v1";
             std::map<std::string, std::string> files;
             for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-                if (fs::exists(fs::path(teacher_path) / f)) files[f] = read_text_file(fs::path(teacher_path) / f);
+                if (fs::exists(fs::path(teacher_path) / f))
+                    files[f] = read_text_file(fs::path(teacher_path) / f);
             save_model_directory(converted.string(), *hybrid, extra, files);
             say(fmt::format("{}: convert: {}", v.name, plan.ratio_summary()));
             record(v.name + "/convert", since(t0), stats.calibration_tokens);
@@ -402,10 +435,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     std::vector<ModelEvalResult> results;
     SampleCache sample_cache;  // every model runs the same samples; built once
     json agreement = read_json_or(eval_dir / "agreement.json", json::object());
-    const std::vector<int32_t> heldout =
-        prose_tokens(text, heldout_file,
-                     cfg.heldout_tokens, 40000);
-    const int64_t window = cfg.teacher.empty() ? cfg.teacher_train.seq_len : std::min<int64_t>(tcfg.max_position_embeddings, 1024);
+    const std::vector<int32_t> heldout = prose_tokens(text, heldout_file, cfg.heldout_tokens, 40000);
+    const int64_t window = cfg.teacher.empty() ? cfg.teacher_train.seq_len
+                                               : std::min<int64_t>(tcfg.max_position_embeddings, 1024);
     for (const auto& [name, path] : all_models) {
         const fs::path result_file = eval_dir / (name + ".json");
         if (forced("eval")) fs::remove(result_file);
@@ -414,7 +446,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             ModelEvalResult r;
             r.model = name;
             for (const auto& [task, by_len] : j.value("task_scores", json::object()).items())
-                for (const auto& [len, score] : by_len.items()) r.task_scores[task][std::stoll(len)] = score.get<double>();
+                for (const auto& [len, score] : by_len.items())
+                    r.task_scores[task][std::stoll(len)] = score.get<double>();
             for (const auto& [len, score] : j.value("length_scores", json::object()).items())
                 r.length_scores[std::stoll(len)] = score.get<double>();
             r.overall = j.value("overall", 0.0);
@@ -440,17 +473,30 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         es.sample_cache = &sample_cache;
         ModelEvalResult r;
         {
-            const GenerateFn gen =
-                on_device ? hooks.generator(*m.model, text, es.context_limit, es.context_limit) : GenerateFn{};
-            r = run_eval(name, *m.model, ptrs, text, es, [&](int64_t d, int64_t n, const std::string& s) {
-                if (hooks.progress) hooks.progress("eval " + name, d, n, s);
-            }, gen);
+            const GenerateFn gen = on_device
+                                       ? hooks.generator(*m.model, text, es.context_limit, es.context_limit)
+                                       : GenerateFn{};
+            r = run_eval(
+                name, *m.model, ptrs, text, es,
+                [&](int64_t d, int64_t n, const std::string& s) {
+                    if (hooks.progress) hooks.progress("eval " + name, d, n, s);
+                },
+                gen);
         }  // the generator's device memory goes before the next model
-        json j = {{"model", name}, {"path", path}, {"overall", r.overall}, {"seconds", r.seconds}, {"device", cfg.device}};
+        json j = {{"model", name},
+                  {"path", path},
+                  {"overall", r.overall},
+                  {"seconds", r.seconds},
+                  {"device", cfg.device}};
         for (const SampleOutcome& o : r.samples)
-            j["samples"].push_back({{"task", o.task}, {"length", o.length}, {"index", o.index},
-                                    {"prompt_tokens", o.prompt_tokens}, {"score", o.score}, {"output", o.output},
-                                    {"generated_tokens", o.generated}, {"prefill_s", o.prefill_seconds},
+            j["samples"].push_back({{"task", o.task},
+                                    {"length", o.length},
+                                    {"index", o.index},
+                                    {"prompt_tokens", o.prompt_tokens},
+                                    {"score", o.score},
+                                    {"output", o.output},
+                                    {"generated_tokens", o.generated},
+                                    {"prefill_s", o.prefill_seconds},
                                     {"decode_s", o.decode_seconds}});
         for (const auto& [task, by_len] : r.task_scores)
             for (const auto& [len, score] : by_len) j["task_scores"][task][std::to_string(len)] = score;
@@ -461,7 +507,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         record("eval/" + name, r.seconds, 0);
         results.push_back(std::move(r));
     }
-    write_score_plot((out / "score_vs_length.png").string(), results);
+    draw_figure((out / "score_vs_length.png").string(),
+                [&] { write_score_plot((out / "score_vs_length.png").string(), results); });
 
     // 8. Report.
     PipelineResult result;
