@@ -1,5 +1,5 @@
 // Gradient parity of the GPU training step (src/gpu/gpu_train_step.h) against the CPU reference
-// (train/model_step.h, train/lm_train_step.h): one step of a teacher and of kv-granularity hybrids, the
+// (train/model_step.h): one step of a teacher and of kv-granularity hybrids, the
 // loss and every parameter's gradient, relative RMS error per tensor (bf16 tolerance 2e-2, loss 1e-2).
 // Frozen tensors must get exactly zero gradient on the GPU. Hybrids are converted from the random teacher
 // (random GDN heads make the step chaotic at bf16 resolution); each case also prints its "bf16 floor": how
@@ -36,7 +36,6 @@
 #include "model/model_loader.h"
 #include "ops/cuda/cuda_check.h"
 #include "train/align_step.h"
-#include "train/lm_train_step.h"
 #include "train/model_step.h"
 #include "train/param_groups.h"
 
@@ -60,7 +59,6 @@ struct Case {
     std::vector<std::string> trainable;  // globs; non-empty: only these train (as stage.trainable)
     bool recompute = false;
     int64_t B = 2, T = 130;
-    bool also_lm_train_step = false;  // teacher CE: the whole-model FA step as a second reference
 };
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
@@ -257,16 +255,6 @@ Outcome run_case(const Case& c, cudaStream_t stream) {
         note(out, rel(gl.kl(), ref.kl), kLossTol);
     }
     fmt::print("\n");
-    if (c.also_lm_train_step) {
-        std::vector<float> g_lm(static_cast<size_t>(n), 0.f);
-        const TrainStepResult lr = lm_train_step<float>(cfg, layout, layout.data(), g_lm.data(), batch);
-        const double r_all = bench::rel_rms(g_gpu.data(), g_lm.data(), n);
-        fmt::print("vs lm_train_step: loss {:.6f} (GPU rel {:.2e}); all gradients rel RMS {:.2e} (model_step vs "
-                   "lm_train_step {:.2e})\n",
-                   lr.loss, rel(gpu_loss, lr.loss), r_all, bench::rel_rms(g_cpu.data(), g_lm.data(), n));
-        note(out, rel(gpu_loss, lr.loss), kLossTol);
-        note(out, r_all, kGradTol);
-    }
     if (tm) {
         const std::vector<float> th = step.final_hidden(batch, true);
         const double r = bench::rel_rms(th.data(), t_hidden.data(), int64_t(th.size()));
@@ -516,7 +504,7 @@ int main(int argc, char** argv) {
         {
             Case c;
             c.name = "tiny teacher, CE";
-            c.student = &teacher, c.obj = ce, c.also_lm_train_step = true;
+            c.student = &teacher, c.obj = ce;
             cases.push_back(c);
         }
         {
