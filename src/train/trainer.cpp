@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threading.h"
-#include "io/hf_config.h"
+#include "model/hf_config.h"
 #include "model/llama_model.h"
 #include "model/model_loader.h"
 #include "report/line_plot.h"
