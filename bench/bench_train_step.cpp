@@ -1,4 +1,4 @@
-// bench_train_step: forward+backward tokens/s of the CPU training step (train/lm_train_step) for a
+// bench_train_step: forward+backward tokens/s of the CPU training step (train/model_step, the pretraining CE objective) for a
 // `hydra train` preset or for a real model's shape, on random tokens.
 //   bench_train_step [--preset tiny-cpu | --model PATH] [--batch B] [--seq S] [--steps N] [--threads T]
 // Prints one JSON object with the median tokens/s over the steps (after one warm-up step).
@@ -14,7 +14,7 @@
 #include "core/threading.h"
 #include "model/llama_model.h"
 #include "model/model_loader.h"
-#include "train/lm_train_step.h"
+#include "train/model_step.h"
 #include "train/train_config.h"
 
 using namespace hydra;
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
         for (int64_t s = 0; s < steps + 1; ++s) {
             std::fill(grads.begin(), grads.end(), 0.0f);
             const auto t0 = std::chrono::steady_clock::now();
-            lm_train_step<float>(cfg, model->params(), model->params().data(), grads.data(), b);
+            model_train_step<float>(cfg, model->plan(), model->params(), model->params().data(), grads.data(), b);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             if (s > 0) rates.push_back(double(batch * seq) / secs);
         }

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "io/hf_config.h"
+#include "model/hf_config.h"
 #include "model/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

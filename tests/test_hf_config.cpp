@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/hf_config.h"
+#include "model/hf_config.h"
 
 namespace hydra {
 namespace {

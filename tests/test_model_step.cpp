@@ -1,8 +1,7 @@
-// Tests of the generic training step (train/model_step.h, train/decoder_layer.h) on teachers and
-// HydraHead hybrids: whole-model finite-difference gradient checks in double for every plan kind
-// (head-granular FA groups, hymba/la-only/scale-norm fusion, layer-wise, all-LA), equality with the
-// teacher-only lm_train_step, frozen tensors untouched, and the KL objective against finite
-// differences.
+// Tests of the training step (train/model_step.h, model/decoder_layer.h) on teachers and HydraHead
+// hybrids: whole-model finite-difference gradient checks in double for every plan kind (head-granular
+// FA groups, hymba/la-only/scale-norm fusion, layer-wise, all-LA), frozen tensors untouched, and the KL
+// objective against finite differences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +10,6 @@
 #include "model/hybrid_conversion.h"
 #include "model/llama_model.h"
 #include "model/plan_builders.h"
-#include "train/lm_train_step.h"
 #include "train/model_step.h"
 
 namespace hydra {
@@ -112,7 +110,7 @@ TEST(ModelStep, WholeModelGradientsMatchFiniteDifferences) {
     }
 }
 
-TEST(ModelStep, TeacherMatchesLmTrainStepAndFrozenTensorsStayZero) {
+TEST(ModelStep, FrozenTensorsStayZero) {
     const ModelConfig c = tiny(false, true);
     const HybridPlan plan = HybridPlan::all_fa(c);
     LlamaModel m(c);
@@ -125,12 +123,6 @@ TEST(ModelStep, TeacherMatchesLmTrainStepAndFrozenTensorsStayZero) {
     for (auto& t : in) t = int32_t(gen() % uint64_t(c.vocab_size));
     for (auto& t : tg) t = int32_t(gen() % uint64_t(c.vocab_size));
     const TrainBatch batch{in.data(), tg.data(), B, S};
-    std::vector<float> g1(p.size(), 0.0f), g2(p.size(), 0.0f);
-    const TrainStepResult a = lm_train_step<float>(c, m.params(), p.data(), g1.data(), batch);
-    const ModelStepResult b = model_train_step<float>(c, plan, m.params(), p.data(), g2.data(), batch, {});
-    EXPECT_NEAR(a.loss, b.loss, 1e-6);
-    for (size_t i = 0; i < p.size(); ++i) ASSERT_NEAR(g1[i], g2[i], 1e-5 + 1e-4 * std::fabs(g1[i])) << i;
-
     // Freeze everything but the MLPs: the rest of the gradient buffer stays exactly zero.
     std::vector<char> trainable;
     for (const ArenaEntry& e : m.params().entries()) trainable.push_back(e.name.find(".mlp.") != std::string::npos);

@@ -14,7 +14,7 @@
 #include "model/model_loader.h"
 #include "model_paths.h"
 #include "train/adamw.h"
-#include "train/lm_train_step.h"
+#include "train/model_step.h"
 #include "train/param_groups.h"
 
 namespace hydra {
@@ -36,8 +36,8 @@ TEST(TrainStep, LossAndGradientsMatchPyTorch) {
     TrainBatch batch{inputs.data<int32_t>(), targets.data<int32_t>(), B, S};
     for (bool recompute : {false, true}) {
         std::fill(grads.begin(), grads.end(), 0.0f);
-        TrainStepResult r = lm_train_step<float>(m.model->config(), m.model->params(), m.model->params().data(),
-                                                 grads.data(), batch, {recompute});
+        ModelStepResult r = model_train_step<float>(m.model->config(), m.model->plan(), m.model->params(),
+                                                    m.model->params().data(), grads.data(), batch, {}, {}, {recompute});
         const double ref_loss = g.to_f32("loss").f32()[0];
         EXPECT_NEAR(r.loss, ref_loss, 1e-5 * ref_loss);
         double worst = 0;
@@ -75,8 +75,8 @@ TEST(TrainStep, AdamWTrajectoryMatchesPyTorch) {
     for (int64_t s = 0; s < steps; ++s) {
         std::fill(grads.begin(), grads.end(), 0.0f);
         TrainBatch batch{inputs.data<int32_t>() + s * B * S, targets.data<int32_t>() + s * B * S, B, S};
-        TrainStepResult r =
-            lm_train_step<float>(m.model->config(), m.model->params(), m.model->params().data(), grads.data(), batch);
+        ModelStepResult r = model_train_step<float>(m.model->config(), m.model->plan(), m.model->params(),
+                                                    m.model->params().data(), grads.data(), batch);
         EXPECT_NEAR(r.loss, losses.f32()[s], 1e-4 * losses.f32()[s]) << "step " << s;
         clip_grads(grads.data(), spans, info["clip"].get<double>(), grad_norm(grads.data(), spans));
         opt.step(m.model->params().data(), grads.data(), n, spans);
@@ -120,8 +120,8 @@ TEST(TrainStep, ReusedWorkspaceGivesIdenticalResults) {
     const size_t n = static_cast<size_t>(model.params().numel());
     auto step = [&](const TrainBatch& batch, bool grads, bool recompute) {
         std::vector<float> g(grads ? n : 0, 0.0f);
-        const TrainStepResult r = lm_train_step<float>(c, model.params(), model.params().data(),
-                                                       grads ? g.data() : nullptr, batch, {recompute});
+        const ModelStepResult r = model_train_step<float>(c, model.plan(), model.params(), model.params().data(),
+                                                          grads ? g.data() : nullptr, batch, {}, {}, {recompute});
         return std::make_pair(r.loss, g);
     };
     const auto first = step(a, true, false);
@@ -169,7 +169,8 @@ TEST_P(TrainStepGradCheck, WholeModelFiniteDifferences) {
     const int32_t inputs[] = {1, 5, 7, 2, 9, 3, 0, 4, 10, 6};
     const int32_t targets[] = {5, 7, 2, 9, -1, 0, 4, 10, 6, 8};
     TrainBatch batch{inputs, targets, 2, 5};
-    lm_train_step<double>(c, layout, p.data(), grads.data(), batch);
+    const HybridPlan plan = HybridPlan::all_fa(c);
+    model_train_step<double>(c, plan, layout, p.data(), grads.data(), batch);
     double worst = 0;
     for (const ArenaEntry& e : layout.entries()) {
         const int64_t size = shape_numel(e.shape);
@@ -180,7 +181,7 @@ TEST_P(TrainStepGradCheck, WholeModelFiniteDifferences) {
             const double saved = p[size_t(i)], h = 1e-3;
             auto loss_at = [&](double delta) {
                 p[size_t(i)] = saved + delta;
-                const double l = lm_train_step<double>(c, layout, p.data(), nullptr, batch).loss;
+                const double l = model_train_step<double>(c, plan, layout, p.data(), nullptr, batch).loss;
                 p[size_t(i)] = saved;
                 return l;
             };

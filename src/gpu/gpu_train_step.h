@@ -55,7 +55,7 @@
 #include "ops/cuda/gdn_chunk.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/losses.h"
-#include "train/lm_train_step.h"
+#include "train/train_batch.h"
 
 namespace hydra::gpu {
 

@@ -1,6 +1,6 @@
 // The teacher's forward pass over a whole prompt for head scoring, templated on float (scoring) and
-// double (finite-difference checks). It computes exactly what model/llama_forward.cpp computes for an
-// all-FA model (same ops, same order) but keeps what the scorers read afterwards: every layer's
+// double (finite-difference checks). It runs the model's one decoder layer (model/decoder_layer.h) in
+// cache mode, as model/llama_forward.cpp does, and keeps what the scorers read afterwards: every layer's
 // keys/values (the cache the answer-position re-runs attend to), each layer's input residual and
 // per-head outputs (at the answer position, or at every position for attribution over all
 // positions), and the final residual. One pass per prompt; the patched re-runs never redo it.
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "interp/fa_weights.h"
+#include "model/decoder_layer.h"
 
 namespace hydra {
 
@@ -37,32 +38,24 @@ struct FaRun {
     const T* x_final_last(int64_t C) const { return x_final.data() + (saved_rows() - 1) * C; }
 };
 
-// Everything one layer computes over N rows, kept for its backward pass (and reused as scratch).
-template <typename T>
-struct FaLayerActs {
-    std::vector<T> xn1, rstd1;      // (N, C), (N): RMSNorm of the layer input
-    std::vector<T> q_pre, k_pre;    // (N, H*Dh), (N, Hkv*Dh) before q/k norm (qk_norm only)
-    std::vector<T> rstd_q, rstd_k;  // (N*H), (N*Hkv) (qk_norm only)
-    std::vector<T> q, k, v;         // (N, H, Dh), (N, Hkv, Dh), (N, Hkv, Dh) after RoPE
-    std::vector<T> heads;           // (N, H, Dh) per-head attention output (after the hook)
-    std::vector<T> x_mid;           // (N, C) residual after attention
-    std::vector<T> xn2, rstd2;      // (N, C), (N)
-    std::vector<T> gate, up, act;   // (N, F): projections and silu(gate) * up
-    std::vector<T> proj;            // (N, C) scratch for o_proj / down_proj outputs
-};
-
 // Called with a layer's per-head outputs (N, H, Dh) before o_proj; may modify them.
 template <typename T>
 using HeadHook = std::function<void(int64_t layer, T* heads)>;
 
-// One decoder layer over N tokens at positions pos0..pos0+N-1: x (N, C) is the layer input on entry
-// and its output on return; acts receives the intermediates (acts.k/v: the N new rows). With
-// k_cache/v_cache ((pos0+N, Hkv, Dh) at least) the new rows are written there at pos0 and attention
-// reads rows [0, pos0+N); without them pos0 must be 0 and the tokens attend to each other only.
+// A HeadHook as the layer's tap on head_out.
 template <typename T>
-void fa_layer_forward(const FaWeights<T>& w, int64_t layer, T* x, int64_t N, FaLayerActs<T>& acts,
-                      const HeadHook<T>& hook = {}, int64_t pos0 = 0, T* k_cache = nullptr,
-                      T* v_cache = nullptr);
+class HeadHookTap final : public LayerTapSink<T> {
+  public:
+    HeadHookTap(const HeadHook<T>& hook, int64_t layer) : hook_(hook), layer_(layer) {}
+    bool wants(std::string_view point) const override { return point == "head_out"; }
+    void fire(std::string_view point, T* data, const Shape&) const override {
+        if (point == "head_out") hook_(layer_, data);
+    }
+
+  private:
+    const HeadHook<T>& hook_;
+    int64_t layer_;
+};
 
 // The whole prompt. Token ids are checked (hydra::Error). save_all_positions keeps x_in/heads/x_final
 // at every position (attribution over all positions) instead of the answer position only.

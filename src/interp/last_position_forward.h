@@ -18,6 +18,7 @@
 
 #include "interp/fa_forward.h"
 #include "interp/fa_weights.h"
+#include "model/decoder_layer.h"
 
 namespace hydra {
 
@@ -36,35 +37,18 @@ struct PatchedCopy {
     int64_t first_layer(int64_t num_layers) const;  // num_layers when there is no patch
 };
 
-// One layer's intermediates for n rows at the answer position (scratch, and the saved state of the
-// single-row backward in attribution_patching).
+// The decoder layer's shared-prefix mode for n copies at the answer position of `base` in layer
+// `layer`: each row attends to the base run's keys/values of [0, P) plus its own (model/decoder_layer.h).
 template <typename T>
-struct LastPosActs {
-    int64_t rows = 0, prefix = 0;   // n, P
-    std::vector<T> xn1, rstd1;      // (n, C), (n)
-    std::vector<T> q_pre, k_pre;    // (n, H*Dh), (n, Hkv*Dh) before q/k norm (qk_norm only)
-    std::vector<T> rstd_q, rstd_k;  // (n*H), (n*Hkv) (qk_norm only)
-    std::vector<T> q, k, v;  // (n, H, Dh), (n, Hkv, Dh), (n, Hkv, Dh): the copies' own query, key, value
-    // (Hkv, n*G, P+1) attention weights, group-major: row b*G + j of group g is head g*G + j of copy b;
-    // columns 0..P-1 are the cached prefix, column P the copy's own key.
-    std::vector<T> probs;
-    std::vector<T> heads;          // (n, H, Dh)
-    std::vector<T> x_mid;          // (n, C)
-    std::vector<T> xn2, rstd2;     // (n, C), (n)
-    std::vector<T> gate, up, act;  // (n, F)
-    std::vector<T> proj;           // (n, C)
-    std::vector<T> qg, og;         // (n*G, Dh) packed group scratch
-};
-
-// The attention half of layer `layer` for n copies whose layer inputs (answer position) are x (n, C):
-// a.heads (n, H, Dh) receives the per-head outputs; a.xn1 .. a.probs the intermediates.
-template <typename T>
-void last_position_heads(const FaWeights<T>& w, const FaRun<T>& base, int64_t layer, const T* x, int64_t n,
-                         LastPosActs<T>& a);
-
-// The rest of the layer from a.heads (after any patch): x (n, C) += o_proj(heads), then the SwiGLU block.
-template <typename T>
-void last_position_finish(const FaWeights<T>& w, int64_t layer, T* x, int64_t n, LastPosActs<T>& a);
+LayerRun<T> last_position_run(const FaRun<T>& base, int64_t layer, int64_t n) {
+    LayerRun<T> run;
+    run.batch = n;
+    run.seq_len = 1;
+    run.pos0 = base.answer_pos();
+    run.prefix_k = base.k[size_t(layer)].data();
+    run.prefix_v = base.v[size_t(layer)].data();
+    return run;
+}
 
 // Runs every copy through the network and returns their final residuals at the answer position
 // (before the final norm): (copies, C). At most max_batch copies share one batch; batches run as

@@ -73,7 +73,7 @@ PathPatchResult path_patching(const FaWeights<T>& w, const FaRun<T>& clean, cons
         // (b) receivers' new outputs z'(s, r): (senders, NR, Dh), batched per receiver layer over the
         // senders below it.
         std::vector<T> zr(static_cast<size_t>(L * H * NR * Dh));
-        LastPosActs<T> acts;
+        LayerActs<T> acts;
         for (int64_t R : receiver_layers) {
             const int64_t n = R * H;  // senders in layers 0..R-1
             if (n == 0) continue;
@@ -83,7 +83,8 @@ PathPatchResult path_patching(const FaWeights<T>& w, const FaRun<T>& clean, cons
                 for (int64_t i = 0; i < C; ++i) X[size_t(s * C + i)] = xin[i] + delta[size_t(s * C + i)];
             for (int64_t c0 = 0; c0 < n; c0 += max_batch) {
                 const int64_t b = std::min(max_batch, n - c0);
-                last_position_heads(w, base, R, X.data() + c0 * C, b, acts);
+                decoder_layer_mixer(X.data() + c0 * C, c, w.plan(), w.layer(R), last_position_run(base, R, b),
+                                    acts);
                 for (int64_t k = 0; k < NR; ++k) {
                     if (receivers[size_t(k)].first != R) continue;
                     const int64_t rh = receivers[size_t(k)].second;

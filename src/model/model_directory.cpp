@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "io/atomic_dir.h"
-#include "io/hf_config.h"
+#include "model/hf_config.h"
 #include "io/safetensors.h"
 
 namespace hydra {

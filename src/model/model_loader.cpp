@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
-#include "io/hf_config.h"
+#include "model/hf_config.h"
 #include "io/safetensors.h"
 #include "model/gguf_import.h"
 #include "tokenizer/vocab_from_gguf.h"

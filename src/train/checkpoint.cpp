@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
-#include "io/hf_config.h"
+#include "model/hf_config.h"
 #include "io/safetensors.h"
 
 namespace hydra {

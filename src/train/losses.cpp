@@ -55,7 +55,9 @@ struct OnlineLse {
         }
         sum += s;
     }
-    double lse() const { return double(max) + std::log(sum); }
+    double lse() const {
+        return double(max) + std::log(sum);
+    }
 };
 
 // Rows [r0, r0 + nb) of one tile live at tile + i * ld; a tile covers columns [v0, v0 + nv).
@@ -170,6 +172,37 @@ LossResult cross_entropy_lm_head(const float* hidden, const float* W, const int3
         }
     }
     return result;
+}
+
+LossResult cross_entropy_lm_head(const double* h, const double* W, const int32_t* targets, int64_t N,
+                                 int64_t C, int64_t V, double* dh, double* dW, double scale) {
+    LossResult r;
+    std::vector<double> logits(static_cast<size_t>(V));
+    for (int64_t n = 0; n < N; ++n) {
+        if (dh) std::fill(dh + n * C, dh + (n + 1) * C, 0.0);
+        if (targets[n] < 0) continue;
+        HYDRA_CHECK(targets[n] < V, "cross-entropy: target {} at row {} outside 0..{}", targets[n], n, V - 1);
+        double m = -INFINITY;
+        for (int64_t v = 0; v < V; ++v) {
+            double s = 0;
+            for (int64_t c = 0; c < C; ++c) s += h[n * C + c] * W[v * C + c];
+            logits[size_t(v)] = s;
+            m = std::max(m, s);
+        }
+        double z = 0;
+        for (int64_t v = 0; v < V; ++v) z += std::exp(logits[size_t(v)] - m);
+        r.loss += std::log(z) + m - logits[size_t(targets[n])];
+        r.count++;
+        if (!dh && !dW) continue;
+        for (int64_t v = 0; v < V; ++v) {
+            const double g = (std::exp(logits[size_t(v)] - m) / z - (v == targets[n] ? 1.0 : 0.0)) * scale;
+            for (int64_t c = 0; c < C; ++c) {
+                if (dh) dh[n * C + c] += g * W[v * C + c];
+                if (dW) dW[v * C + c] += g * h[n * C + c];
+            }
+        }
+    }
+    return r;
 }
 
 LossResult kl_lm_head(const float* s_hidden, const float* s_W, int64_t Cs, const float* t_hidden,

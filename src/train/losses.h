@@ -38,6 +38,11 @@ LossResult cross_entropy_lm_head(const float* hidden, const float* W, const int3
                                  int64_t C, int64_t V, float* dhidden, float* dW, float grad_scale,
                                  const LossChunking& chunking = {});
 
+// The same loss in double by a plain row loop with (V) scratch (whole-model gradient checks on tiny
+// models; no chunking). dW may be null also when dhidden is not.
+LossResult cross_entropy_lm_head(const double* hidden, const double* W, const int32_t* targets, int64_t T,
+                                 int64_t C, int64_t V, double* dhidden, double* dW, double grad_scale);
+
 // Distillation loss tau^2 * KL(p_t || p_s), summed over the T rows, where
 //   p_s = softmax(s_hidden @ s_W^T / tau),  p_t = softmax(t_hidden @ t_W^T / tau).
 // The teacher is given as its own hidden states and head so its logits are also built tile by tile.

@@ -17,8 +17,8 @@
 
 #include "model/llama_model.h"
 #include "train/adamw.h"
-#include "train/lm_train_step.h"
 #include "train/param_groups.h"
+#include "train/train_batch.h"
 #include "train/train_config.h"
 
 namespace hydra {
@@ -32,7 +32,7 @@ struct EngineStepResult {
 };
 
 class TrainEngine {
-public:
+  public:
     virtual ~TrainEngine() = default;
     // Forward + backward of the stage objective on `batch`; when finite, gradient clipping to `grad_clip`
     // (<= 0: none) and one AdamW step with learning rate `lr`.

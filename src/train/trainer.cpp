@@ -4,18 +4,19 @@
 // OpenMP schedules.
 #include "train/trainer.h"
 
+#include <glob.h>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <glob.h>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threading.h"
+#include "model/hf_config.h"
 #include "model/llama_model.h"
 #include "model/model_loader.h"
 #include "report/line_plot.h"
@@ -24,11 +25,8 @@
 #include "train/adamw.h"
 #include "train/byte_tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/cpu_train_engine.h"
 #include "train/data_loader.h"
-#include "io/hf_config.h"
-#include "train/align_step.h"
-#include "train/lm_train_step.h"
-#include "train/model_step.h"
 #include "train/lr_schedule.h"
 #include "train/param_groups.h"
 #include "train/token_shards.h"
@@ -39,12 +37,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct StepOutcome {
-    double loss = 0, ce = 0, kl = 0;
-};
-
 volatile std::sig_atomic_t g_stop_signal = 0;
-void on_signal(int sig) { g_stop_signal = sig; }
+void on_signal(int sig) {
+    g_stop_signal = sig;
+}
 
 std::string default_cache(const std::string& sub) {
     if (const char* env = std::getenv("HYDRA_CACHE"); env && *env) return std::string(env) + "/" + sub;
@@ -60,7 +56,8 @@ std::vector<std::string> expand_sources(const TrainConfig& c, const std::string&
         if (rc == 0)
             for (size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
         globfree(&g);
-        HYDRA_CHECK(rc == 0, "data.sources: '{}' matches no file in {} (run tools/setup.sh to fetch the prose)",
+        HYDRA_CHECK(rc == 0,
+                    "data.sources: '{}' matches no file in {} (run tools/setup.sh to fetch the prose)",
                     pattern, prose_dir);
     }
     return files;
@@ -124,38 +121,28 @@ std::unique_ptr<TextEncoder> make_encoder(const TrainConfig& c, std::unique_ptr<
     return std::make_unique<BpeEncoder>(*bpe_holder);
 }
 
-double heldout_loss(const LlamaModel& model, const TokenSplit& split, const TrainConfig& c, TrainEngine* engine) {
+double heldout_loss(const TokenSplit& split, const TrainConfig& c, TrainEngine& engine) {
     HeldoutIterator it(split, c.seq_len, c.eval_batches * c.batch_size);
     std::vector<int32_t> in, tg;
     double sum = 0;
     int64_t count = 0;
     while (int64_t rows = it.next_batch(c.batch_size, in, tg)) {
-        TrainBatch b{in.data(), tg.data(), rows, c.seq_len};
-        if (engine) {
-            const auto [s, n] = engine->eval_ce(b);
-            sum += s;
-            count += n;
-            continue;
-        }
-        // Held-out loss is the student's next-token CE in every stage (comparable across stages).
-        const ModelStepResult r = model_train_step<float>(model.config(), model.plan(), model.params(),
-                                                          model.params().data(), nullptr, b, StageObjective{}, {},
-                                                          {c.recompute});
-        sum += r.ce * double(r.scored);
-        count += r.scored;
+        const auto [s, n] = engine.eval_ce(TrainBatch{in.data(), tg.data(), rows, c.seq_len});
+        sum += s;
+        count += n;
     }
     return count ? sum / double(count) : NAN;
 }
 
-void write_loss_plot(const std::string& path, const std::vector<double>& steps, const std::vector<double>& losses,
-                     const std::vector<double>& eval_steps, const std::vector<double>& eval_losses,
-                     const TrainConfig& c) {
+void write_loss_plot(const std::string& path, const std::vector<double>& steps,
+                     const std::vector<double>& losses, const std::vector<double>& eval_steps,
+                     const std::vector<double>& eval_losses, const TrainConfig& c) {
     std::vector<Series> series = {{"train loss", steps, losses}};
     if (!eval_steps.empty()) series.push_back({"held-out loss", eval_steps, eval_losses});
     LinePlotOptions o;
     o.title = "hydra train: " + c.stage + " loss";
     o.x_label = "step";
-    o.y_label = c.stage == "align"     ? "layer error / layer update (mean over layers)"
+    o.y_label = c.stage == "align"      ? "layer error / layer update (mean over layers)"
                 : c.stage == "pretrain" ? "cross-entropy (nats/token)"
                                         : fmt::format("{} CE + {} KL (nats/token)", c.ce_weight, c.kl_weight);
     if (!eval_steps.empty()) o.y_label += "; held-out: CE";
@@ -174,9 +161,12 @@ std::vector<std::string> training_source_files(const TrainConfig& config) {
     return expand_sources(config, config.prose_dir.empty() ? default_cache("prose") : config.prose_dir);
 }
 
-TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const std::optional<std::string>& resume_dir,
-                            std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step,
-                            const DataLoader::Generator& synthetic, const TrainEngineFactory& engine_factory) {
+TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir,
+                            const std::optional<std::string>& resume_dir,
+                            std::optional<int64_t> steps_override,
+                            const std::function<void(const StepLog&)>& on_step,
+                            const DataLoader::Generator& synthetic,
+                            const TrainEngineFactory& engine_factory) {
     std::optional<nlohmann::json> resumed_section;
     if (resume_dir) {  // the checkpoint's own config wins, so a resumed run is the same run
         resumed_section = read_checkpoint_config(*resume_dir).value("hydra", nlohmann::json::object());
@@ -194,9 +184,10 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     std::unique_ptr<Tokenizer> bpe;
     std::unique_ptr<TextEncoder> encoder = make_encoder(cfg, bpe);
     const std::string shard_dir =
-        cfg.shard_dir.empty() ? default_cache("shards/" + fmt::format("{}-{:x}", encoder->name() == "byte" ? "byte" : "bpe",
-                                                                       std::hash<std::string>{}(encoder->name())))
-                              : cfg.shard_dir;
+        cfg.shard_dir.empty()
+            ? default_cache("shards/" + fmt::format("{}-{:x}", encoder->name() == "byte" ? "byte" : "bpe",
+                                                    std::hash<std::string>{}(encoder->name())))
+            : cfg.shard_dir;
     build_token_shards(expand_sources(cfg, prose_dir), *encoder, shard_dir, 1 << 22, cfg.heldout_fraction,
                        cfg.data_seed);
     TokenShards shards = open_token_shards(shard_dir, encoder.get());
@@ -212,18 +203,21 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         const nlohmann::json saved = read_checkpoint_config(*resume_dir);
         const std::string where = *resume_dir + "/config.json";
         const ModelConfig mc = parse_hf_config(saved.dump(), where);
-        const HybridPlan plan = HybridPlan::from_json(saved["hydra"].value("plan", nlohmann::json::object({{"kind", "teacher"}})),
-                                                      mc, where + ": hydra.plan");
+        const HybridPlan plan =
+            HybridPlan::from_json(saved["hydra"].value("plan", nlohmann::json::object({{"kind", "teacher"}})),
+                                  mc, where + ": hydra.plan");
         model_holder = std::make_unique<LlamaModel>(mc, &plan);
     } else if (cfg.stage != "pretrain") {
         LoadedModel init = load_model(cfg.init);
         model_holder = std::move(init.model);
     } else {
-        model_holder = std::make_unique<LlamaModel>(cfg.model_config(encoder->vocab_size(), encoder->eos_id()));
+        model_holder =
+            std::make_unique<LlamaModel>(cfg.model_config(encoder->vocab_size(), encoder->eos_id()));
     }
     LlamaModel& model = *model_holder;
     HYDRA_CHECK(model.config().vocab_size >= encoder->vocab_size(),
-                "stage.init: the model's vocabulary ({}) is smaller than the data tokenizer's ({}); set data.tokenizer "
+                "stage.init: the model's vocabulary ({}) is smaller than the data tokenizer's ({}); set "
+                "data.tokenizer "
                 "to the model's tokenizer",
                 model.config().vocab_size, encoder->vocab_size());
     std::unique_ptr<LlamaModel> teacher;
@@ -231,8 +225,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         LoadedModel t = load_model(cfg.teacher);
         teacher = std::move(t.model);
         HYDRA_CHECK(teacher->config().vocab_size == model.config().vocab_size,
-                    "stage.teacher: vocabulary {} differs from the student's {}", teacher->config().vocab_size,
-                    model.config().vocab_size);
+                    "stage.teacher: vocabulary {} differs from the student's {}",
+                    teacher->config().vocab_size, model.config().vocab_size);
         HYDRA_CHECK(teacher->config().num_layers == model.config().num_layers || cfg.stage != "align",
                     "stage.teacher: align needs the same number of layers as the student ({} vs {})",
                     teacher->config().num_layers, model.config().num_layers);
@@ -245,10 +239,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     ac.eps = float(cfg.eps);
     ac.weight_decay = float(cfg.weight_decay);
     AdamW optimizer(ac, n);
-    const std::vector<ParamSpan> spans =
-        build_param_spans(model.params().entries(), cfg.stage == "pretrain" ? std::vector<ParamRule>() : stage_rules(cfg));
-    std::vector<char> trainable;
-    for (const ParamSpan& sp : spans) trainable.push_back(sp.trainable);
+    const std::vector<ParamSpan> spans = build_param_spans(
+        model.params().entries(), cfg.stage == "pretrain" ? std::vector<ParamRule>() : stage_rules(cfg));
     const LrSchedule schedule = schedule_for(cfg);
     TrainState state;
     Rng rng(cfg.seed);
@@ -262,11 +254,11 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     }
     // After restore(): the mixer is not part of the cursor (its RNG state is).
     if (cfg.synthetic_fraction > 0) loader.set_mixer(synthetic, cfg.synthetic_fraction);
-    // The step on another device (train_engine.h): it starts from the weights and optimizer state above.
-    std::unique_ptr<TrainEngine> engine;
-    if (engine_factory) {
-        engine = engine_factory(TrainEngineSetup{&cfg, &model, teacher.get(), &spans, &optimizer});
-    }
+    // The step (train_engine.h): on the CPU, or on the device of an injected factory, starting from the
+    // weights and optimizer state above.
+    const std::unique_ptr<TrainEngine> engine =
+        engine_factory ? engine_factory(TrainEngineSetup{&cfg, &model, teacher.get(), &spans, &optimizer})
+                       : make_cpu_train_engine(cfg, model, teacher.get(), spans, optimizer);
     nlohmann::json section;
     section["train_config"] = cfg.to_json();
     section["tokenizer"] = encoder->name();
@@ -316,7 +308,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         state.rng = rng.state();
         state.data_cursor = loader.cursor().to_json();
         log.close();
-        if (engine) engine->sync_to_host(model, optimizer);
+        engine->sync_to_host(model, optimizer);
         std::map<std::string, std::string> files = {{"log.jsonl", joined_log()}};
         if (bpe) {  // so the checkpoint loads as a model everywhere (eval, generate, the next stage)
             files["tokenizer.json"] = vocab_to_tokenizer_json(bpe->vocab());
@@ -329,87 +321,36 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     g_stop_signal = 0;
     auto old_int = std::signal(SIGINT, on_signal);
     auto old_term = std::signal(SIGTERM, on_signal);
-    std::vector<float> grads(static_cast<size_t>(engine ? 0 : n));
     std::vector<int32_t> inputs, targets;
     TrainRunResult result;
     result.out_dir = out_dir;
-    const TrainStepOptions step_options{cfg.recompute};
-    // One step of the configured stage: loss and gradients into `grads`.
-    auto run_step = [&](const TrainBatch& batch) -> StepOutcome {
-        const ModelConfig& mc = model.config();
-        if (cfg.stage == "pretrain" && model.plan().is_all_fa()) {
-            const TrainStepResult r =
-                lm_train_step<float>(mc, model.params(), model.params().data(), grads.data(), batch, step_options);
-            return {r.loss, r.loss, 0.0};
-        }
-        if (cfg.stage == "align") {
-            const std::vector<float> states = layer_boundary_states(teacher->config(), teacher->plan(), teacher->params(),
-                                                                    teacher->params().data(), batch.inputs,
-                                                                    batch.batch, batch.seq_len);
-            const AlignResult r = align_step(mc, model.plan(), model.params(), model.params().data(), grads.data(),
-                                             trainable, states.data(), batch.batch, batch.seq_len);
-            return {r.loss, NAN, NAN};
-        }
-        StageObjective obj;
-        obj.ce_weight = cfg.stage == "pretrain" ? 1.0 : cfg.ce_weight;
-        obj.kl_weight = cfg.stage == "pretrain" ? 0.0 : cfg.kl_weight;
-        obj.temperature = float(cfg.temperature);
-        std::vector<float> teacher_hidden;
-        std::vector<uint8_t> mask;
-        if (obj.kl_weight > 0) {
-            teacher_hidden = final_hidden_states(teacher->config(), teacher->plan(), teacher->params(),
-                                                 teacher->params().data(), batch.inputs, batch.batch, batch.seq_len);
-            obj.teacher_hidden = teacher_hidden.data();
-            obj.teacher_head = teacher->lm_head().f32();
-            obj.teacher_hidden_size = teacher->config().hidden_size;
-            if (cfg.kl_max_position > 0) {
-                mask.resize(static_cast<size_t>(batch.batch * batch.seq_len));
-                for (int64_t i = 0; i < int64_t(mask.size()); ++i) mask[size_t(i)] = i % batch.seq_len < cfg.kl_max_position;
-                obj.kl_mask = mask.data();
-            }
-        }
-        const ModelStepResult r = model_train_step<float>(mc, model.plan(), model.params(), model.params().data(),
-                                                          grads.data(), batch, obj, trainable, step_options);
-        return {r.loss, r.ce, r.kl};
-    };
     while (state.step < cfg.steps) {
         const auto t0 = std::chrono::steady_clock::now();
         loader.next_batch(cfg.batch_size, inputs, targets);
-        std::fill(grads.begin(), grads.end(), 0.0f);
         TrainBatch batch{inputs.data(), targets.data(), cfg.batch_size, cfg.seq_len};
         StepLog sl;
         sl.total_steps = cfg.steps;
         sl.lr = schedule.at(state.step);
-        // The engine clips and steps itself when the step is finite; the CPU path does it below.
-        EngineStepResult er;
-        if (engine) er = engine->step(batch, float(sl.lr), cfg.grad_clip);
-        const StepOutcome r = engine ? StepOutcome{er.loss, er.ce, er.kl} : run_step(batch);
-        const bool finite = engine ? er.finite : std::isfinite(r.loss) && all_finite(grads.data(), spans);
-        if (!finite) {
+        // The engine clips and takes the optimizer step itself when the step is finite.
+        const EngineStepResult r = engine->step(batch, float(sl.lr), cfg.grad_clip);
+        if (!r.finite) {
             state.bad_steps_in_row++;
             sl.skipped = true;
             sl.loss = NAN;
-            fmt::print(stderr, "\nstep {}: non-finite loss or gradient, step skipped ({} in a row, limit {})\n",
+            fmt::print(stderr,
+                       "\nstep {}: non-finite loss or gradient, step skipped ({} in a row, limit {})\n",
                        state.step + 1, state.bad_steps_in_row, cfg.max_bad_steps);
             if (state.bad_steps_in_row >= cfg.max_bad_steps) {
                 std::signal(SIGINT, old_int);
                 std::signal(SIGTERM, old_term);
-                fail("training stopped: {} consecutive steps had a non-finite loss or gradient (last good "
-                     "checkpoint in {} is intact); lower optim.lr or raise optim.grad_clip",
-                     state.bad_steps_in_row, out_dir);
+                fail(
+                    "training stopped: {} consecutive steps had a non-finite loss or gradient (last good "
+                    "checkpoint in {} is intact); lower optim.lr or raise optim.grad_clip",
+                    state.bad_steps_in_row, out_dir);
             }
         } else {
             state.bad_steps_in_row = 0;
-            if (engine) {
-                sl.grad_norm = er.grad_norm;
-                optimizer.set_lr(sl.lr);
-                optimizer.set_step_count(optimizer.step_count() + 1);  // the engine's optimizer took the step
-            } else {
-                sl.grad_norm = grad_norm(grads.data(), spans);
-                if (cfg.grad_clip > 0) clip_grads(grads.data(), spans, cfg.grad_clip, sl.grad_norm);
-                optimizer.set_lr(sl.lr);
-                optimizer.step(model.params().data(), grads.data(), n, spans);
-            }
+            sl.grad_norm = r.grad_norm;
             sl.loss = r.loss;
             state.last_loss = r.loss;
         }
@@ -418,13 +359,16 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         sl.tokens_per_second = double(cfg.batch_size * cfg.seq_len) / secs;
         if (state.step % cfg.eval_every == 0 || state.step == cfg.steps) {
-            sl.heldout_loss = heldout_loss(model, shards.heldout, cfg, engine.get());
+            sl.heldout_loss = heldout_loss(shards.heldout, cfg, *engine);
             eval_steps.push_back(double(state.step));
             eval_losses.push_back(*sl.heldout_loss);
             result.final_heldout_loss = sl.heldout_loss;
         }
-        nlohmann::json line = {{"step", sl.step}, {"lr", sl.lr}, {"grad_norm", sl.grad_norm},
-                               {"tokens_per_s", sl.tokens_per_second}, {"skipped", sl.skipped}};
+        nlohmann::json line = {{"step", sl.step},
+                               {"lr", sl.lr},
+                               {"grad_norm", sl.grad_norm},
+                               {"tokens_per_s", sl.tokens_per_second},
+                               {"skipped", sl.skipped}};
         if (cfg.stage != "pretrain") {
             line["stage"] = cfg.stage;
             if (std::isfinite(r.ce)) line["ce"] = r.ce;
@@ -450,11 +394,11 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir, const s
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
     log.flush();
-    if (!curve_steps.empty()) write_loss_plot(out_dir + "/loss_curve.png", curve_steps, curve_losses, eval_steps, eval_losses,
-                                                cfg);
+    if (!curve_steps.empty())
+        write_loss_plot(out_dir + "/loss_curve.png", curve_steps, curve_losses, eval_steps, eval_losses, cfg);
     result.final_step = state.step;
     result.final_loss = state.last_loss;
-    if (engine) result.engine_summary = engine->summary();
+    if (engine_factory) result.engine_summary = engine->summary();
     return result;
 }
 

@@ -1,5 +1,5 @@
 // Gradient parity of the GPU training step (gpu/gpu_train_step.h) against the CPU reference
-// (train/model_step.h, train/lm_train_step.h, train/align_step.h), one named test per case
+// (train/model_step.h, train/align_step.h), one named test per case
 // (GpuTrainStep/Parity.<case>): the loss, its CE and KL parts, and every trainable tensor's gradient
 // (relative RMS within max(2e-2, 2 x that tensor's bf16 floor); the floor is how far rounding only the GEMM
 // weights to bf16, as the GPU reads them, moves the CPU's fp32 gradient); frozen tensors exactly zero; the
@@ -34,7 +34,6 @@
 #include "ops/cuda/cuda_check.h"
 #include "parity.h"
 #include "train/align_step.h"
-#include "train/lm_train_step.h"
 #include "train/model_step.h"
 #include "train/param_groups.h"
 
@@ -223,7 +222,6 @@ struct StepCase {
     bool la_layers_trainable = false;         // align: every tensor of the layers with LA heads
     bool recompute = false;
     int64_t B = 2, T = 130;
-    bool also_lm_train_step = false;  // teacher CE: the whole-model FA step as a second reference
 };
 
 void PrintTo(const StepCase& c, std::ostream* os) {
@@ -244,10 +242,7 @@ const std::vector<std::string> kAlignTrainable = {"*.linear_attn.*", "*.fusion.*
 std::vector<StepCase> step_cases() {
     std::vector<StepCase> c;
     auto add = [&](StepCase s) { c.push_back(std::move(s)); };
-    add({.name = "tiny_teacher_ce",
-         .student = M::TinyTeacher,
-         .obj = ce_objective(),
-         .also_lm_train_step = true});
+    add({.name = "tiny_teacher_ce", .student = M::TinyTeacher, .obj = ce_objective()});
     add({.name = "tiny_hybrid_kv_scalenorm_ce", .student = M::TinyScaleNorm, .obj = ce_objective()});
     add({.name = "tiny_hybrid_kv_scalenorm_ce_kl_tau2_mask100_mlp_embedding_frozen",
          .student = M::TinyScaleNorm,
@@ -305,10 +300,7 @@ std::vector<StepCase> step_cases() {
          .B = 1,
          .T = 256});
     // q/k norm (the tiny Qwen3's architecture) and head granularity with non-uniform FA-head -> KV-group maps
-    add({.name = "qwen3_arch_qknorm_teacher_ce",
-         .student = M::Qwen3Teacher,
-         .obj = ce_objective(),
-         .also_lm_train_step = true});
+    add({.name = "qwen3_arch_qknorm_teacher_ce", .student = M::Qwen3Teacher, .obj = ce_objective()});
     add({.name = "qwen3_arch_qknorm_teacher_ce_qk_norms_frozen",
          .student = M::Qwen3Teacher,
          .obj = ce_objective(),
@@ -512,12 +504,6 @@ void run_objective_case(const StepCase& c, cudaStream_t stream) {
     expect_scalar("loss", gpu_loss, ref.loss, kLossTol, 1e-12);
     if (c.obj.ce_weight > 0) expect_scalar("CE", gl.ce(), ref.ce, kLossTol, 1e-12);
     if (c.obj.kl_weight > 0) expect_scalar("KL", gl.kl(), ref.kl, kLossTol, 1e-12);
-    if (c.also_lm_train_step) {
-        std::vector<float> g_lm(size_t(n), 0.f);
-        const TrainStepResult lr = lm_train_step<float>(cfg, layout, layout.data(), g_lm.data(), batch);
-        expect_scalar("loss vs lm_train_step", gpu_loss, lr.loss, kLossTol, 1e-12);
-        expect_rel("all gradients vs lm_train_step", g_gpu, g_lm, kGradTol);
-    }
     if (tm) {
         const std::vector<float> th = step.final_hidden(batch, true);
         expect_rel("teacher final hidden (bf16) vs CPU", th, t_hidden, kGradTol);

@@ -1,5 +1,5 @@
 // HF config.json -> ModelConfig (see hf_config.h).
-#include "io/hf_config.h"
+#include "model/hf_config.h"
 
 #include <cmath>
 #include <filesystem>
