@@ -47,7 +47,7 @@ std::vector<std::string> names_in(const fs::path& dir) {
 const char* const kCompared[] = {"model.safetensors", "optim.safetensors", "state.json", "config.json"};
 
 class FaultInjection : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         if (!fs::exists(std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/austen_persuasion.txt"))
             GTEST_SKIP() << "prose cache missing (run tools/setup.sh)";
@@ -117,7 +117,8 @@ protected:
     bool inside_output(IoOp op, const std::string& path) const {
         const std::string out = (root_ / "out").string(), run = out + "/run";
         if (op == IoOp::Fsync && path == out) return true;
-        return path == run || path.rfind(run + "/", 0) == 0 || path.rfind(run + ".tmp-", 0) == 0 || path.rfind(run + ".old-", 0) == 0;
+        return path == run || path.rfind(run + "/", 0) == 0 || path.rfind(run + ".tmp-", 0) == 0 ||
+               path.rfind(run + ".old-", 0) == 0;
     }
 
     fs::path root_;
@@ -162,18 +163,22 @@ TEST_F(FaultInjection, EveryIoPointOfASaveFailsOrCrashesSafely) {
         });
         bool threw = false;
         try {
-            run_training(TrainConfig(), (root_ / "out" / "run").string(), (root_ / "out" / "run").string(), 4, {});
+            run_training(TrainConfig(), (root_ / "out" / "run").string(), (root_ / "out" / "run").string(), 4,
+                         {});
         } catch (const Error& e) {
             threw = true;
-            EXPECT_NE(std::string(e.what()).find("previous checkpoint kept"), std::string::npos) << i << ": " << e.what();
+            EXPECT_NE(std::string(e.what()).find("previous checkpoint kept"), std::string::npos)
+                << i << ": " << e.what();
         }
         set_io_hook({});
         if (threw) {
             ++failed_runs;
             for (const char* f : kCompared)
-                EXPECT_EQ(slurp(root_ / "out" / "run" / f), slurp(root_ / "base" / f)) << "point " << i << ": " << f;
+                EXPECT_EQ(slurp(root_ / "out" / "run" / f), slurp(root_ / "base" / f))
+                    << "point " << i << ": " << f;
         }
-        resume_and_check("error at point " + std::to_string(i) + " (" + io_op_name(points[size_t(i)].first) + ")");
+        resume_and_check("error at point " + std::to_string(i) + " (" + io_op_name(points[size_t(i)].first) +
+                         ")");
         if (HasFailure()) return;
     }
 
@@ -193,13 +198,14 @@ TEST_F(FaultInjection, EveryIoPointOfASaveFailsOrCrashesSafely) {
         fs::remove_all(root_ / "out");
         fs::copy(snaps / std::to_string(i), root_ / "out", fs::copy_options::recursive);
         sentinel_mtime_ = mtime(root_ / "out" / "important.txt");  // the copy is a new file
-        resume_and_check("crash before point " + std::to_string(i) + " (" + io_op_name(points[size_t(i)].first) +
-                         " " + points[size_t(i)].second + ")");
+        resume_and_check("crash before point " + std::to_string(i) + " (" +
+                         io_op_name(points[size_t(i)].first) + " " + points[size_t(i)].second + ")");
         if (HasFailure()) return;
     }
-    std::printf("fault injection: %lld error trials (%d failed the save, previous checkpoint intact; the rest "
-                "failed after the new copy was in place), %lld crash trials; all resumed bit-exact\n",
-                static_cast<long long>(n), failed_runs, static_cast<long long>(n));
+    std::printf(
+        "fault injection: %lld error trials (%d failed the save, previous checkpoint intact; the rest "
+        "failed after the new copy was in place), %lld crash trials; all resumed bit-exact\n",
+        static_cast<long long>(n), failed_runs, static_cast<long long>(n));
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool prose_present() { return fs::exists(std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/austen_persuasion.txt"); }
+bool prose_present() {
+    return fs::exists(std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/austen_persuasion.txt");
+}
 
 std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -46,7 +48,9 @@ void spit(const fs::path& p, const std::string& text) {
     std::ofstream(p, std::ios::binary) << text;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
 
 // The error message of `f`, or "" when it does not throw hydra::Error.
 template <typename F>
@@ -94,7 +98,7 @@ ModelConfig small_model_config() {
 }
 
 class SafeOutput : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         root_ = fs::temp_directory_path() / ("hydra_safe_" + std::to_string(::getpid()));
         fs::remove_all(root_);
@@ -126,7 +130,8 @@ TEST_F(SafeOutput, TrainRefusesADirectoryOfOtherFiles) {
     const fs::path out = root_ / "mine";
     spit(out / "important.txt", "do not delete");
     spit(out / "sub" / "notes.md", "notes");
-    const std::string err = error_of([&] { run_training(micro(), out.string(), std::nullopt, std::nullopt, {}); });
+    const std::string err =
+        error_of([&] { run_training(micro(), out.string(), std::nullopt, std::nullopt, {}); });
     EXPECT_TRUE(contains(err, "not a hydra checkpoint")) << err;
     EXPECT_TRUE(contains(err, "--force")) << err;
     EXPECT_EQ(slurp(out / "important.txt"), "do not delete");
@@ -137,7 +142,8 @@ TEST_F(SafeOutput, TrainRefusesARegularFile) {
     need_prose();
     const fs::path out = root_ / "file.txt";
     spit(out, "a file");
-    const std::string err = error_of([&] { run_training(micro(), out.string(), std::nullopt, std::nullopt, {}); });
+    const std::string err =
+        error_of([&] { run_training(micro(), out.string(), std::nullopt, std::nullopt, {}); });
     EXPECT_TRUE(contains(err, "not a hydra checkpoint")) << err;
     EXPECT_EQ(slurp(out), "a file");
 }
@@ -156,7 +162,8 @@ TEST_F(SafeOutput, SaveCheckpointAndModelDirectoryNeverReplaceForeignFiles) {
     const fs::path ck = root_ / "ck", md = root_ / "md";
     save_checkpoint(ck.string(), model, opt, TrainState{}, {{"train_config", TrainConfig().to_json()}});
     save_model_directory(md.string(), model, {});
-    EXPECT_TRUE(contains(error_of([&] { save_model_directory(ck.string(), model, {}); }), "is a hydra checkpoint"));
+    EXPECT_TRUE(
+        contains(error_of([&] { save_model_directory(ck.string(), model, {}); }), "is a hydra checkpoint"));
     EXPECT_TRUE(contains(error_of([&] { save_checkpoint(md.string(), model, opt, TrainState{}, {}); }),
                          "is a hydra model directory"));
     EXPECT_TRUE(fs::exists(ck / "optim.safetensors"));
@@ -178,7 +185,8 @@ TEST_F(SafeOutput, TrailingSlashesAndRelativePathsWork) {
     // Relative --out and --resume with trailing slashes, from another working directory.
     const fs::path cwd = fs::current_path();
     fs::current_path(root_);
-    const std::string err = error_of([&] { run_training(TrainConfig(), "run/", std::string("./run/"), 4, {}); });
+    const std::string err =
+        error_of([&] { run_training(TrainConfig(), "run/", std::string("./run/"), 4, {}); });
     fs::current_path(cwd);
     EXPECT_EQ(err, "");
     EXPECT_EQ(slurp(root_ / "run" / "model.safetensors"), slurp(root_ / "ref" / "model.safetensors"));
@@ -213,7 +221,8 @@ TEST_F(SafeOutput, ASecondWriterFailsAtOnceNamingTheHolder) {
     }
     char b = 0;
     ASSERT_EQ(::read(ready[0], &b, 1), 1);
-    const std::string err = error_of([&] { run_training(micro(2), out.string(), std::nullopt, std::nullopt, {}); });
+    const std::string err =
+        error_of([&] { run_training(micro(2), out.string(), std::nullopt, std::nullopt, {}); });
     (void)!::write(release[1], &b, 1);
     int status = 0;
     ::waitpid(child, &status, 0);
@@ -240,8 +249,8 @@ TEST_F(SafeOutput, ResumeRecoversASwapCutBetweenItsTwoRenames) {
     fs::rename(root_ / "newer", root_ / "run.tmp-999999");
     fs::create_directories(root_ / "run.tmp-999998");  // an earlier save cut while filling
     spit(root_ / "run.tmp-999998" / "model.safetensors.tmp.999998", "partial");
-    const std::string err =
-        error_of([&] { run_training(TrainConfig(), (root_ / "run").string(), (root_ / "run").string(), 6, {}); });
+    const std::string err = error_of(
+        [&] { run_training(TrainConfig(), (root_ / "run").string(), (root_ / "run").string(), 6, {}); });
     EXPECT_EQ(err, "");
     EXPECT_EQ(slurp(root_ / "run" / "model.safetensors"), slurp(root_ / "ref" / "model.safetensors"));
     EXPECT_EQ(slurp(root_ / "run" / "optim.safetensors"), slurp(root_ / "ref" / "optim.safetensors"));
@@ -263,11 +272,13 @@ TEST_F(SafeOutput, LoadFindsAModelDirectoryWhoseSwapWasCut) {
 
 TEST_F(SafeOutput, DeepTrainConfigsAreClearErrors) {
     spit(root_ / "deep.json", deep_json(20000));
-    EXPECT_TRUE(contains(error_of([&] { load_config_file((root_ / "deep.json").string()); }), "nests deeper"));
+    EXPECT_TRUE(
+        contains(error_of([&] { load_config_file((root_ / "deep.json").string()); }), "nests deeper"));
     std::string toml = "[a";
     for (int i = 0; i < 20000; ++i) toml += ".a";
     spit(root_ / "deep.toml", toml + "]\nx = 1\n");
-    EXPECT_TRUE(contains(error_of([&] { load_config_file((root_ / "deep.toml").string()); }), "nests deeper"));
+    EXPECT_TRUE(
+        contains(error_of([&] { load_config_file((root_ / "deep.toml").string()); }), "nests deeper"));
     // apply() on an already parsed deep object (an API caller) is an error too, not a recursion.
     const nlohmann::json deep = nlohmann::json::parse(deep_json(20000));
     TrainConfig c;
@@ -292,8 +303,8 @@ TEST_F(SafeOutput, DeepCheckpointConfigOnResumeIsAClearError) {
     std::string text = slurp(root_ / "run" / "config.json");
     text.insert(text.find("\"hydra\": {") + 10, "\"deep\": " + deep_json(200000) + ",\n  ");
     spit(root_ / "run" / "config.json", text);
-    const std::string err =
-        error_of([&] { run_training(TrainConfig(), (root_ / "run").string(), (root_ / "run").string(), 4, {}); });
+    const std::string err = error_of(
+        [&] { run_training(TrainConfig(), (root_ / "run").string(), (root_ / "run").string(), 4, {}); });
     EXPECT_TRUE(contains(err, "nests deeper")) << err;
 }
 
@@ -331,9 +342,11 @@ TEST_F(SafeOutput, CorruptStateStepsAreRefused) {
     }
     // Asking a checkpoint at step 4 to stop at step 2 is an error, not a silent "finished".
     spit(root_ / "run" / "state.json", good);
-    EXPECT_TRUE(contains(
-        error_of([&] { run_training(TrainConfig(), (root_ / "run").string(), (root_ / "run").string(), 2, {}); }),
-        "already at step 4"));
+    EXPECT_TRUE(contains(error_of([&] {
+                             run_training(TrainConfig(), (root_ / "run").string(), (root_ / "run").string(),
+                                          2, {});
+                         }),
+                         "already at step 4"));
 }
 
 TEST_F(SafeOutput, MessagesNameOnlyCheckpointsThatExist) {
@@ -341,7 +354,8 @@ TEST_F(SafeOutput, MessagesNameOnlyCheckpointsThatExist) {
     TrainConfig c = micro(10);
     c.init_std = 1e30;  // every step is non-finite: the run stops before its first save
     c.max_bad_steps = 1;
-    const std::string err = error_of([&] { run_training(c, (root_ / "nan").string(), std::nullopt, std::nullopt, {}); });
+    const std::string err =
+        error_of([&] { run_training(c, (root_ / "nan").string(), std::nullopt, std::nullopt, {}); });
     EXPECT_TRUE(contains(err, "non-finite")) << err;
     EXPECT_FALSE(contains(err, "is intact")) << err;
     EXPECT_TRUE(contains(err, "no checkpoint")) << err;

@@ -3,7 +3,8 @@
 be bit-identical to an uninterrupted run's.
 
 Runs the reference training once, then the same training into another directory while killing it
-(SIGKILL) at random moments, each time restarting it (`--resume` once a checkpoint exists, the
+(SIGKILL) at random moments (a random step ahead, plus a random fraction of a step's time, so
+kills land before, inside and after saves), each time restarting it (`--resume` once a checkpoint exists, the
 original command before that), until --kills kills have landed; the last run finishes. Small
 enough for a 2-core machine: the tiny-cpu model on short rows and batches, a save every 2 steps
 (so many kills land inside a save: between its writes, fsyncs and renames).
@@ -16,6 +17,7 @@ Exit status 0 when every compared file matches, 1 otherwise.
 """
 import argparse
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -33,6 +35,22 @@ def sha(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def saved_step(run):
+    try:
+        with open(os.path.join(run, "state.json")) as f:
+            return json.load(f)["step"]
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def log_lines(run):
+    try:
+        with open(os.path.join(run, "log.jsonl"), "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,7 +59,6 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--save-every", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--max-wait", type=float, default=3.0, help="longest time before a kill (s)")
     ap.add_argument("--work", default="", help="working directory (default: a fresh temporary one, removed)")
     a = ap.parse_args()
 
@@ -59,11 +76,13 @@ def main():
     ref = os.path.join(work, "ref")
     subprocess.run(base + ["--out", ref], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t_ref = time.time() - t0
+    step_time = t_ref / a.steps
     print(f"reference run: {a.steps} steps in {t_ref:.1f} s")
 
     run = os.path.join(work, "run")
     parent = os.path.dirname(run)
     kills = during_save = lock_left = restarts = recovered = 0
+    steps_at_kill = []  # the checkpointed step after each kill
     log = open(os.path.join(work, "stderr.log"), "wb")
     while True:
         # A checkpoint exists in the run directory or in a copy a cut save left beside it (which
@@ -75,13 +94,21 @@ def main():
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
         restarts += 1
         if kills < a.kills:
-            time.sleep(rng.uniform(0.05, a.max_wait))
+            # Kill at a random moment around a random step ahead: wait until the live log reaches it,
+            # then up to one step's time more (a save follows every save_every-th step's line), so
+            # kills land before, inside and after saves, not only during start-up.
+            ck = saved_step(run) if resume else 0
+            target = ck + rng.randint(1, 2 * a.save_every)
+            while p.poll() is None and log_lines(run) < target:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 1.2 * step_time))
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()
                 kills += 1
                 left = [n for n in os.listdir(parent) if n.startswith("run.tmp-") or n.startswith("run.old-")]
                 during_save += bool(left)
+                steps_at_kill.append(saved_step(run) if os.path.exists(os.path.join(run, "state.json")) else 0)
                 lock_left += os.path.exists(run + ".lock")
                 continue
         rc = p.wait()
@@ -96,9 +123,11 @@ def main():
         recovered = f.read().count(b"recovered the newest complete copy")
     leftovers = sorted(n for n in os.listdir(parent) if n.startswith("run.") and n != "run")
     ok = True
-    print(f"kills: {kills} (kill -9 at uniform 0.05..{a.max_wait} s after each start); restarts: {restarts}")
+    print(f"kills: {kills} (kill -9 at a random step 1..{2 * a.save_every} past the checkpoint, plus 0..1.2 step "
+          f"times); restarts: {restarts}")
     print(f"kills that left a cut save (.tmp-/.old- sibling): {during_save}; recoveries reported: {recovered}; "
           f"kills that left the lock file (taken over): {lock_left}")
+    print(f"checkpointed step after each kill: {' '.join(map(str, steps_at_kill))}")
     print(f"leftovers next to the run after it finished: {leftovers or 'none'}")
     for name in COMPARED:
         x, y = sha(os.path.join(ref, name)), sha(os.path.join(run, name))

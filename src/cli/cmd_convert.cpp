@@ -106,7 +106,8 @@ void register_convert(CLI::App& app) {
         ->check(CLI::Range(int64_t(0), int64_t(1) << 16));
     cmd->add_flag("--allow-neg-eigval", o->allow_neg_eigval, "GDN beta = 2 sigmoid(b) (negative eigenvalues)");
     cmd->add_option("--out", o->out, "output model directory")->required();
-    cmd->add_flag("--force", o->force, "replace --out even when it is not a hydra model directory (deletes it)");
+    cmd->add_flag("--force", o->force,
+                  "replace --out even when it is not a hydra model directory (deletes it)");
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] {
         apply_threads(o->threads);

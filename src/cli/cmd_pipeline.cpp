@@ -40,13 +40,15 @@ DirLock claim_pipeline_dir(const std::filesystem::path& out, bool force) {
     DirLock lock = DirLock::acquire(out);
     std::error_code ec;
     const bool exists = std::filesystem::exists(std::filesystem::symlink_status(out, ec));
-    const bool ours = std::filesystem::is_directory(out, ec) &&
-                      (std::filesystem::is_empty(out, ec) || std::filesystem::exists(out / "pipeline_config.json", ec));
+    const bool ours =
+        std::filesystem::is_directory(out, ec) &&
+        (std::filesystem::is_empty(out, ec) || std::filesystem::exists(out / "pipeline_config.json", ec));
     if (exists && !ours) {
-        HYDRA_CHECK(force,
-                    "--out: {} exists and is not a hydra pipeline run (no pipeline_config.json); refusing to write "
-                    "into files hydra did not write (choose another --out, or pass --force to delete it)",
-                    out.string());
+        HYDRA_CHECK(
+            force,
+            "--out: {} exists and is not a hydra pipeline run (no pipeline_config.json); refusing to write "
+            "into files hydra did not write (choose another --out, or pass --force to delete it)",
+            out.string());
         std::filesystem::remove_all(out, ec);
         HYDRA_CHECK(!ec, "--out --force: cannot delete {}: {}", out.string(), ec.message());
         fmt::print(stderr, "hydra: --force: deleted {}\n", out.string());
@@ -98,7 +100,8 @@ void register_pipeline(CLI::App& app) {
     cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, smollm2-gpu")
         ->capture_default_str();
     cmd->add_option("--out", o->out, "output directory (default: runs/<preset>)");
-    cmd->add_flag("--force", o->force, "write into --out even when it is not a hydra pipeline run (deletes it)");
+    cmd->add_flag("--force", o->force,
+                  "write into --out even when it is not a hydra pipeline run (deletes it)");
     cmd->add_option("--from", o->from,
                     "recompute this step and all later ones: teacher, score, convert, align, "
                     "distill, longctx, eval, report");
@@ -132,7 +135,8 @@ void register_demo(CLI::App& app) {
         "The main job on a tiny teacher, sized for a 2-core CPU: teacher vs HydraHead 7:1 (interpretability "
         "and random heads) vs layer-wise 3:1 vs all-LA at 1x, 2x and 4x the teacher's training length");
     cmd->add_option("--out", o->out, "output directory")->capture_default_str();
-    cmd->add_flag("--force", o->force, "write into --out even when it is not a hydra pipeline run (deletes it)");
+    cmd->add_flag("--force", o->force,
+                  "write into --out even when it is not a hydra pipeline run (deletes it)");
     cmd->add_option("--from", o->from, "recompute this step and all later ones (see hydra pipeline --help)");
     add_threads_option(*cmd, o->threads);
     o->out = "runs/demo";

@@ -47,8 +47,8 @@ void register_ppl(CLI::App& app) {
         // model declares RoPE scaling for them (no supported config does yet).
         const int64_t trained = m.model->config().max_position_embeddings;
         HYDRA_CHECK(trained <= 0 || o->ctx <= trained,
-                    "--ctx {}: above the model's context of {} tokens ({}); use --ctx {} or less", o->ctx, trained,
-                    o->model, trained);
+                    "--ctx {}: above the model's context of {} tokens ({}); use --ctx {} or less", o->ctx,
+                    trained, o->model, trained);
         Tokenizer tok(*m.vocab);
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<int32_t> ids = tok.encode(text, false);

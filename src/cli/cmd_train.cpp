@@ -50,7 +50,8 @@ void register_train_like(CLI::App& app, bool stages_only) {
                                                           "resume a run)");
     cmd->add_option("args", o->positional, "an optional CONFIG file (.json or .toml), then key=value overrides");
     cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, test-micro");
-    cmd->add_option("--steps", o->steps, "stop after this many optimizer steps (run.steps)")->check(at_least(1));
+    cmd->add_option("--steps", o->steps, "stop after this many optimizer steps (run.steps)")
+        ->check(at_least(1));
     cmd->add_option("--out", o->out, "checkpoint directory (default: runs/train, or the --resume directory)");
     cmd->add_option("--resume", o->resume, "continue the run saved in this checkpoint directory");
     cmd->add_option("--device", o->device, "cpu | cuda: where the training step runs (default: run.device)")

@@ -27,7 +27,8 @@ CLI::Validator at_least(int64_t min) {
             } catch (const std::exception&) {
                 used = 0;
             }
-            if (used == 0 || used != text.size()) return "must be an integer >= " + std::to_string(min) + ", got '" + text + "'";
+            if (used == 0 || used != text.size())
+                return "must be an integer >= " + std::to_string(min) + ", got '" + text + "'";
             if (v < min) return "must be at least " + std::to_string(min) + ", got " + text;
             return "";
         },

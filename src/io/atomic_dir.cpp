@@ -37,7 +37,8 @@ bool is_sibling_of(const std::string& name, const std::string& base, bool* is_tm
     for (const char* tag : {".tmp-", ".old-"}) {
         const std::string prefix = base + tag;
         if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-            std::all_of(name.begin() + long(prefix.size()), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+            std::all_of(name.begin() + long(prefix.size()), name.end(),
+                        [](char c) { return c >= '0' && c <= '9'; })) {
             if (is_tmp) *is_tmp = tag[1] == 't';
             return true;
         }
@@ -64,8 +65,8 @@ bool only_hydra_files(const fs::path& dir) {
         std::error_code ec2;
         if (!e.is_regular_file(ec2) || e.is_symlink(ec2)) return false;
         const bool known = name == kManifestName || is_scratch_name(name) ||
-                           std::find(checkpoint_dir_kind().files.begin(), checkpoint_dir_kind().files.end(), name) !=
-                               checkpoint_dir_kind().files.end() ||
+                           std::find(checkpoint_dir_kind().files.begin(), checkpoint_dir_kind().files.end(),
+                                     name) != checkpoint_dir_kind().files.end() ||
                            std::find(model_dir_kind().files.begin(), model_dir_kind().files.end(), name) !=
                                model_dir_kind().files.end();
         if (!known) return false;
@@ -139,7 +140,8 @@ std::vector<std::string> recover_directory(const fs::path& dir, const DirKind* k
         bool is_tmp = false;
         is_sibling_of(s.filename().string(), dir.filename().string(), &is_tmp);
         const std::optional<DirManifest> m = read_manifest(s);
-        if (!m || (kind && m->kind != kind->name) || !kind_named(m->kind) || !manifest_complete(s, *m)) continue;
+        if (!m || (kind && m->kind != kind->name) || !kind_named(m->kind) || !manifest_complete(s, *m))
+            continue;
         if (m->generation > best_gen || (m->generation == best_gen && is_tmp && !best_tmp)) {
             best = s, best_gen = m->generation, best_tmp = is_tmp, best_kind = m->kind;
         }
@@ -161,12 +163,13 @@ std::vector<std::string> recover_directory(const fs::path& dir, const DirKind* k
             if (io_rename(best->string(), dir.string()) != 0) {
                 const int err = errno;
                 if (aside) io_rename(aside->string(), dir.string());
-                fail("{}: cannot recover the save that a crash cut (renaming {} into place): {}", dir.string(),
-                     best->string(), std::strerror(err));
+                fail("{}: cannot recover the save that a crash cut (renaming {} into place): {}",
+                     dir.string(), best->string(), std::strerror(err));
             }
-            notes.push_back(fmt::format("{}: recovered the newest complete copy (generation {}) from {}, left by a save "
-                                        "that was cut",
-                                        dir.string(), best_gen, best->filename().string()));
+            notes.push_back(
+                fmt::format("{}: recovered the newest complete copy (generation {}) from {}, left by a save "
+                            "that was cut",
+                            dir.string(), best_gen, best->filename().string()));
             leftovers.erase(std::find(leftovers.begin(), leftovers.end(), *best));
             if (aside) leftovers.push_back(*aside);
         }
@@ -177,8 +180,9 @@ std::vector<std::string> recover_directory(const fs::path& dir, const DirKind* k
             notes.push_back(fmt::format("{}: left in place: it holds files hydra did not write", s.string()));
             continue;
         }
-        if (!remove_copy(s)) notes.push_back(fmt::format("{}: could not remove this leftover: {}", s.string(),
-                                                         std::strerror(errno)));
+        if (!remove_copy(s))
+            notes.push_back(
+                fmt::format("{}: could not remove this leftover: {}", s.string(), std::strerror(errno)));
     }
     return notes;
 }
@@ -189,8 +193,8 @@ void write_directory_atomically(const std::string& dir, const DirKind& kind,
     const DirLock lock = DirLock::acquire(target);
     print_notes(recover_directory(target, &kind));
     const DirInspection here = inspect_directory(target, kind);
-    HYDRA_CHECK(here.state != DirState::Foreign && here.state != DirState::OtherKind, "saving {} {} failed: {}",
-                kind.name, target.string(), refusal_message(target, kind, here));
+    HYDRA_CHECK(here.state != DirState::Foreign && here.state != DirState::OtherKind,
+                "saving {} {} failed: {}", kind.name, target.string(), refusal_message(target, kind, here));
     const bool had_previous = here.state == DirState::Ours && here.complete;
     const std::string kept = had_previous ? fmt::format("previous {} kept", kind.name)
                                           : fmt::format("no {} was written there", kind.name);
@@ -231,11 +235,13 @@ void write_directory_atomically(const std::string& dir, const DirKind& kind,
         fmt::print(stderr, "hydra: warning: {}: fsync failed ({}); the save may not survive a power loss\n",
                    parent.string(), std::strerror(err));
     if (had_old && !remove_copy(old))
-        fmt::print(stderr, "hydra: warning: {}: could not remove the previous copy ({}); the next save removes it\n",
+        fmt::print(stderr,
+                   "hydra: warning: {}: could not remove the previous copy ({}); the next save removes it\n",
                    old.string(), std::strerror(errno));
 }
 
-ClaimedDir claim_output_dir(const std::string& path, const DirKind& kind, bool force, const std::string& option) {
+ClaimedDir claim_output_dir(const std::string& path, const DirKind& kind, bool force,
+                            const std::string& option) {
     ClaimedDir c;
     c.path = normalize_dir_path(path, option);
     c.lock = DirLock::acquire(c.path);

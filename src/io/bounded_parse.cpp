@@ -135,8 +135,8 @@ std::string read_file_limited(const std::filesystem::path& path, uint64_t max_by
     }
     if (uint64_t(st.st_size) > max_bytes) {
         ::close(fd);
-        fail("{}: {} is larger than {} MiB ({} bytes); refusing to read it", path.string(), what, max_bytes >> 20,
-             uint64_t(st.st_size));
+        fail("{}: {} is larger than {} MiB ({} bytes); refusing to read it", path.string(), what,
+             max_bytes >> 20, uint64_t(st.st_size));
     }
     std::string out;
     out.resize(size_t(st.st_size));
@@ -154,7 +154,8 @@ std::string read_file_limited(const std::filesystem::path& path, uint64_t max_by
 
 json parse_json_bounded(const std::string& text, const std::string& source, int max_depth) {
     const json::parser_callback_t limit = [max_depth](int depth, json::parse_event_t event, json&) {
-        if (depth > max_depth && (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start))
+        if (depth > max_depth &&
+            (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start))
             throw TooDeep{};
         return true;
     };
@@ -177,8 +178,9 @@ std::optional<json> try_parse_json_bounded(const std::string& text, int max_dept
 
 json parse_toml_bounded(const std::string& text, const std::string& source, int max_depth) {
     const int bound = toml_depth_bound(text);
-    HYDRA_CHECK(bound <= max_depth, "{}: nests deeper than {} levels (refused; hydra's configs nest two levels)",
-                source, max_depth);
+    HYDRA_CHECK(bound <= max_depth,
+                "{}: nests deeper than {} levels (refused; hydra's configs nest two levels)", source,
+                max_depth);
     try {
         return toml_to_json(toml::parse(text, source));
     } catch (const toml::parse_error& e) {

@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 
 const DirKind& checkpoint_dir_kind() {
     static const DirKind k{"checkpoint",
-                           {"model.safetensors", "optim.safetensors", "config.json", "state.json", "log.jsonl",
-                            "loss_curve.png", "tokenizer.json", "tokenizer_config.json"},
+                           {"model.safetensors", "optim.safetensors", "config.json", "state.json",
+                            "log.jsonl", "loss_curve.png", "tokenizer.json", "tokenizer_config.json"},
                            {"log.jsonl", "loss_curve.png"},
                            "train_config"};
     return k;
@@ -63,8 +63,9 @@ std::vector<Entry> list_entries(const fs::path& dir) {
 // The hydra object of a pre-manifest directory's config.json (null when absent or unreadable).
 nlohmann::json legacy_hydra_section(const fs::path& dir) {
     try {
-        const nlohmann::json root = parse_json_bounded(
-            read_file_limited(dir / "config.json", kMaxConfigBytes, "config.json"), (dir / "config.json").string());
+        const nlohmann::json root =
+            parse_json_bounded(read_file_limited(dir / "config.json", kMaxConfigBytes, "config.json"),
+                               (dir / "config.json").string());
         if (root.is_object() && root.contains("hydra") && root["hydra"].is_object()) return root["hydra"];
     } catch (const Error&) {
     }
@@ -84,7 +85,8 @@ std::string describe(const std::vector<Entry>& entries, const DirKind& kind) {
     std::string out;
     int shown = 0, unknown = 0;
     for (const Entry& e : entries) {
-        if (e.is_file && (listed(kind.files, e.name) || e.name == kManifestName || is_scratch_name(e.name))) continue;
+        if (e.is_file && (listed(kind.files, e.name) || e.name == kManifestName || is_scratch_name(e.name)))
+            continue;
         ++unknown;
         if (shown < 4) {
             out += (out.empty() ? "" : ", ") + e.name + (e.is_file ? "" : "/");
@@ -107,12 +109,14 @@ bool is_scratch_name(const std::string& name) {
 std::optional<DirManifest> read_manifest(const fs::path& dir) {
     try {
         const fs::path p = dir / kManifestName;
-        const nlohmann::json j = parse_json_bounded(read_file_limited(p, kMaxConfigBytes, "the manifest"), p.string());
+        const nlohmann::json j =
+            parse_json_bounded(read_file_limited(p, kMaxConfigBytes, "the manifest"), p.string());
         DirManifest m;
         m.kind = j.at("kind").get<std::string>();
         m.generation = j.at("generation").get<int64_t>();
         for (const auto& [name, size] : j.at("files").items()) {
-            if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") return std::nullopt;
+            if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+                return std::nullopt;
             m.files[name] = size.get<uint64_t>();
         }
         return m;
@@ -127,7 +131,10 @@ std::string manifest_text(const fs::path& dir, const DirKind& kind, int64_t gene
         if (e.is_regular_file() && e.path().filename() != kManifestName &&
             !listed(kind.live, e.path().filename().string()))
             files[e.path().filename().string()] = uint64_t(e.file_size());
-    nlohmann::json j = {{"format", "hydra-directory"}, {"version", 1}, {"kind", kind.name}, {"generation", generation},
+    nlohmann::json j = {{"format", "hydra-directory"},
+                        {"version", 1},
+                        {"kind", kind.name},
+                        {"generation", generation},
                         {"files", files}};
     return j.dump(2) + "\n";
 }
@@ -190,8 +197,9 @@ DirInspection inspect_directory(const fs::path& dir, const DirKind& kind) {
             complete = is_k && fs::exists(dir / "model.safetensors");
         } else {
             // Only the files a run writes before its first save (a run that stopped early).
-            is_k = std::all_of(entries.begin(), entries.end(),
-                               [&](const Entry& e) { return listed(k->live, e.name) || is_scratch_name(e.name); });
+            is_k = std::all_of(entries.begin(), entries.end(), [&](const Entry& e) {
+                return listed(k->live, e.name) || is_scratch_name(e.name);
+            });
         }
         if (!is_k) continue;
         out.state = k->name == kind.name ? DirState::Ours : DirState::OtherKind;
@@ -207,16 +215,20 @@ DirInspection inspect_directory(const fs::path& dir, const DirKind& kind) {
 
 std::string refusal_message(const fs::path& dir, const DirKind& kind, const DirInspection& found) {
     if (found.state == DirState::OtherKind)
-        return fmt::format("{} is a hydra {}, not a hydra {}; refusing to replace it (choose another path, or pass "
-                           "--force to replace it)",
-                           dir.string(), found.other, kind.name);
-    if (found.foreign == "a file" || found.foreign == "not a directory" || found.foreign == "a broken symbolic link")
-        return fmt::format("{} exists and is {}, not a hydra {}; refusing to replace it (choose another path, or pass "
-                           "--force to replace it)",
-                           dir.string(), found.foreign, kind.name);
-    return fmt::format("{} exists and is not a hydra {} (it holds {}); refusing to replace files hydra did not write "
-                       "(choose another path, or pass --force to delete it and write there)",
-                       dir.string(), kind.name, found.foreign);
+        return fmt::format(
+            "{} is a hydra {}, not a hydra {}; refusing to replace it (choose another path, or pass "
+            "--force to replace it)",
+            dir.string(), found.other, kind.name);
+    if (found.foreign == "a file" || found.foreign == "not a directory" ||
+        found.foreign == "a broken symbolic link")
+        return fmt::format(
+            "{} exists and is {}, not a hydra {}; refusing to replace it (choose another path, or pass "
+            "--force to replace it)",
+            dir.string(), found.foreign, kind.name);
+    return fmt::format(
+        "{} exists and is not a hydra {} (it holds {}); refusing to replace files hydra did not write "
+        "(choose another path, or pass --force to delete it and write there)",
+        dir.string(), kind.name, found.foreign);
 }
 
 }  // namespace hydra

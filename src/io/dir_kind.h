@@ -28,8 +28,8 @@ const DirKind& model_dir_kind();
 inline constexpr const char* kManifestName = "hydra_manifest.json";
 
 struct DirManifest {
-    std::string kind;                        // DirKind::name
-    int64_t generation = 0;                  // one more than the copy it replaced
+    std::string kind;                       // DirKind::name
+    int64_t generation = 0;                 // one more than the copy it replaced
     std::map<std::string, uint64_t> files;  // name -> size in bytes
 };
 
@@ -58,7 +58,8 @@ struct DirInspection {
     std::string other;    // OtherKind: the kind's name
     std::string foreign;  // Foreign: what is there ("a file", "important.txt, sub/, ...")
     std::optional<DirManifest> manifest;
-    bool complete = false;  // Ours: a manifest whose files are all there, or a pre-manifest copy with config.json
+    bool complete =
+        false;  // Ours: a manifest whose files are all there, or a pre-manifest copy with config.json
 };
 
 DirInspection inspect_directory(const std::filesystem::path& dir, const DirKind& kind);
@@ -67,6 +68,7 @@ DirInspection inspect_directory(const std::filesystem::path& dir, const DirKind&
 bool is_scratch_name(const std::string& name);
 
 // The refusal for a path that inspect_directory did not find to be ours ("... pass --force ...").
-std::string refusal_message(const std::filesystem::path& dir, const DirKind& kind, const DirInspection& found);
+std::string refusal_message(const std::filesystem::path& dir, const DirKind& kind,
+                            const DirInspection& found);
 
 }  // namespace hydra

@@ -62,7 +62,8 @@ Outcome lock_once(const std::string& path, int& fd_out, std::string& error) {
         error = std::strerror(err);
         return Outcome::Error;
     }
-    struct stat by_fd {}, by_path {};
+    struct stat by_fd {
+    }, by_path{};
     if (::fstat(fd, &by_fd) != 0 || ::stat(path.c_str(), &by_path) != 0 || by_fd.st_ino != by_path.st_ino ||
         by_fd.st_dev != by_path.st_dev) {
         ::close(fd);
@@ -78,7 +79,9 @@ Outcome lock_once(const std::string& path, int& fd_out, std::string& error) {
 
 }  // namespace
 
-fs::path DirLock::lock_path(const fs::path& dir) { return fs::path(dir.string() + ".lock"); }
+fs::path DirLock::lock_path(const fs::path& dir) {
+    return fs::path(dir.string() + ".lock");
+}
 
 DirLock& DirLock::operator=(DirLock&& other) noexcept {
     if (this != &other) {
@@ -89,8 +92,12 @@ DirLock& DirLock::operator=(DirLock&& other) noexcept {
     return *this;
 }
 
-DirLock DirLock::acquire(const fs::path& dir) { return take(dir, true); }
-DirLock DirLock::try_acquire(const fs::path& dir) { return take(dir, false); }
+DirLock DirLock::acquire(const fs::path& dir) {
+    return take(dir, true);
+}
+DirLock DirLock::try_acquire(const fs::path& dir) {
+    return take(dir, false);
+}
 
 DirLock DirLock::take(const fs::path& dir, bool throw_if_busy) {
     const std::string path = lock_path(dir).string();
@@ -119,9 +126,10 @@ DirLock DirLock::take(const fs::path& dir, bool throw_if_busy) {
                 const std::string pid = holder_of(path);
                 if (pid.empty()) break;
                 if (!throw_if_busy) return lock;
-                fail("{} is in use by another hydra process (PID {}, lock file {}); wait for it to finish or "
-                     "write somewhere else",
-                     dir.string(), pid, path);
+                fail(
+                    "{} is in use by another hydra process (PID {}, lock file {}); wait for it to finish or "
+                    "write somewhere else",
+                    dir.string(), pid, path);
             }
         }
         ::usleep(1000);
@@ -135,7 +143,8 @@ void DirLock::release() {
     std::lock_guard<std::mutex> g(registry_mutex());
     auto it = registry().find(key_);
     if (it != registry().end() && --it->second.count == 0) {
-        ::unlink(key_.c_str());  // before close: a process that opened the old file sees it unlinked and retries
+        ::unlink(
+            key_.c_str());  // before close: a process that opened the old file sees it unlinked and retries
         ::close(it->second.fd);
         registry().erase(it);
     }

@@ -26,16 +26,23 @@ int injected(IoOp op, const std::string& path, const std::string& to = "") {
 
 const char* io_op_name(IoOp op) {
     switch (op) {
-        case IoOp::Create: return "create";
-        case IoOp::Write: return "write";
-        case IoOp::Fsync: return "fsync";
-        case IoOp::Rename: return "rename";
-        case IoOp::Remove: return "remove";
+        case IoOp::Create:
+            return "create";
+        case IoOp::Write:
+            return "write";
+        case IoOp::Fsync:
+            return "fsync";
+        case IoOp::Rename:
+            return "rename";
+        case IoOp::Remove:
+            return "remove";
     }
     return "?";
 }
 
-void set_io_hook(IoHook h) { hook() = std::move(h); }
+void set_io_hook(IoHook h) {
+    hook() = std::move(h);
+}
 
 int io_create(const std::string& path, int extra_flags, mode_t mode) {
     if (const int err = injected(IoOp::Create, path)) {

@@ -16,9 +16,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "io/fault_injection.h"
 #include "io/json_kind.h"
-#include "core/half.h"
 
 namespace hydra {
 

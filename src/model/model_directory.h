@@ -23,6 +23,7 @@ void save_model_directory(const std::string& dir, const LlamaModel& model, const
 // Refuses (hydra::Error naming `where`) a config whose sizes claim more parameters than the weight
 // files hold, before anything is allocated for it: every plan keeps the embedding, each layer's
 // output projection and SwiGLU MLP, so those alone bound the count from below.
-void check_weights_cover_config(const ModelConfig& config, const SafetensorsShards& weights, const std::string& where);
+void check_weights_cover_config(const ModelConfig& config, const SafetensorsShards& weights,
+                                const std::string& where);
 
 }  // namespace hydra

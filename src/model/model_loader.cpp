@@ -34,8 +34,8 @@ LoadedModel load_hf_directory(const std::string& dir) {
     std::optional<HybridPlan> plan;
     nlohmann::json hydra_section;
     {
-        const nlohmann::json root =
-            parse_json_bounded(read_file_limited(config_path, kMaxConfigBytes, "the model config"), config_path);
+        const nlohmann::json root = parse_json_bounded(
+            read_file_limited(config_path, kMaxConfigBytes, "the model config"), config_path);
         if (root.is_object() && root.contains("hydra") && root["hydra"].is_object()) hydra_section = root["hydra"];
     }
     if (hydra_section.contains("plan")) plan = HybridPlan::from_json(hydra_section["plan"], cfg, config_path + ": hydra.plan");

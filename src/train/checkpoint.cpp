@@ -56,9 +56,10 @@ void save_checkpoint(const std::string& dir, const LlamaModel& model, const Adam
 
 nlohmann::json read_checkpoint_config(const std::string& dir) {
     const fs::path path = fs::path(dir) / "config.json";
-    nlohmann::json config = parse_json_bounded(
-        read_file_limited(path, kMaxConfigBytes, "the checkpoint's config", "is this a hydra checkpoint directory?"),
-        path.string());
+    nlohmann::json config =
+        parse_json_bounded(read_file_limited(path, kMaxConfigBytes, "the checkpoint's config",
+                                             "is this a hydra checkpoint directory?"),
+                           path.string());
     HYDRA_CHECK(config.is_object(), "{}: not a JSON object", path.string());
     return config;
 }
@@ -90,8 +91,8 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, LlamaModel& model, Adam
         copy_into(optim, "optim.v." + e.name, v.data() + e.offset);
     }
     const fs::path state_path = fs::path(dir) / "state.json";
-    const nlohmann::json st =
-        parse_json_bounded(read_file_limited(state_path, kMaxConfigBytes, "the training state"), state_path.string());
+    const nlohmann::json st = parse_json_bounded(
+        read_file_limited(state_path, kMaxConfigBytes, "the training state"), state_path.string());
     HYDRA_CHECK(st.is_object(), "{}: not a JSON object", state_path.string());
     int64_t adamw_step = 0;
     try {
@@ -111,8 +112,8 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, LlamaModel& model, Adam
                 "{}: step {} is inconsistent with the optimizer's step count {} (a corrupt checkpoint)",
                 state_path.string(), out.state.step, adamw_step);
     HYDRA_CHECK(out.state.bad_steps_in_row >= 0 && out.state.bad_steps_in_row <= out.state.step,
-                "{}: bad_steps_in_row {} is out of range for step {}", state_path.string(), out.state.bad_steps_in_row,
-                out.state.step);
+                "{}: bad_steps_in_row {} is out of range for step {}", state_path.string(),
+                out.state.bad_steps_in_row, out.state.step);
     optimizer.load_state(m.data(), v.data(), optimizer.size(), adamw_step);
     return out;
 }

@@ -141,8 +141,9 @@ void TrainConfig::apply(const json& object, const std::string& origin) {
                 set(key, v, origin);
                 continue;
             }
-            HYDRA_CHECK(parts + 1 < kMaxKeyParts, "{}: unknown key '{}...': settings nest two levels (section.key)",
-                        origin, key.substr(0, 64));
+            HYDRA_CHECK(parts + 1 < kMaxKeyParts,
+                        "{}: unknown key '{}...': settings nest two levels (section.key)", origin,
+                        key.substr(0, 64));
             todo.emplace_back(&v, key);
         }
     }
@@ -174,14 +175,14 @@ void TrainConfig::validate() const {
     // 0 held-out batches would make every held-out loss NaN.
     positive(eval_batches, "run.eval_batches");
     HYDRA_CHECK(warmup_steps >= 0, "config: optim.warmup_steps must be >= 0 (got {})", warmup_steps);
-    HYDRA_CHECK(threads >= 0 && threads <= 4096, "config: run.threads {} out of range (0 = all cores, else 1..4096)",
-                threads);
+    HYDRA_CHECK(threads >= 0 && threads <= 4096,
+                "config: run.threads {} out of range (0 = all cores, else 1..4096)", threads);
     HYDRA_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
                 "config: optim.beta1 {} and optim.beta2 {} must be in [0, 1)", beta1, beta2);
     HYDRA_CHECK(eps > 0, "config: optim.eps must be positive (got {})", eps);
     HYDRA_CHECK(weight_decay >= 0, "config: optim.weight_decay must be >= 0 (got {})", weight_decay);
-    HYDRA_CHECK(decay_fraction >= 0 && decay_fraction <= 1, "config: optim.decay_fraction {} out of range [0, 1]",
-                decay_fraction);
+    HYDRA_CHECK(decay_fraction >= 0 && decay_fraction <= 1,
+                "config: optim.decay_fraction {} out of range [0, 1]", decay_fraction);
     HYDRA_CHECK(hidden_size % num_heads == 0, "config: model.hidden_size {} is not a multiple of model.num_heads {}",
                 hidden_size, num_heads);
     HYDRA_CHECK((hidden_size / num_heads) % 2 == 0, "config: head size {} must be even for RoPE",

@@ -4,13 +4,13 @@
 // OpenMP schedules.
 #include "train/trainer.h"
 
+#include <glob.h>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <glob.h>
 
 #include <fmt/format.h>
 
@@ -19,6 +19,7 @@
 #include "core/threading.h"
 #include "io/atomic_dir.h"
 #include "io/bounded_parse.h"
+#include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model/llama_model.h"
 #include "model/model_directory.h"
@@ -27,14 +28,13 @@
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/vocab_to_tokenizer_json.h"
 #include "train/adamw.h"
+#include "train/align_step.h"
 #include "train/byte_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
-#include "io/hf_config.h"
-#include "train/align_step.h"
 #include "train/lm_train_step.h"
-#include "train/model_step.h"
 #include "train/lr_schedule.h"
+#include "train/model_step.h"
 #include "train/param_groups.h"
 #include "train/token_shards.h"
 
@@ -173,9 +173,12 @@ std::vector<std::string> training_source_files(const TrainConfig& config) {
     return expand_sources(config, config.prose_dir.empty() ? default_cache("prose") : config.prose_dir);
 }
 
-TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const std::optional<std::string>& resume_arg,
-                            std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step,
-                            const DataLoader::Generator& synthetic, const TrainEngineFactory& engine_factory) {
+TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg,
+                            const std::optional<std::string>& resume_arg,
+                            std::optional<int64_t> steps_override,
+                            const std::function<void(const StepLog&)>& on_step,
+                            const DataLoader::Generator& synthetic,
+                            const TrainEngineFactory& engine_factory) {
     // The output directory, for the whole run: normalised ("runs/x/" = "runs/x"), locked against a
     // second writer, a save cut by a crash recovered, and refused unless it is absent, empty or a
     // hydra checkpoint (io/atomic_dir.h; `hydra train --force` clears it before calling this).
@@ -305,7 +308,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
         const bool has_log = prev.good();
         while (std::getline(prev, line)) {
             const std::optional<nlohmann::json> parsed = try_parse_json_bounded(line);
-            if (!parsed || !parsed->is_object() || !parsed->contains("step") || !(*parsed)["step"].is_number_integer())
+            if (!parsed || !parsed->is_object() || !parsed->contains("step") ||
+                !(*parsed)["step"].is_number_integer())
                 continue;
             const nlohmann::json& j = *parsed;
             log_last_step = std::max(log_last_step, j["step"].get<int64_t>());
@@ -322,12 +326,14 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
             }
         }
         // The log is saved with every checkpoint, so it holds the line of the checkpoint's step.
-        HYDRA_CHECK(!has_log || has_state_step,
-                    "{}/state.json: step {} does not match {}, which has no line for that step (last step {}); the "
-                    "checkpoint is corrupt",
-                    *resume_dir, state.step, prev_path.string(), log_last_step);
+        HYDRA_CHECK(
+            !has_log || has_state_step,
+            "{}/state.json: step {} does not match {}, which has no line for that step (last step {}); the "
+            "checkpoint is corrupt",
+            *resume_dir, state.step, prev_path.string(), log_last_step);
         HYDRA_CHECK(state.step <= cfg.steps,
-                    "{}: the checkpoint is already at step {}; run.steps = {} would not train (give --steps above {})",
+                    "{}: the checkpoint is already at step {}; run.steps = {} would not train (give --steps "
+                    "above {})",
                     *resume_dir, state.step, cfg.steps, state.step);
     }
     auto joined_log = [&] {
@@ -350,7 +356,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
                 out.flush();
                 HYDRA_CHECK(out.good(), "{}: cannot write the log", part);
             }
-            HYDRA_CHECK(std::rename(part.c_str(), log_path.c_str()) == 0, "{}: cannot write the log", log_path);
+            HYDRA_CHECK(std::rename(part.c_str(), log_path.c_str()) == 0, "{}: cannot write the log",
+                        log_path);
         }
         log.open(log_path, std::ios::app);
         HYDRA_CHECK(log.good(), "{}: cannot write the log", log_path);
@@ -444,11 +451,13 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
             if (state.bad_steps_in_row >= cfg.max_bad_steps) {
                 std::signal(SIGINT, old_int);
                 std::signal(SIGTERM, old_term);
-                fail("training stopped: {} consecutive steps had a non-finite loss or gradient ({}); lower "
-                     "optim.lr or raise optim.grad_clip",
-                     state.bad_steps_in_row,
-                     saved_step ? fmt::format("the checkpoint of step {} in {} is intact", *saved_step, out_dir)
-                                : fmt::format("no checkpoint of this run was saved in {}", out_dir));
+                fail(
+                    "training stopped: {} consecutive steps had a non-finite loss or gradient ({}); lower "
+                    "optim.lr or raise optim.grad_clip",
+                    state.bad_steps_in_row,
+                    saved_step
+                        ? fmt::format("the checkpoint of step {} in {} is intact", *saved_step, out_dir)
+                        : fmt::format("no checkpoint of this run was saved in {}", out_dir));
             }
         } else {
             state.bad_steps_in_row = 0;

@@ -5,7 +5,7 @@
 # preset on one thread.
 #   tests/cli/safe_output.sh path/to/hydra
 set -uo pipefail
-HYDRA="$1"
+HYDRA="$(realpath "$1")"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 PROSE="$ROOT/.cache/prose/austen_persuasion.txt"
 MODEL="$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
