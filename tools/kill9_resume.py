@@ -9,7 +9,9 @@ original command before that), until --kills kills have landed; the last run fin
 enough for a 2-core machine: the tiny-cpu model on short rows and batches, a save every 2 steps
 (so many kills land inside a save: between its writes, fsyncs and renames).
 
-Prints the figures: kills, how many landed during a save (a .tmp-/.old- sibling or a held-over
+When the run reaches its last step before all kills have landed, it is compared with the
+reference and started again from nothing (another round). Prints the figures: kills, rounds,
+how many kills landed during a save (a .tmp-/.old- sibling or a held-over
 lock file was left), recoveries reported by hydra, restarts, and the sha256 of each compared file.
 Exit status 0 when every compared file matches, 1 otherwise.
 
@@ -83,6 +85,7 @@ def main():
     parent = os.path.dirname(run)
     kills = during_save = lock_left = restarts = recovered = 0
     steps_at_kill = []  # the checkpointed step after each kill
+    rounds, round_ok = 0, []
     log = open(os.path.join(work, "stderr.log"), "wb")
     while True:
         # A checkpoint exists in the run directory or in a copy a cut save left beside it (which
@@ -116,25 +119,27 @@ def main():
             log.flush()
             print(f"hydra exited with {rc} after {kills} kills; see {os.path.join(work, 'stderr.log')}")
             return 1
+        # The run finished: compare it with the reference; start another round while kills remain.
+        rounds += 1
+        leftovers = sorted(n for n in os.listdir(parent) if n.startswith("run.") and n != "run")
+        same = {name: sha(os.path.join(ref, name)) == sha(os.path.join(run, name)) for name in COMPARED}
+        round_ok.append(all(same.values()) and not leftovers)
+        print(f"round {rounds}: finished after {kills} kills in all; files "
+              f"{'identical' if all(same.values()) else 'DIFFERENT: ' + str(same)}; leftovers: {leftovers or 'none'}")
         if kills >= a.kills:
             break
+        shutil.rmtree(run)
     log.close()
     with open(os.path.join(work, "stderr.log"), "rb") as f:
         recovered = f.read().count(b"recovered the newest complete copy")
-    leftovers = sorted(n for n in os.listdir(parent) if n.startswith("run.") and n != "run")
-    ok = True
+    ok = all(round_ok)
     print(f"kills: {kills} (kill -9 at a random step 1..{2 * a.save_every} past the checkpoint, plus 0..1.2 step "
-          f"times); restarts: {restarts}")
+          f"times); restarts: {restarts}; rounds (runs to the last step): {rounds}")
     print(f"kills that left a cut save (.tmp-/.old- sibling): {during_save}; recoveries reported: {recovered}; "
           f"kills that left the lock file (taken over): {lock_left}")
     print(f"checkpointed step after each kill: {' '.join(map(str, steps_at_kill))}")
-    print(f"leftovers next to the run after it finished: {leftovers or 'none'}")
     for name in COMPARED:
-        x, y = sha(os.path.join(ref, name)), sha(os.path.join(run, name))
-        same = x == y
-        ok &= same
-        print(f"{name:20s} {'identical' if same else 'DIFFERENT'}  {x[:16]}  {y[:16]}")
-    ok &= not leftovers
+        print(f"{name:20s} {sha(os.path.join(ref, name))[:16]} (reference)  {sha(os.path.join(run, name))[:16]} (last round)")
     print(f"total {time.time() - t0:.1f} s; {'PASS' if ok else 'FAIL'}")
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)

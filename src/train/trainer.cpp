@@ -4,13 +4,13 @@
 // OpenMP schedules.
 #include "train/trainer.h"
 
-#include <glob.h>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <glob.h>
 
 #include <fmt/format.h>
 
@@ -19,7 +19,6 @@
 #include "core/threading.h"
 #include "io/atomic_dir.h"
 #include "io/bounded_parse.h"
-#include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model/llama_model.h"
 #include "model/model_directory.h"
@@ -28,13 +27,14 @@
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/vocab_to_tokenizer_json.h"
 #include "train/adamw.h"
-#include "train/align_step.h"
 #include "train/byte_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data_loader.h"
+#include "io/hf_config.h"
+#include "train/align_step.h"
 #include "train/lm_train_step.h"
-#include "train/lr_schedule.h"
 #include "train/model_step.h"
+#include "train/lr_schedule.h"
 #include "train/param_groups.h"
 #include "train/token_shards.h"
 
@@ -173,12 +173,9 @@ std::vector<std::string> training_source_files(const TrainConfig& config) {
     return expand_sources(config, config.prose_dir.empty() ? default_cache("prose") : config.prose_dir);
 }
 
-TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg,
-                            const std::optional<std::string>& resume_arg,
-                            std::optional<int64_t> steps_override,
-                            const std::function<void(const StepLog&)>& on_step,
-                            const DataLoader::Generator& synthetic,
-                            const TrainEngineFactory& engine_factory) {
+TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const std::optional<std::string>& resume_arg,
+                            std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step,
+                            const DataLoader::Generator& synthetic, const TrainEngineFactory& engine_factory) {
     // The output directory, for the whole run: normalised ("runs/x/" = "runs/x"), locked against a
     // second writer, a save cut by a crash recovered, and refused unless it is absent, empty or a
     // hydra checkpoint (io/atomic_dir.h; `hydra train --force` clears it before calling this).
