@@ -38,6 +38,7 @@ struct ConvertOptions {
     int64_t calib_skip_bytes = 20000;
     bool allow_neg_eigval = false;
     std::string out;
+    bool force = false;
     int threads = 0;
 };
 
@@ -105,9 +106,15 @@ void register_convert(CLI::App& app) {
         ->check(CLI::Range(int64_t(0), int64_t(1) << 16));
     cmd->add_flag("--allow-neg-eigval", o->allow_neg_eigval, "GDN beta = 2 sigmoid(b) (negative eigenvalues)");
     cmd->add_option("--out", o->out, "output model directory")->required();
+    cmd->add_flag("--force", o->force,
+                  "replace --out even when it is not a hydra model directory (deletes it)");
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] {
         apply_threads(o->threads);
+        // Claimed before the conversion's work: a bad --out fails at once, and no second writer
+        // can start on it meanwhile.
+        const ClaimedDir out = claim_output_dir(o->out, model_dir_kind(), o->force);
+        for (const std::string& note : out.notes) fmt::print(stderr, "hydra: {}\n", note);
         const auto t0 = std::chrono::steady_clock::now();
         LoadedModel m = load_model_reported(o->model);
         const ModelConfig& cfg = m.model->config();
@@ -143,7 +150,7 @@ void register_convert(CLI::App& app) {
                                 {"tokens", stats.calibration_tokens}};
         extra["teacher_head_rms"] = stats.head_rms;
         extra["teacher_head_span"] = stats.head_span;
-        save_model_directory(o->out, *hybrid, extra, tokenizer_files(*o, m));
+        save_model_directory(out.path.string(), *hybrid, extra, tokenizer_files(*o, m));
 
         const HybridPlan teacher = HybridPlan::all_fa(cfg);
         const int64_t kv = plan.kv_bytes_per_token(cfg, 2), kv_t = teacher.kv_bytes_per_token(cfg, 2);

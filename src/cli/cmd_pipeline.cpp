@@ -2,6 +2,7 @@
 // the whole HydraHead job (teacher, head scores, conversion of every variant, the three transfer
 // stages, evaluation, report) from one config, resumable step by step (see pipeline/pipeline_runner.h).
 // `hydra demo` is the tiny-cpu preset into runs/demo: the README's main command.
+#include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
@@ -10,6 +11,8 @@
 #include "cli/gpu_generator.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
+#include "io/dir_kind.h"
+#include "io/dir_lock.h"
 #include "pipeline/pipeline_runner.h"
 #include "train/train_config.h"
 #ifdef HYDRA_WITH_CUDA
@@ -27,9 +30,35 @@ struct PipelineOptions {
     std::string from;
     std::string device;  // empty: the config's
     int threads = 0;
+    bool force = false;
 };
 
-void run(const PipelineConfig& config, const std::string& out, const std::string& from) {
+// The pipeline's run directory, locked for the whole run: absent, empty, or an earlier run's
+// (pipeline_config.json marks one; its steps resume). Anything else is refused unless --force,
+// which deletes it. The stage directories inside are claimed again by each stage.
+DirLock claim_pipeline_dir(const std::filesystem::path& out, bool force) {
+    DirLock lock = DirLock::acquire(out);
+    std::error_code ec;
+    const bool exists = std::filesystem::exists(std::filesystem::symlink_status(out, ec));
+    const bool ours =
+        std::filesystem::is_directory(out, ec) &&
+        (std::filesystem::is_empty(out, ec) || std::filesystem::exists(out / "pipeline_config.json", ec));
+    if (exists && !ours) {
+        HYDRA_CHECK(
+            force,
+            "--out: {} exists and is not a hydra pipeline run (no pipeline_config.json); refusing to write "
+            "into files hydra did not write (choose another --out, or pass --force to delete it)",
+            out.string());
+        std::filesystem::remove_all(out, ec);
+        HYDRA_CHECK(!ec, "--out --force: cannot delete {}: {}", out.string(), ec.message());
+        fmt::print(stderr, "hydra: --force: deleted {}\n", out.string());
+    }
+    return lock;
+}
+
+void run(const PipelineConfig& config, const std::string& out_arg, const std::string& from, bool force) {
+    const std::filesystem::path out = normalize_dir_path(out_arg, "--out");
+    const DirLock lock = claim_pipeline_dir(out, force);
     PipelineHooks hooks;
     std::unique_ptr<ProgressBar> bar;
     std::string current;
@@ -54,7 +83,7 @@ void run(const PipelineConfig& config, const std::string& out, const std::string
         return gpu_generator(m, t, capacity, context_limit);
     };
 #endif
-    const PipelineResult r = run_pipeline(config, out, from, hooks);
+    const PipelineResult r = run_pipeline(config, out.string(), from, hooks);
     if (bar) bar->finish();
     fmt::print("\n{}\nreport: {} ({:.1f} min)\n", r.table, r.report_path, r.seconds / 60.0);
 }
@@ -71,6 +100,8 @@ void register_pipeline(CLI::App& app) {
     cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, smollm2-gpu")
         ->capture_default_str();
     cmd->add_option("--out", o->out, "output directory (default: runs/<preset>)");
+    cmd->add_flag("--force", o->force,
+                  "write into --out even when it is not a hydra pipeline run (deletes it)");
     cmd->add_option("--from", o->from,
                     "recompute this step and all later ones: teacher, score, convert, align, "
                     "distill, longctx, eval, report");
@@ -93,7 +124,7 @@ void register_pipeline(CLI::App& app) {
             }
         }
         if (!o->device.empty()) config.device = o->device;
-        run(config, o->out.empty() ? "runs/" + o->preset : o->out, o->from);
+        run(config, o->out.empty() ? "runs/" + o->preset : o->out, o->from, o->force);
     });
 }
 
@@ -104,12 +135,14 @@ void register_demo(CLI::App& app) {
         "The main job on a tiny teacher, sized for a 2-core CPU: teacher vs HydraHead 7:1 (interpretability "
         "and random heads) vs layer-wise 3:1 vs all-LA at 1x, 2x and 4x the teacher's training length");
     cmd->add_option("--out", o->out, "output directory")->capture_default_str();
+    cmd->add_flag("--force", o->force,
+                  "write into --out even when it is not a hydra pipeline run (deletes it)");
     cmd->add_option("--from", o->from, "recompute this step and all later ones (see hydra pipeline --help)");
     add_threads_option(*cmd, o->threads);
     o->out = "runs/demo";
     cmd->callback([o] {
         apply_threads(o->threads);
-        run(PipelineConfig::preset("tiny-cpu"), o->out, o->from);
+        run(PipelineConfig::preset("tiny-cpu"), o->out, o->from, o->force);
     });
 }
 

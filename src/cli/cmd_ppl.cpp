@@ -31,7 +31,7 @@ void register_ppl(CLI::App& app) {
     cmd->add_option("--text", o->text, "UTF-8 text file to score")->required();
     cmd->add_option("--ctx", o->ctx, "window length in tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
     cmd->add_option("--max-windows", o->max_windows, "score at most this many windows (0 = all)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(at_least(0));
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] {
         apply_threads(o->threads);
@@ -43,6 +43,12 @@ void register_ppl(CLI::App& app) {
         HYDRA_CHECK(!text.empty(), "{}: the text file is empty", o->text);
         LoadedModel m = load_model_reported(o->model);
         HYDRA_CHECK(m.vocab.has_value(), "{}: the model has no tokenizer", o->model);
+        // Positions past the trained context are extrapolation (and memory): refused unless the
+        // model declares RoPE scaling for them (no supported config does yet).
+        const int64_t trained = m.model->config().max_position_embeddings;
+        HYDRA_CHECK(trained <= 0 || o->ctx <= trained,
+                    "--ctx {}: above the model's context of {} tokens ({}); use --ctx {} or less", o->ctx,
+                    trained, o->model, trained);
         Tokenizer tok(*m.vocab);
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<int32_t> ids = tok.encode(text, false);

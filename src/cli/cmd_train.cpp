@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "eval/synthetic_mixer.h"
 #include "eval/task_registry.h"
+#include "io/atomic_dir.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #ifdef HYDRA_WITH_CUDA
@@ -27,6 +28,7 @@ struct TrainOptions {
     std::string resume;
     std::string device;  // empty: run.device of the (effective) config
     bool list_keys = false;
+    bool force = false;
 };
 }  // namespace
 
@@ -48,11 +50,14 @@ void register_train_like(CLI::App& app, bool stages_only) {
                                                           "resume a run)");
     cmd->add_option("args", o->positional, "an optional CONFIG file (.json or .toml), then key=value overrides");
     cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, test-micro");
-    cmd->add_option("--steps", o->steps, "stop after this many optimizer steps (run.steps)")->check(CLI::PositiveNumber);
+    cmd->add_option("--steps", o->steps, "stop after this many optimizer steps (run.steps)")
+        ->check(at_least(1));
     cmd->add_option("--out", o->out, "checkpoint directory (default: runs/train, or the --resume directory)");
     cmd->add_option("--resume", o->resume, "continue the run saved in this checkpoint directory");
     cmd->add_option("--device", o->device, "cpu | cuda: where the training step runs (default: run.device)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
+    cmd->add_flag("--force", o->force,
+                  "replace --out even when it is not a hydra checkpoint (deletes what it holds)");
     cmd->add_flag("--list-keys", o->list_keys, "print every config key and its default, then exit");
     cmd->callback([o, stages_only] {
         if (o->list_keys) {
@@ -74,6 +79,8 @@ void register_train_like(CLI::App& app, bool stages_only) {
         if (o->steps > 0 && o->resume.empty()) config.steps = o->steps;
         TrainConfig effective = config;  // what the run will use (a resumed run keeps its saved config)
         if (!o->resume.empty()) {
+            // A save of it that a crash cut is finished first, so its config can be read.
+            o->resume = settle_directory_for_reading(o->resume);
             effective = TrainConfig();
             effective.apply(read_checkpoint_config(o->resume).value("hydra", nlohmann::json::object())
                                 .value("train_config", nlohmann::json::object()),
@@ -95,6 +102,12 @@ void register_train_like(CLI::App& app, bool stages_only) {
         }
         std::string out = o->out;
         if (out.empty()) out = o->resume.empty() ? "runs/train" : o->resume;
+        // --force: the output is cleared here, under its lock, which run_training then shares.
+        std::optional<ClaimedDir> forced;
+        if (o->force) {
+            forced = claim_output_dir(out, checkpoint_dir_kind(), true);
+            for (const std::string& note : forced->notes) fmt::print(stderr, "hydra: {}\n", note);
+        }
         ProgressBar bar("train", o->steps > 0 ? o->steps : config.steps, "step");
         TrainRunResult r = run_training(config, out, o->resume.empty() ? std::nullopt : std::optional(o->resume),
                                         o->steps > 0 ? std::optional(o->steps) : std::nullopt, [&](const StepLog& s) {

@@ -30,5 +30,8 @@ std::string default_model_path();
 // Adds the common --threads option; call apply_threads() at the start of the action.
 void add_threads_option(CLI::App& cmd, int& threads);
 void apply_threads(int threads);
+// An integer option's check with a readable message ("must be an integer >= 1, got 0"), instead of
+// CLI11's numeric ranges whose unbounded side prints as a 300-digit number.
+CLI::Validator at_least(int64_t min);
 
 }  // namespace hydra::cli

@@ -17,4 +17,22 @@ void add_threads_option(CLI::App& cmd, int& threads) {
 
 void apply_threads(int threads) { set_num_threads(threads); }
 
+CLI::Validator at_least(int64_t min) {
+    return CLI::Validator(
+        [min](std::string& text) -> std::string {
+            int64_t v = 0;
+            size_t used = 0;
+            try {
+                v = std::stoll(text, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used == 0 || used != text.size())
+                return "must be an integer >= " + std::to_string(min) + ", got '" + text + "'";
+            if (v < min) return "must be at least " + std::to_string(min) + ", got " + text;
+            return "";
+        },
+        "INT>=" + std::to_string(min));
+}
+
 }  // namespace hydra::cli

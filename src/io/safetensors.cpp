@@ -16,8 +16,9 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "io/json_kind.h"
 #include "core/half.h"
+#include "io/fault_injection.h"
+#include "io/json_kind.h"
 
 namespace hydra {
 
@@ -592,20 +593,21 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<SafetensorsEntry>& 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
                        const std::map<std::string, std::string>& metadata, std::optional<DType> out_dtype) {
     const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // The file-system calls go through io/fault_injection.h, so tests can fail or cut each one.
+    const int fd = io_create(tmp);
     if (fd < 0) fail("{}: cannot create: {}", tmp, std::strerror(errno));
     try {
         serialize_to(entries, metadata, out_dtype, path, [&](const void* p, size_t n) {
             const auto* b = static_cast<const uint8_t*>(p);
             while (n > 0) {
-                const ssize_t w = ::write(fd, b, n);
+                const ssize_t w = io_write(fd, b, n, tmp);
                 if (w < 0 && errno == EINTR) continue;
                 if (w <= 0) fail("{}: write failed: {}", tmp, std::strerror(errno));
                 b += w;
                 n -= size_t(w);
             }
         });
-        if (::fsync(fd) != 0) fail("{}: fsync failed: {}", tmp, std::strerror(errno));
+        if (io_fsync(fd, tmp) != 0) fail("{}: fsync failed: {}", tmp, std::strerror(errno));
     } catch (...) {
         ::close(fd);
         ::unlink(tmp.c_str());
@@ -615,7 +617,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
         ::unlink(tmp.c_str());
         fail("{}: close failed: {}", tmp, std::strerror(errno));
     }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (io_rename(tmp, path) != 0) {
         const int err = errno;
         ::unlink(tmp.c_str());
         fail("{}: cannot rename {} into place: {}", path, tmp, std::strerror(err));
@@ -624,7 +626,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     const std::string dir = std::filesystem::path(path).parent_path().string();
     const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
-        ::fsync(dfd);
+        io_fsync(dfd, dir.empty() ? "." : dir);
         ::close(dfd);
     }
 }

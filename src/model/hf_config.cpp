@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/bounded_parse.h"
 #include "io/json_kind.h"
 
 namespace hydra {
@@ -113,12 +114,7 @@ std::string rope_type_of(const json& obj, const std::string& source, const char*
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& source) {
-    json root;
-    try {
-        root = json::parse(json_text);
-    } catch (const json::exception& e) {
-        fail("{}: not valid JSON: {}", source, e.what());
-    }
+    const json root = parse_json_bounded(json_text, source);
     HYDRA_CHECK(root.is_object(), "{}: expected a JSON object, found {}", source, json_kind(root));
     const Fields f(root, source);
 
@@ -235,12 +231,8 @@ ModelConfig load_hf_config(const std::string& config_json_path) {
     std::error_code ec;
     HYDRA_CHECK(std::filesystem::is_regular_file(config_json_path, ec), "{}: missing or not a regular file",
                 config_json_path);
-    std::ifstream in(config_json_path, std::ios::binary);
-    HYDRA_CHECK(in.good(), "{}: cannot open", config_json_path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    HYDRA_CHECK(!in.bad(), "{}: read error", config_json_path);
-    return parse_hf_config(text.str(), config_json_path);
+    return parse_hf_config(read_file_limited(config_json_path, kMaxConfigBytes, "the model config"),
+                           config_json_path);
 }
 
 nlohmann::json hf_config_to_json(const ModelConfig& c) {

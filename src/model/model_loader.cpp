@@ -7,10 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "io/gguf.h"
 #include "model/hf_config.h"
 #include "io/safetensors.h"
 #include "model/gguf_import.h"
+#include "model/model_directory.h"
 #include "tokenizer/vocab_from_gguf.h"
 #include "tokenizer/vocab_from_tokenizer_json.h"
 
@@ -31,12 +34,13 @@ LoadedModel load_hf_directory(const std::string& dir) {
     std::optional<HybridPlan> plan;
     nlohmann::json hydra_section;
     {
-        std::ifstream in(config_path);
-        nlohmann::json root = nlohmann::json::parse(in, nullptr, false);
+        const nlohmann::json root = parse_json_bounded(
+            read_file_limited(config_path, kMaxConfigBytes, "the model config"), config_path);
         if (root.is_object() && root.contains("hydra") && root["hydra"].is_object()) hydra_section = root["hydra"];
     }
     if (hydra_section.contains("plan")) plan = HybridPlan::from_json(hydra_section["plan"], cfg, config_path + ": hydra.plan");
     SafetensorsShards shards = SafetensorsShards::open_dir(dir);
+    check_weights_cover_config(cfg, shards, config_path);  // before the parameters are allocated
     out.model = std::make_unique<LlamaModel>(cfg, plan ? &*plan : nullptr);
     for (const ArenaEntry& e : out.model->params().entries()) {
         const SafetensorsTensorInfo& info = shards.tensor(e.name);
@@ -53,7 +57,9 @@ LoadedModel load_hf_directory(const std::string& dir) {
 
 }  // namespace
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& given) {
+    // A model directory whose save was cut by a crash is recovered first (atomic_dir.h).
+    const std::string path = settle_directory_for_reading(given);
     std::error_code ec;
     const fs::file_status st = fs::status(path, ec);
     HYDRA_CHECK(fs::exists(st), "{}: no such file or directory (expected a .gguf file or a model directory)", path);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "io/bounded_parse.h"
 #include "io/json_kind.h"
 
 namespace hydra {
@@ -249,9 +250,8 @@ void PipelineConfig::apply_override(const std::string& assignment) {
         c.apply_override(key.substr(dot + 1) + "=" + value);
         return;
     }
-    json parsed = json::parse(value, nullptr, false);
-    if (parsed.is_discarded()) parsed = value;
-    json nested = parsed;
+    // Depth-limited: the value is copied into the nested object below (a copy recurses per level).
+    json nested = try_parse_json_bounded(value).value_or(json(value));
     std::string rest = key;
     std::vector<std::string> parts;
     for (size_t p = 0; (p = rest.find('.')) != std::string::npos; rest = rest.substr(p + 1)) parts.push_back(rest.substr(0, p));

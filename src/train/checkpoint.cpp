@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "model/hf_config.h"
 #include "io/safetensors.h"
 
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 void save_checkpoint(const std::string& dir, const LlamaModel& model, const AdamW& optimizer,
                      const TrainState& state, const nlohmann::json& hydra_section,
                      const std::map<std::string, std::string>& extra_files) {
-    write_directory_atomically(dir, "checkpoint", [&](const fs::path& tmp) {
+    write_directory_atomically(dir, checkpoint_dir_kind(), [&](const fs::path& tmp) {
         const ParamArena& params = model.params();
         std::vector<SafetensorsEntry> weights, optim;
         for (size_t i = 0; i < params.entries().size(); ++i) {
@@ -55,8 +56,11 @@ void save_checkpoint(const std::string& dir, const LlamaModel& model, const Adam
 
 nlohmann::json read_checkpoint_config(const std::string& dir) {
     const fs::path path = fs::path(dir) / "config.json";
-    nlohmann::json config = nlohmann::json::parse(read_text_file(path, "is this a hydra checkpoint directory?"), nullptr, false);
-    HYDRA_CHECK(!config.is_discarded() && config.is_object(), "{}: not a JSON object", path.string());
+    nlohmann::json config =
+        parse_json_bounded(read_file_limited(path, kMaxConfigBytes, "the checkpoint's config",
+                                             "is this a hydra checkpoint directory?"),
+                           path.string());
+    HYDRA_CHECK(config.is_object(), "{}: not a JSON object", path.string());
     return config;
 }
 
@@ -87,18 +91,30 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, LlamaModel& model, Adam
         copy_into(optim, "optim.v." + e.name, v.data() + e.offset);
     }
     const fs::path state_path = fs::path(dir) / "state.json";
-    nlohmann::json st = nlohmann::json::parse(read_text_file(state_path), nullptr, false);
-    HYDRA_CHECK(!st.is_discarded() && st.is_object(), "{}: not a JSON object", state_path.string());
+    const nlohmann::json st = parse_json_bounded(
+        read_file_limited(state_path, kMaxConfigBytes, "the training state"), state_path.string());
+    HYDRA_CHECK(st.is_object(), "{}: not a JSON object", state_path.string());
+    int64_t adamw_step = 0;
     try {
         out.state.step = st.at("step").get<int64_t>();
         out.state.rng = st.at("rng").get<std::array<uint64_t, 4>>();
         out.state.data_cursor = st.at("data_cursor");
         out.state.bad_steps_in_row = st.value("bad_steps_in_row", int64_t(0));
         out.state.last_loss = st.value("last_loss", 0.0);
-        optimizer.load_state(m.data(), v.data(), optimizer.size(), st.at("adamw_step").get<int64_t>());
+        adamw_step = st.at("adamw_step").get<int64_t>();
     } catch (const nlohmann::json::exception& e) {
         fail("{}: {}", state_path.string(), e.what());
     }
+    // Every optimizer step is a training step (skipped non-finite steps are not optimizer steps).
+    HYDRA_CHECK(out.state.step >= 0, "{}: step {} is negative (a corrupt checkpoint)", state_path.string(),
+                out.state.step);
+    HYDRA_CHECK(adamw_step >= 0 && adamw_step <= out.state.step,
+                "{}: step {} is inconsistent with the optimizer's step count {} (a corrupt checkpoint)",
+                state_path.string(), out.state.step, adamw_step);
+    HYDRA_CHECK(out.state.bad_steps_in_row >= 0 && out.state.bad_steps_in_row <= out.state.step,
+                "{}: bad_steps_in_row {} is out of range for step {}", state_path.string(),
+                out.state.bad_steps_in_row, out.state.step);
+    optimizer.load_state(m.data(), v.data(), optimizer.size(), adamw_step);
     return out;
 }
 

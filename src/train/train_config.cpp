@@ -1,14 +1,14 @@
 // TrainConfig parsing and validation (see train_config.h).
 #include "train/train_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
 
-#include <toml++/toml.h>
-
 #include "core/error.h"
+#include "io/bounded_parse.h"
 #include "io/json_kind.h"
 
 namespace hydra {
@@ -112,24 +112,6 @@ const std::map<std::string, KeyDef>& key_table() {
     return table;
 }
 
-json toml_to_json(const toml::node& node) {
-    if (auto t = node.as_table()) {
-        json out = json::object();
-        for (const auto& [k, v] : *t) out[std::string(k.str())] = toml_to_json(v);
-        return out;
-    }
-    if (auto a = node.as_array()) {
-        json out = json::array();
-        for (const auto& v : *a) out.push_back(toml_to_json(v));
-        return out;
-    }
-    if (auto v = node.as_string()) return json(v->get());
-    if (auto v = node.as_integer()) return json(v->get());
-    if (auto v = node.as_floating_point()) return json(v->get());
-    if (auto v = node.as_boolean()) return json(v->get());
-    throw Error("unsupported TOML value (dates and times are not used by hydra configs)");
-}
-
 }  // namespace
 
 void TrainConfig::set(const std::string& key, const json& value, const std::string& origin) {
@@ -145,24 +127,33 @@ void TrainConfig::set(const std::string& key, const json& value, const std::stri
 
 void TrainConfig::apply(const json& object, const std::string& origin) {
     HYDRA_CHECK(object.is_object(), "{}: expected an object of settings, found {}", origin, json_kind(object));
-    std::function<void(const json&, const std::string&)> walk = [&](const json& o, const std::string& prefix) {
-        for (const auto& [k, v] : o.items()) {
+    // Keys are section.name, so objects nest two levels; a deeper object is an unknown key, found
+    // here without recursing once per level of untrusted input.
+    constexpr int kMaxKeyParts = 4;
+    std::vector<std::pair<const json*, std::string>> todo = {{&object, ""}};
+    while (!todo.empty()) {
+        const auto [o, prefix] = todo.back();
+        todo.pop_back();
+        const int parts = prefix.empty() ? 0 : int(std::count(prefix.begin(), prefix.end(), '.')) + 1;
+        for (const auto& [k, v] : o->items()) {
             const std::string key = prefix.empty() ? k : prefix + "." + k;
-            if (v.is_object())
-                walk(v, key);
-            else
+            if (!v.is_object()) {
                 set(key, v, origin);
+                continue;
+            }
+            HYDRA_CHECK(parts + 1 < kMaxKeyParts,
+                        "{}: unknown key '{}...': settings nest two levels (section.key)", origin,
+                        key.substr(0, 64));
+            todo.emplace_back(&v, key);
         }
-    };
-    walk(object, "");
+    }
 }
 
 void TrainConfig::apply_override(const std::string& assignment) {
     const size_t eq = assignment.find('=');
     HYDRA_CHECK(eq != std::string::npos && eq > 0, "override '{}': expected key=value", assignment);
     const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-    json value = json::parse(text, nullptr, false);
-    if (value.is_discarded()) value = text;  // a bare word is a string
+    const json value = try_parse_json_bounded(text).value_or(json(text));  // a bare word is a string
     set(key, value, "command line");
 }
 
@@ -181,6 +172,17 @@ void TrainConfig::validate() const {
     positive(save_every, "run.save_every");
     positive(eval_every, "run.eval_every");
     positive(max_bad_steps, "run.max_bad_steps");
+    // 0 held-out batches would make every held-out loss NaN.
+    positive(eval_batches, "run.eval_batches");
+    HYDRA_CHECK(warmup_steps >= 0, "config: optim.warmup_steps must be >= 0 (got {})", warmup_steps);
+    HYDRA_CHECK(threads >= 0 && threads <= 4096,
+                "config: run.threads {} out of range (0 = all cores, else 1..4096)", threads);
+    HYDRA_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
+                "config: optim.beta1 {} and optim.beta2 {} must be in [0, 1)", beta1, beta2);
+    HYDRA_CHECK(eps > 0, "config: optim.eps must be positive (got {})", eps);
+    HYDRA_CHECK(weight_decay >= 0, "config: optim.weight_decay must be >= 0 (got {})", weight_decay);
+    HYDRA_CHECK(decay_fraction >= 0 && decay_fraction <= 1,
+                "config: optim.decay_fraction {} out of range [0, 1]", decay_fraction);
     HYDRA_CHECK(hidden_size % num_heads == 0, "config: model.hidden_size {} is not a multiple of model.num_heads {}",
                 hidden_size, num_heads);
     HYDRA_CHECK((hidden_size / num_heads) % 2 == 0, "config: head size {} must be even for RoPE",
@@ -278,23 +280,13 @@ std::vector<std::string> TrainConfig::keys() {
 }
 
 json load_config_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    HYDRA_CHECK(in.good(), "{}: cannot open the config file", path);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    const std::string text = buf.str();
-    if (path.size() > 5 && path.ends_with(".toml")) {
-        try {
-            return toml_to_json(toml::parse(text, path));
-        } catch (const toml::parse_error& e) {
-            fail("{}: TOML error at line {}: {}", path, e.source().begin.line, e.description());
-        } catch (const Error& e) {
-            fail("{}: {}", path, e.what());
-        }
+    const std::string text = read_file_limited(path, kMaxConfigBytes, "the config file");
+    if (path.size() > 5 && path.ends_with(".toml")) return parse_toml_bounded(text, path);
+    try {
+        return parse_json_bounded(text, path);
+    } catch (const Error& e) {
+        fail("{} (config files are .json or .toml)", e.what());
     }
-    json j = json::parse(text, nullptr, false);
-    HYDRA_CHECK(!j.is_discarded(), "{}: not valid JSON (config files are .json or .toml)", path);
-    return j;
 }
 
 }  // namespace hydra

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -16,8 +17,12 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threading.h"
+#include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
+#include "io/safetensors.h"
 #include "model/hf_config.h"
 #include "model/llama_model.h"
+#include "model/model_directory.h"
 #include "model/model_loader.h"
 #include "report/line_plot.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -161,12 +166,26 @@ std::vector<std::string> training_source_files(const TrainConfig& config) {
     return expand_sources(config, config.prose_dir.empty() ? default_cache("prose") : config.prose_dir);
 }
 
-TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir,
-                            const std::optional<std::string>& resume_dir,
-                            std::optional<int64_t> steps_override,
-                            const std::function<void(const StepLog&)>& on_step,
-                            const DataLoader::Generator& synthetic,
-                            const TrainEngineFactory& engine_factory) {
+TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const std::optional<std::string>& resume_arg,
+                            std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step,
+                            const DataLoader::Generator& synthetic, const TrainEngineFactory& engine_factory) {
+    // The output directory, for the whole run: normalised ("runs/x/" = "runs/x"), locked against a
+    // second writer, a save cut by a crash recovered, and refused unless it is absent, empty or a
+    // hydra checkpoint (io/atomic_dir.h; `hydra train --force` clears it before calling this).
+    const ClaimedDir out_claim = claim_output_dir(out_arg, checkpoint_dir_kind(), false);
+    for (const std::string& note : out_claim.notes) fmt::print(stderr, "hydra: {}\n", note);
+    const std::string out_dir = out_claim.path.string();
+    std::optional<std::string> resume_dir;
+    DirLock resume_lock;  // a resumed directory other than the output is read under its lock too
+    if (resume_arg) {
+        const fs::path p = normalize_dir_path(*resume_arg, "--resume");
+        if (p != out_claim.path) {
+            resume_lock = DirLock::acquire(p);
+            for (const std::string& note : recover_directory(p, &checkpoint_dir_kind()))
+                fmt::print(stderr, "hydra: {}\n", note);
+        }
+        resume_dir = p.string();
+    }
     std::optional<nlohmann::json> resumed_section;
     if (resume_dir) {  // the checkpoint's own config wins, so a resumed run is the same run
         resumed_section = read_checkpoint_config(*resume_dir).value("hydra", nlohmann::json::object());
@@ -203,9 +222,9 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir,
         const nlohmann::json saved = read_checkpoint_config(*resume_dir);
         const std::string where = *resume_dir + "/config.json";
         const ModelConfig mc = parse_hf_config(saved.dump(), where);
-        const HybridPlan plan =
-            HybridPlan::from_json(saved["hydra"].value("plan", nlohmann::json::object({{"kind", "teacher"}})),
-                                  mc, where + ": hydra.plan");
+        check_weights_cover_config(mc, SafetensorsShards::open_dir(*resume_dir), where);  // before allocating
+        const HybridPlan plan = HybridPlan::from_json(saved["hydra"].value("plan", nlohmann::json::object({{"kind", "teacher"}})),
+                                                      mc, where + ": hydra.plan");
         model_holder = std::make_unique<LlamaModel>(mc, &plan);
     } else if (cfg.stage != "pretrain") {
         LoadedModel init = load_model(cfg.init);
@@ -272,11 +291,21 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir,
     std::vector<std::string> log_lines;
     std::vector<double> curve_steps, curve_losses, eval_steps, eval_losses;
     if (resume_dir) {
-        std::ifstream prev((fs::path(*resume_dir) / "log.jsonl").string());
+        const fs::path prev_path = fs::path(*resume_dir) / "log.jsonl";
+        std::ifstream prev(prev_path.string());
         std::string line;
+        bool has_state_step = state.step == 0;
+        int64_t log_last_step = 0;
+        const bool has_log = prev.good();
         while (std::getline(prev, line)) {
-            auto j = nlohmann::json::parse(line, nullptr, false);
-            if (j.is_discarded() || !j.contains("step") || j["step"].get<int64_t>() > state.step) continue;
+            const std::optional<nlohmann::json> parsed = try_parse_json_bounded(line);
+            if (!parsed || !parsed->is_object() || !parsed->contains("step") ||
+                !(*parsed)["step"].is_number_integer())
+                continue;
+            const nlohmann::json& j = *parsed;
+            log_last_step = std::max(log_last_step, j["step"].get<int64_t>());
+            if (j["step"].get<int64_t>() > state.step) continue;
+            has_state_step |= j["step"].get<int64_t>() == state.step;
             log_lines.push_back(line);
             if (j.contains("loss") && j["loss"].is_number()) {
                 curve_steps.push_back(j["step"].get<double>());
@@ -287,6 +316,16 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir,
                 eval_losses.push_back(j["heldout_loss"].get<double>());
             }
         }
+        // The log is saved with every checkpoint, so it holds the line of the checkpoint's step.
+        HYDRA_CHECK(
+            !has_log || has_state_step,
+            "{}/state.json: step {} does not match {}, which has no line for that step (last step {}); the "
+            "checkpoint is corrupt",
+            *resume_dir, state.step, prev_path.string(), log_last_step);
+        HYDRA_CHECK(state.step <= cfg.steps,
+                    "{}: the checkpoint is already at step {}; run.steps = {} would not train (give --steps "
+                    "above {})",
+                    *resume_dir, state.step, cfg.steps, state.step);
     }
     auto joined_log = [&] {
         std::string text;
@@ -294,16 +333,32 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir,
         return text;
     };
     std::ofstream log;
-    auto reopen_log = [&] {
+    // The live file is the checkpoint's own log.jsonl, continued in place. Only at the start is it
+    // rewritten (to drop lines past the resumed step), by a rename, so a kill never leaves a
+    // checkpoint with a cut log; after a save it already holds exactly the saved lines.
+    auto reopen_log = [&](bool rewrite) {
         log.close();
         log.clear();
-        log.open(log_path, std::ios::trunc);
+        if (rewrite) {
+            const std::string part = log_path + ".part";
+            {
+                std::ofstream out(part, std::ios::trunc | std::ios::binary);
+                out << joined_log();
+                out.flush();
+                HYDRA_CHECK(out.good(), "{}: cannot write the log", part);
+            }
+            HYDRA_CHECK(std::rename(part.c_str(), log_path.c_str()) == 0, "{}: cannot write the log",
+                        log_path);
+        }
+        log.open(log_path, std::ios::app);
         HYDRA_CHECK(log.good(), "{}: cannot write the log", log_path);
-        log << joined_log();
-        log.flush();
     };
-    reopen_log();
+    reopen_log(true);
 
+    // The step of the checkpoint in out_dir that this run wrote or resumed from (errors name only
+    // checkpoints that exist).
+    std::optional<int64_t> saved_step;
+    if (resume_dir && *resume_dir == out_dir) saved_step = state.step;
     auto save = [&](const std::string& dir) {
         state.rng = rng.state();
         state.data_cursor = loader.cursor().to_json();
@@ -315,7 +370,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir,
             files["tokenizer_config.json"] = vocab_to_tokenizer_config_json(bpe->vocab());
         }
         save_checkpoint(dir, model, optimizer, state, section, files);
-        reopen_log();
+        saved_step = state.step;
+        reopen_log(false);
     };
 
     g_stop_signal = 0;
@@ -344,9 +400,12 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_dir,
                 std::signal(SIGINT, old_int);
                 std::signal(SIGTERM, old_term);
                 fail(
-                    "training stopped: {} consecutive steps had a non-finite loss or gradient (last good "
-                    "checkpoint in {} is intact); lower optim.lr or raise optim.grad_clip",
-                    state.bad_steps_in_row, out_dir);
+                    "training stopped: {} consecutive steps had a non-finite loss or gradient ({}); lower "
+                    "optim.lr or raise optim.grad_clip",
+                    state.bad_steps_in_row,
+                    saved_step
+                        ? fmt::format("the checkpoint of step {} in {} is intact", *saved_step, out_dir)
+                        : fmt::format("no checkpoint of this run was saved in {}", out_dir));
             }
         } else {
             state.bad_steps_in_row = 0;
