@@ -52,7 +52,8 @@
 #include "gpu_train_common.h"
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_forward.h"
-#include "gpu/gpu_model.h"
+#include "gpu/cuda_device.h"
+#include "gpu/gpu_train_model.h"
 #include "model/hybrid_conversion.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
@@ -173,7 +174,7 @@ Outcome check(const LlamaModel& model, const ModelText& text, const std::vector<
 
     // GPU
     t0 = clock_type::now();
-    gpu::GpuModel gm(model);
+    gpu::GpuTrainModel gm(model, false);
     const double upload_s = seconds_since(t0);
     gpu::GpuForward fwd(gm);
     gpu::GpuCache cache(gm, T + n_gen + 1);
@@ -412,7 +413,7 @@ int run_decode_timing(const std::vector<std::string>& paths, const std::vector<i
     for (const auto& [name, model] : models) {
         fmt::print("== decode timing: {} (plan {})\n", name, model->plan().ratio_summary());
         {
-            gpu::GpuModel gm(*model);
+            gpu::GpuTrainModel gm(*model, false);
             gpu::GpuForward fwd(gm);
             Rng rng(7);
             std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
