@@ -28,13 +28,13 @@ struct Case {
     std::string ratio;  // empty: the teacher
     std::string granularity = "kv";
     FusionKind fusion = FusionKind::ScaleNorm;
-    int64_t hidden = 32;
+    int64_t hidden = 32, intermediate = 48;
 };
 
 ModelConfig config_of(const Case& k) {
     ModelConfig c = test::tiny_llama_config({.vocab = 61,
                                              .hidden = k.hidden,
-                                             .intermediate = 48,
+                                             .intermediate = k.intermediate,
                                              .layers = 3,
                                              .heads = 6,
                                              .kv_heads = 2,
@@ -59,10 +59,11 @@ LlamaModel model_of(const Case& k) {
 }
 
 Case make(const char* name, bool bias, bool qk_norm, bool tied, const char* ratio,
-          const char* granularity = "kv", FusionKind fusion = FusionKind::ScaleNorm, int64_t hidden = 32) {
+          const char* granularity = "kv", FusionKind fusion = FusionKind::ScaleNorm, int64_t hidden = 32,
+          int64_t intermediate = 48) {
     Case k;
     k.name = name, k.bias = bias, k.qk_norm = qk_norm, k.tied = tied, k.ratio = ratio;
-    k.granularity = granularity, k.fusion = fusion, k.hidden = hidden;
+    k.granularity = granularity, k.fusion = fusion, k.hidden = hidden, k.intermediate = intermediate;
     return k;
 }
 
@@ -82,6 +83,8 @@ std::vector<Case> cases() {
         make("head_granularity_bias_qk_norm", true, true, true, "2:1", "head"),
         make("odd_hidden", true, false, true, "1:1", "kv", FusionKind::ScaleNorm,
              40),  // n_la * C not a multiple of 16
+        // no matrix size a multiple of the alignment: every group start must be placed, none falls there
+        make("odd_sizes", true, false, false, "1:1", "kv", FusionKind::ScaleNorm, 40, 44),
     };
 }
 
