@@ -21,7 +21,7 @@
 #include "core/rng.h"
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_forward.h"
-#include "gpu/gpu_model.h"
+#include "gpu/gpu_train_model.h"
 #include "model/llama_model.h"
 
 namespace hydra::bench {
@@ -41,7 +41,7 @@ inline std::vector<DecodeTimingRow> time_decode(const LlamaModel& model, const s
                                                 const std::vector<int64_t>& lengths, int64_t steps,
                                                 int64_t warmup) {
     using clock = std::chrono::steady_clock;
-    gpu::GpuModel gm(model);
+    gpu::GpuTrainModel gm(model, false);
     gpu::GpuForward fwd(gm);
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     gpu::GpuCache cache(gm, longest + warmup + steps + 1);

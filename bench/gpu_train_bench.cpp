@@ -110,7 +110,7 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
         std::vector<cuda::AdamWSpan> aspans;
         for (const ParamSpan& sp : spans) {
             cuda::AdamWSpan a;
-            a.offset = sp.offset, a.size = sp.size, a.wd_scale = sp.wd_scale;
+            a.offset = sm.device_offset(sp.offset), a.size = sp.size, a.wd_scale = sp.wd_scale;
             aspans.push_back(a);
         }
         cuda::AdamWHyper hy;

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/hf_config.h"
+#include "model/hf_config.h"
 #include "model/llama_model.h"
 #include "model/model_directory.h"
 #include "model/model_loader.h"

@@ -8,9 +8,10 @@
 
 #include "core/error.h"
 #ifdef HYDRA_WITH_CUDA
+#include "gpu/cuda_device.h"
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_forward.h"
-#include "gpu/gpu_model.h"
+#include "gpu/gpu_train_model.h"
 #endif
 
 namespace hydra::cli {
@@ -25,10 +26,10 @@ GenerateFn gpu_generator(const LlamaModel& model, const ModelText& text, int64_t
 #ifdef HYDRA_WITH_CUDA
     fmt::print(stderr, "device: {}\n", gpu::require_cuda_device());
     struct State {
-        gpu::GpuModel model;
+        gpu::GpuTrainModel model;  // weights only (no gradients, no fp32 copy of the matrices)
         gpu::GpuForward fwd;
         gpu::GpuCache cache;
-        State(const LlamaModel& m, int64_t cap) : model(m), fwd(model), cache(model, cap) {}
+        State(const LlamaModel& m, int64_t cap) : model(m, false), fwd(model), cache(model, cap) {}
     };
     auto st = std::make_shared<State>(model, max_positions);
     const ModelConfig cfg = model.config();

@@ -12,7 +12,7 @@ namespace {
 std::atomic<uint64_t> next_cache_id{1};
 }  // namespace
 
-GpuCache::GpuCache(const GpuModel& model, int64_t capacity) : capacity_(capacity), id_(next_cache_id++) {
+GpuCache::GpuCache(const GpuTrainModel& model, int64_t capacity) : capacity_(capacity), id_(next_cache_id++) {
     HYDRA_CHECK(capacity > 0, "GPU cache capacity must be positive (got {})", capacity);
     const ModelConfig& cfg = model.config();
     const int64_t Dh = cfg.head_dim, W = model.plan().gdn.conv_size, Wm1 = W - 1 > 0 ? W - 1 : 1;
@@ -23,7 +23,7 @@ GpuCache::GpuCache(const GpuModel& model, int64_t capacity) : capacity_(capacity
     std::vector<int64_t> kv_off(static_cast<size_t>(L)), st_off(static_cast<size_t>(L));
     int64_t kv_total = 0, st_total = 0;
     for (int64_t l = 0; l < L; ++l) {
-        const GpuLayer& g = model.layer(l);
+        const TrainLayerOffsets& g = model.layer(l);
         layers_[size_t(l)].n_kv = g.n_kv;
         kv_off[size_t(l)] = kv_total;
         kv_total += 2 * al(capacity * g.n_kv * Dh);
@@ -33,7 +33,7 @@ GpuCache::GpuCache(const GpuModel& model, int64_t capacity) : capacity_(capacity
     kv_ = cuda::DeviceBuffer<bf16>(kv_total);
     st_ = cuda::DeviceBuffer<float>(st_total);
     for (int64_t l = 0; l < L; ++l) {
-        const GpuLayer& g = model.layer(l);
+        const TrainLayerOffsets& g = model.layer(l);
         Layer& c = layers_[size_t(l)];
         if (g.n_kv > 0) {
             c.k = kv_.data() + kv_off[size_t(l)];

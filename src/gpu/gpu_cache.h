@@ -13,13 +13,13 @@
 
 #include <cuda_runtime.h>
 
-#include "gpu/gpu_model.h"
+#include "gpu/gpu_train_model.h"
 
 namespace hydra::gpu {
 
 class GpuCache {
 public:
-    GpuCache(const GpuModel& model, int64_t capacity);
+    GpuCache(const GpuTrainModel& model, int64_t capacity);
 
     int64_t capacity() const { return capacity_; }
     // Unique per GpuCache object in this process (never reused, unlike its device addresses).

@@ -205,23 +205,6 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
 
 }  // namespace
 
-GpuLayerWeights layer_weights(const GpuModel& m, int64_t l) {
-    const GpuLayer& g = m.layer(l);
-    const int64_t C = m.config().hidden_size, F = m.config().intermediate_size;
-    GpuLayerWeights w;
-    w.n_fa = g.n_fa, w.n_kv = g.n_kv, w.n_la = g.n_la;
-    w.uniform_groups = g.uniform_groups, w.kv_index = g.kv_index;
-    w.w_proj = g.w_proj, w.b_proj = g.b_proj, w.proj_cols = g.proj_cols;
-    w.wo = g.w_o;
-    w.w_gate = g.w_gate_up, w.w_up = g.w_gate_up + F * C;  // adjacent: one (2F, C) GEMM
-    w.w_down = g.w_down;
-    w.attn_norm = g.attn_norm, w.ffn_norm = g.ffn_norm, w.q_norm = g.q_norm, w.k_norm = g.k_norm;
-    w.conv_q = g.conv_q, w.conv_k = g.conv_k, w.conv_v = g.conv_v;
-    w.A_log = g.A_log, w.dt_bias = g.dt_bias, w.o_norm = g.o_norm;
-    w.head_scale = g.fusion_head_scale, w.fa_scale = g.fusion_fa_scale, w.la_scale = g.fusion_la_scale;
-    return w;
-}
-
 GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l) {
     const TrainLayerOffsets& o = m.layer(l);
     GpuLayerWeights w;
@@ -259,6 +242,15 @@ GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l) {
     w.fa_scale = m.p32(o.fa_scale);
     w.la_scale = m.p32(o.la_scale);
     w.ffn_norm = m.p32(o.ffn_norm);
+    return w;
+}
+
+GpuLayerWeights inference_weights(const GpuTrainModel& m, int64_t l) {
+    GpuLayerWeights w = layer_weights(m, l);
+    const DeviceProjBlock& pb = m.layout().proj(l);
+    w.w_proj = m.p16(pb.offset);
+    w.b_proj = m.p32(pb.bias);
+    w.proj_cols = pb.proj_cols;
     return w;
 }
 
@@ -400,7 +392,7 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
     HYDRA_ASSERT(!kc || (B == 1 && !save), "GPU layer: the cache mode runs one sequence, forward only");
     prof.section("rmsnorm");
     cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, w.attn_norm, N, C, eps, st);
-    if (w.w_proj) {  // every projection of the layer in one GEMM (gpu/gpu_model.h's fused image)
+    if (w.w_proj) {  // every projection of the layer in one GEMM (the layout's proj block)
         prof.section("gemm_fwd");
         mm_fwd(b, a.xn1, C, w.w_proj, N, C, w.proj_cols, a.proj, a.ld_proj);  // (N, proj_cols) bf16
         if (w.b_proj) cuda::bias_add(a.proj, w.b_proj, N, w.proj_cols, 0, st);

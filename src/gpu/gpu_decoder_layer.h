@@ -7,7 +7,8 @@
 // step (activations saved, or the forward re-run right before the backward with recompute), the teacher's
 // forward, evaluation and stage-1 align (teacher-forced layers), and by GpuForward (inference, scoring,
 // generation) in the cache mode (GpuLayerCache: prefill and single-token decode with the hybrid cache,
-// eager or inside a CUDA graph) on gpu_model.h's fused image, where every projection is one GEMM.
+// eager or inside a CUDA graph) with every projection as one GEMM over the layout's proj block
+// (model/device_layout.h).
 //
 // Modes: forward with save (keeps what the backward reads) or without (teacher, eval, the first pass of
 // recomputation, inference); backward; cache (env.cache); a row subset is the caller's (GpuForward's LM
@@ -39,7 +40,6 @@
 
 #include "gpu/decode_step.h"
 #include "gpu/gpu_cache.h"
-#include "gpu/gpu_model.h"
 #include "gpu/gpu_train_model.h"
 #include "gpu/step_profiler.h"
 #include "ops/cuda/attention.h"
@@ -56,9 +56,9 @@ struct GpuLayerShape {
     int64_t N() const { return B * T; }
 };
 
-// One layer's device weights, whichever image holds them (the training arena's bf16 mirror and fp32
-// master, gpu/gpu_train_model.h): GEMM matrices bf16 (out, in) row-major, parameter vectors fp32, null where
-// the plan has no such tensor. Projections whose matrices are adjacent in memory run as one GEMM.
+// One layer's device weights (views of a GpuTrainModel, gpu/gpu_train_model.h): GEMM matrices bf16 (out, in)
+// row-major, parameter vectors fp32, null where the plan has no such tensor. Projections whose matrices are
+// adjacent in memory run as one GEMM.
 struct GpuLayerWeights {
     int64_t n_fa = 0, n_kv = 0, n_la = 0;  // FA heads, FA KV groups, LA heads
     bool uniform_groups = true;            // FA head h reads KV slot h / (n_fa / n_kv)
@@ -72,9 +72,9 @@ struct GpuLayerWeights {
     const float *la_bq = nullptr, *la_bk = nullptr, *la_bv = nullptr, *conv_q = nullptr, *conv_k = nullptr,
                 *conv_v = nullptr, *A_log = nullptr, *dt_bias = nullptr, *o_norm = nullptr;
     const float *head_scale = nullptr, *fa_scale = nullptr, *la_scale = nullptr, *ffn_norm = nullptr;
-    // Inference's fused image (gpu/gpu_model.h): every projection of the normed input as ONE (proj_cols, C)
-    // matrix, rows [q | k | v | la_q | la_k | la_v | la_z | la_a | la_b] then zero rows, with its bias
-    // (proj_cols) or null. When set, the per-tensor projection matrices above are not read.
+    // Inference: every projection of the normed input as ONE (proj_cols, C) matrix, the layout's proj block
+    // (rows [q | k | v | la_q | la_k | la_v | la_z | la_a | la_b] then zero rows), with its bias block
+    // (proj_cols) or null. When set, the per-tensor projection matrices and biases above are not read.
     const bf16* w_proj = nullptr;
     const float* b_proj = nullptr;
     int64_t proj_cols = 0;
@@ -96,8 +96,8 @@ struct GpuLayerGrads {
 // Layer l of a GpuTrainModel: its weights, and its gradients (all null without a gradient arena).
 GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l);
 GpuLayerGrads layer_grads(const GpuTrainModel& m, int64_t l);
-// Layer l of the inference model (its fused projection image).
-GpuLayerWeights layer_weights(const GpuModel& m, int64_t l);
+// Layer l for inference: layer_weights plus the whole proj block as one matrix (w_proj, b_proj, proj_cols).
+GpuLayerWeights inference_weights(const GpuTrainModel& m, int64_t l);
 
 // One layer's activations (device pointers into the caller's arena; null where the layer has no such part).
 struct GpuLayerActs {

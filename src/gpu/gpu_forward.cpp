@@ -35,8 +35,8 @@ T* data_or_null(const cuda::DeviceBuffer<T>& b) {
 
 }  // namespace
 
-GpuForward::GpuForward(const GpuModel& model) : model_(model) {
-    for (int64_t l = 0; l < model.config().num_layers; ++l) weights_.push_back(layer_weights(model, l));
+GpuForward::GpuForward(const GpuTrainModel& model) : model_(model) {
+    for (int64_t l = 0; l < model.config().num_layers; ++l) weights_.push_back(inference_weights(model, l));
     res_.fwd = this;
     CUDA_CHECK(cudaStreamCreate(&stream_));
     blas_ = std::make_unique<cuda::BlasContext>(stream_);
@@ -61,7 +61,7 @@ void GpuForward::ensure(int64_t T, int64_t n_logits, int64_t kv_len) {
         grow(ids_, T);
         grow(x_, T * C);
         grow(xn_, T * C);
-        grow(proj_, T * model_.max_proj_cols());
+        grow(proj_, T * model_.layout().max_proj_cols());
         grow(qbuf_, T * HD);
         grow(attn_, T * HD);
         grow(lse_, T * H);
@@ -120,18 +120,19 @@ GpuForward::Work GpuForward::eager_work() {
 // projection in the fused (T, proj_cols) row, the residual x updated in place).
 void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, const Work& w) {
     const ModelConfig& c = model_.config();
-    const GpuLayer& g = model_.layer(l);
-    const int64_t Dla = g.n_la * c.head_dim, P = g.proj_cols;
+    const TrainLayerOffsets& g = model_.layer(l);
+    const DeviceProjBlock& pb = model_.layout().proj(l);  // row offsets of the parts in the fused row
+    const int64_t Dla = g.n_la * c.head_dim, P = pb.proj_cols;
     GpuLayerActs a;
     a.xn1 = w.xn;
     a.proj = w.proj, a.ld_proj = P;
-    a.q = w.proj + g.off_q, a.k = w.proj + g.off_k, a.v = w.proj + g.off_v, a.ld_qkv = P;
+    a.q = w.proj + pb.q, a.k = w.proj + pb.k, a.v = w.proj + pb.v, a.ld_qkv = P;
     // FA output: straight into the heads when the layer has no LA heads
     a.o = g.n_la == 0 ? w.heads : w.attn;
     a.lse = w.lse;
-    a.lqkv = w.proj + g.off_lq, a.ld_lqkv = P;  // la_k, la_v follow la_q in the row
-    a.lz = w.proj + g.off_lz, a.ld_lz = P;
-    a.lab = w.proj + g.off_la, a.ld_lab = P;  // la_b follows la_a
+    a.lqkv = w.proj + pb.la_q, a.ld_lqkv = P;  // la_k, la_v follow la_q in the row
+    a.lz = w.proj + pb.la_g, a.ld_lz = P;
+    a.lab = w.proj + pb.la_a, a.ld_lab = P;  // la_b follows la_a
     a.lq = w.la_qkv, a.lk = w.la_qkv ? w.la_qkv + T * Dla : nullptr,
     a.lv = w.la_qkv ? w.la_qkv + 2 * T * Dla : nullptr;
     a.g = w.gates, a.beta = w.gates ? w.gates + T * g.n_la : nullptr;
@@ -169,26 +170,28 @@ cuda::GdnWorkspace& GpuForward::LayerResources::gdn_workspace(int64_t, int64_t n
 void GpuForward::check_tokens(const GpuCache& cache, std::span<const int32_t> tokens) const {
     const int64_t T = int64_t(tokens.size()), pos0 = cache.pos(), V = model_.config().vocab_size;
     HYDRA_CHECK(T > 0, "GPU forward: no tokens");
-    HYDRA_CHECK(pos0 + T <= cache.capacity(), "context overflow: {} cached + {} new tokens exceed the GPU cache of {}",
-                pos0, T, cache.capacity());
+    HYDRA_CHECK(pos0 + T <= cache.capacity(),
+                "context overflow: {} cached + {} new tokens exceed the GPU cache of {}", pos0, T,
+                cache.capacity());
     for (int64_t t = 0; t < T; ++t)
         HYDRA_CHECK(tokens[size_t(t)] >= 0 && tokens[size_t(t)] < V,
-                    "token id {} at position {} is outside the vocabulary (0..{})", tokens[size_t(t)], t, V - 1);
+                    "token id {} at position {} is outside the vocabulary (0..{})", tokens[size_t(t)], t,
+                    V - 1);
 }
 
 void GpuForward::forward_pass(GpuCache& cache, int64_t T, int64_t pos0, int64_t n_logits, const Work& w) {
     const ModelConfig& c = model_.config();
     const int64_t C = c.hidden_size, V = c.vocab_size;
-    cuda::embedding_forward(w.x, w.ids, model_.embedding(), T, V, C, stream_);
+    cuda::embedding_forward(w.x, w.ids, model_.p32(model_.embed_offset()), T, V, C, stream_);
     if (T > 1 && c.rope_dim > 0) {
         const int64_t half = c.rope_dim / 2;
         cuda::rope_table(w.rope, w.rope + T * half, T, c.rope_dim, pos0, double(c.rope_theta), stream_);
     }
     for (int64_t l = 0; l < c.num_layers; ++l) layer(l, cache, T, pos0, w);
     // final norm (bf16, the LM head GEMM's operand) of the last n_logits rows, then the logits in fp32
-    cuda::rmsnorm_forward(w.xn, nullptr, w.x + (T - n_logits) * C, model_.final_norm(), n_logits, C, c.rms_norm_eps,
-                          stream_);
-    cuda::linear_forward(*blas_, w.xn, model_.lm_head(), n_logits, C, V, w.logits, 0.f);
+    cuda::rmsnorm_forward(w.xn, nullptr, w.x + (T - n_logits) * C, model_.p32(model_.final_norm_offset()),
+                          n_logits, C, c.rms_norm_eps, stream_);
+    cuda::linear_forward(*blas_, w.xn, model_.p16(model_.lm_head_offset()), n_logits, C, V, w.logits, 0.f);
 }
 
 void GpuForward::run_segment(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits) {
@@ -196,8 +199,8 @@ void GpuForward::run_segment(GpuCache& cache, std::span<const int32_t> tokens, i
     check_tokens(cache, tokens);
     HYDRA_ASSERT(n_logits >= 1 && n_logits <= T, "GPU forward: {} logits rows of {} tokens", n_logits, T);
     ensure(T, n_logits, pos0 + T);
-    CUDA_CHECK(cudaMemcpyAsync(ids_.data(), tokens.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               stream_));
+    CUDA_CHECK(cudaMemcpyAsync(ids_.data(), tokens.data(), size_t(T) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
     forward_pass(cache, T, pos0, n_logits, eager_work());
     cache.advance(T);
 }
@@ -218,7 +221,7 @@ void GpuForward::prepare_graphs(const GpuCache& cache) {
     const int64_t C = c.hidden_size, HD = c.num_heads * c.head_dim, H = c.num_heads, F = c.intermediate_size;
     if (dec_.x.size() == 0) {  // sizes depend on the model only: allocated once, never moved
         dec_.ids.resize(1), dec_.argmax.resize(1), dec_.step.resize(1);
-        dec_.x.resize(C), dec_.xn.resize(C), dec_.proj.resize(model_.max_proj_cols());
+        dec_.x.resize(C), dec_.xn.resize(C), dec_.proj.resize(model_.layout().max_proj_cols());
         dec_.attn.resize(HD), dec_.la_qkv.resize(3 * HD), dec_.gates.resize(2 * H), dec_.la_o.resize(HD);
         dec_.heads.resize(HD), dec_.gu.resize(2 * F), dec_.act.resize(F), dec_.logits.resize(c.vocab_size);
     }
@@ -237,9 +240,12 @@ const float* GpuForward::graph_step(GpuCache& cache, int32_t token, bool argmax)
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
         Work w;
-        w.ids = dec_.ids.data(), w.x = dec_.x.data(), w.gates = dec_.gates.data(), w.partials = dec_.partials.data();
-        w.logits = dec_.logits.data(), w.xn = dec_.xn.data(), w.proj = dec_.proj.data(), w.attn = dec_.attn.data();
-        w.la_qkv = dec_.la_qkv.data(), w.la_o = dec_.la_o.data(), w.heads = dec_.heads.data(), w.gu = dec_.gu.data();
+        w.ids = dec_.ids.data(), w.x = dec_.x.data(), w.gates = dec_.gates.data(),
+        w.partials = dec_.partials.data();
+        w.logits = dec_.logits.data(), w.xn = dec_.xn.data(), w.proj = dec_.proj.data(),
+        w.attn = dec_.attn.data();
+        w.la_qkv = dec_.la_qkv.data(), w.la_o = dec_.la_o.data(), w.heads = dec_.heads.data(),
+        w.gu = dec_.gu.data();
         w.act = dec_.act.data(), w.step = dec_.step.data(), w.max_splits = splits;
         const auto t0 = std::chrono::steady_clock::now();
         try {
@@ -255,14 +261,16 @@ const float* GpuForward::graph_step(GpuCache& cache, int32_t token, bool argmax)
             it = graphs_.emplace(key, std::move(g)).first;
         } catch (const std::exception& e) {
             // e.g. a driver or cuBLAS that refuses capture: decode stays correct, only slower
-            fmt::print(stderr, "warning: CUDA graph capture failed ({}); decoding without CUDA graphs\n", e.what());
+            fmt::print(stderr, "warning: CUDA graph capture failed ({}); decoding without CUDA graphs\n",
+                       e.what());
             ++stats_.fallbacks;
             graphs_on_ = false;
             drop_graphs();
             return nullptr;
         }
         ++stats_.captures;
-        stats_.capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        stats_.capture_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     set_decode_step(dec_.ids.data(), dec_.step.data(), token, int32_t(pos), stream_);
     it->second.launch(stream_);
@@ -299,12 +307,13 @@ std::vector<float> GpuForward::forward_all_logits(GpuCache& cache, std::span<con
     if (T > 1 && cache.pos() > 0) {
         for (int64_t t = 0; t < T; ++t) {
             const float* lg = run(cache, tokens.subspan(size_t(t), 1), 1);
-            CUDA_CHECK(cudaMemcpyAsync(out.data() + t * V, lg, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost,
-                                       stream_));
+            CUDA_CHECK(cudaMemcpyAsync(out.data() + t * V, lg, size_t(V) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_));
         }
     } else {
         const float* lg = run(cache, tokens, T);
-        CUDA_CHECK(cudaMemcpyAsync(out.data(), lg, size_t(T * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(
+            cudaMemcpyAsync(out.data(), lg, size_t(T * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return out;
@@ -324,7 +333,8 @@ int32_t GpuForward::forward_argmax(GpuCache& cache, std::span<const int32_t> tok
     }
     const float* lg = run(cache, tokens, 1);
     argmax_f32(argmax_.data(), lg, model_.config().vocab_size, stream_);
-    CUDA_CHECK(cudaMemcpyAsync(host_token_, argmax_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(host_token_, argmax_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return *host_token_;
 }

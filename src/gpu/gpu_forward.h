@@ -1,8 +1,10 @@
 // Forward pass of a teacher or hybrid model on the GPU, the mirror of model/llama_forward.cpp with
 // bf16 GEMM operands and activations between ops, fp32 residual stream, fp32 norms / softmax
 // statistics / gates / GDN state (DESIGN.md §3). Every layer runs gpu/gpu_decoder_layer.h (the layer the
-// training step runs) in its cache mode, on gpu_model.h's fused image, for T new tokens at positions pos0..:
-//   x (T, C) fp32 -> rmsnorm -> xn bf16 -> ONE fused GEMM -> proj (T, P) bf16 (gpu_model.h layout)
+// training step runs) in its cache mode, on a GpuTrainModel (usually weights only, gpu/gpu_train_model.h),
+// for T new tokens at positions pos0..:
+//   x (T, C) fp32 -> rmsnorm -> xn bf16 -> ONE GEMM over the layer's proj block (model/device_layout.h)
+//   -> proj (T, P) bf16
 //   FA heads: [q/k head norm] -> RoPE in place -> k, v rows into the cache (bf16)
 //             prefill (pos0 = 0): flash attention (ops/cuda/attention.h) over the cache rows, K/V
 //             duplicated per head first when the plan's groups are not uniform (head granularity)
@@ -43,7 +45,7 @@
 #include "gpu/decode_step.h"
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_decoder_layer.h"
-#include "gpu/gpu_model.h"
+#include "gpu/gpu_train_model.h"
 #include "gpu/step_profiler.h"
 #include "ops/cuda/gdn_chunk.h"
 #include "ops/cuda/gemm.h"
@@ -52,7 +54,7 @@ namespace hydra::gpu {
 
 class GpuForward {
 public:
-    explicit GpuForward(const GpuModel& model);
+    explicit GpuForward(const GpuTrainModel& model);
     ~GpuForward();
     GpuForward(const GpuForward&) = delete;
     GpuForward& operator=(const GpuForward&) = delete;
@@ -65,7 +67,7 @@ public:
     int32_t forward_argmax(GpuCache& cache, std::span<const int32_t> tokens);
 
     cudaStream_t stream() const { return stream_; }
-    const GpuModel& model() const { return model_; }
+    const GpuTrainModel& model() const { return model_; }
 
     // CUDA graphs for single-token steps: on by default unless HYDRA_CUDA_GRAPHS is 0/off/false/no; off
     // = the eager path (one launch per kernel), the reference the graphs are checked against.
@@ -128,8 +130,8 @@ private:
                                           bool save) override;
     };
 
-    const GpuModel& model_;
-    std::vector<GpuLayerWeights> weights_;  // per layer, views of model_'s image
+    const GpuTrainModel& model_;
+    std::vector<GpuLayerWeights> weights_;  // per layer, views of model_ (inference_weights)
     LayerResources res_;
     StepProfiler prof_;  // never enabled: the layer's section marks cost nothing
     cudaStream_t stream_ = nullptr;

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "gpu/gpu_model.h"
+#include "gpu/cuda_device.h"
 #include "gpu/gpu_train_step.h"
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/cuda_check.h"
@@ -18,7 +18,7 @@ namespace hydra::gpu {
 namespace {
 
 class GpuTrainEngine final : public TrainEngine {
-public:
+  public:
     explicit GpuTrainEngine(const TrainEngineSetup& s) {
         const TrainConfig& cfg = *s.config;
         device_ = require_cuda_device();
@@ -46,17 +46,29 @@ public:
 
         const AdamWConfig& ac = s.optimizer->config();
         cuda::AdamWHyper hy;
-        hy.lr = ac.lr, hy.beta1 = ac.beta1, hy.beta2 = ac.beta2, hy.eps = ac.eps, hy.weight_decay = ac.weight_decay;
+        hy.lr = ac.lr, hy.beta1 = ac.beta1, hy.beta2 = ac.beta2, hy.eps = ac.eps,
+        hy.weight_decay = ac.weight_decay;
+        // the trainer's spans (host arena offsets) at their device offsets, in the trainer's order: the same
+        // chunks in the same order, so the gradient norm sums exactly as over the host layout
         std::vector<cuda::AdamWSpan> spans;
         for (const ParamSpan& sp : *s.spans) {
             cuda::AdamWSpan a;
-            a.offset = sp.offset, a.size = sp.size, a.lr_scale = sp.lr_scale, a.wd_scale = sp.wd_scale;
+            a.offset = student_->device_offset(sp.offset), a.size = sp.size, a.lr_scale = sp.lr_scale;
+            a.wd_scale = sp.wd_scale;
             a.trainable = sp.trainable, a.mirror = true;
             spans.push_back(a);
         }
         opt_ = std::make_unique<cuda::DeviceAdamW>(hy, student_->numel(), spans, stream_);
-        if (s.optimizer->step_count() > 0)  // a resumed run: the checkpoint's m, v and step
-            opt_->load_state(s.optimizer->m(), s.optimizer->v(), s.optimizer->size(), s.optimizer->step_count());
+        if (s.optimizer->step_count() > 0) {  // a resumed run: the checkpoint's m, v (host layout) and step
+            HYDRA_CHECK(
+                s.optimizer->size() == student_->host_numel(),
+                "AdamW state has {} elements but the parameter arena has {}: the checkpoint belongs to a "
+                "different model layout",
+                s.optimizer->size(), student_->host_numel());
+            student_->to_device(opt_->m(), s.optimizer->m(), stream_);
+            student_->to_device(opt_->v(), s.optimizer->v(), stream_);
+            opt_->set_step_count(s.optimizer->step_count());
+        }
         CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
 
@@ -88,7 +100,8 @@ public:
         r.grad_norm = gn.norm;
         r.finite = std::isfinite(r.loss) && gn.nonfinite == 0;
         if (r.finite) {
-            const float factor = grad_clip > 0 ? float(cuda::DeviceAdamW::clip_coefficient(gn.norm, grad_clip)) : 1.0f;
+            const float factor =
+                grad_clip > 0 ? float(cuda::DeviceAdamW::clip_coefficient(gn.norm, grad_clip)) : 1.0f;
             opt_->set_lr(lr);
             opt_->step(student_->master(), student_->mirror(), student_->grads(), stream_, factor);
         }
@@ -102,12 +115,16 @@ public:
     }
 
     void sync_to_host(LlamaModel& model, AdamW& optimizer) override {
-        HYDRA_ASSERT(model.params().numel() == student_->numel(), "host model has {} parameters, device {}",
-                     model.params().numel(), student_->numel());
+        HYDRA_ASSERT(model.params().numel() == student_->host_numel(),
+                     "host model has {} parameters, device {}", model.params().numel(),
+                     student_->host_numel());
         student_->download_params(model.params().data(), stream_);
-        std::vector<float> m(static_cast<size_t>(opt_->size())), v(static_cast<size_t>(opt_->size()));
-        opt_->save_state(m.data(), v.data(), stream_);
-        optimizer.load_state(m.data(), v.data(), opt_->size(), opt_->step_count());
+        // m, v back in the host layout (zero in its padding, as the optimizer keeps them)
+        const size_t n = size_t(student_->host_numel());
+        std::vector<float> m(n, 0.f), v(n, 0.f);
+        student_->to_host(m.data(), opt_->m(), stream_);
+        student_->to_host(v.data(), opt_->v(), stream_);
+        optimizer.load_state(m.data(), v.data(), int64_t(n), opt_->step_count());
     }
 
     std::string summary() const override {
@@ -115,14 +132,15 @@ public:
         const size_t fixed = student_->device_bytes() + size_t(opt_->size()) * 8 +
                              (teacher_ ? teacher_->device_bytes() : 0) + step_->workspace_bytes();
         return fmt::format(
-            "cuda ({}): {} {}steps{}; peak device memory {:.2f} GiB = activations {:.2f} GiB (arena peak) + weights, "
-            "gradients, AdamW state{} and workspaces {:.2f} GiB",
-            device_, steps_, align_ ? "align " : "", step_recompute_ && !align_ ? " (layer recomputation)" : "",
+            "cuda ({}): {} {}steps{}; peak device memory {:.2f} GiB = activations {:.2f} GiB (arena peak) + "
+            "weights, gradients, AdamW state{} and workspaces {:.2f} GiB",
+            device_, steps_, align_ ? "align " : "",
+            step_recompute_ && !align_ ? " (layer recomputation)" : "",
             double(fixed + step_->arena_peak_bytes()) * gib, double(step_->arena_peak_bytes()) * gib,
             teacher_ ? ", teacher" : "", double(fixed) * gib);
     }
 
-private:
+  private:
     std::string device_;
     cudaStream_t stream_ = nullptr;
     GpuObjective obj_;

@@ -34,7 +34,7 @@
 #include "eval/text_sources.h"
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_forward.h"
-#include "gpu/gpu_model.h"
+#include "gpu/gpu_train_model.h"
 #include "gpu_train_common.h"
 #include "model/hybrid_conversion.h"
 #include "model/kv_cache.h"
@@ -129,7 +129,7 @@ void check_forward(const LlamaModel& model, const ModelText& text, const std::ve
     KVCache cpu_cache(model, T + kGen + 1);
     const Tensor cpu_logits = compute_logits(model, forward_hidden(model, prompt, cpu_cache, fp32));
 
-    gpu::GpuModel gm(model);
+    gpu::GpuTrainModel gm(model, false);
     gpu::GpuForward fwd(gm);
     gpu::GpuCache cache(gm, T + kGen + 1);
     std::vector<float> gpu_logits = fwd.forward_all_logits(cache, prompt);  // warm-up (workspaces, cuBLAS)
@@ -310,7 +310,7 @@ TEST(GpuForward, RealModel) {
 
 void graphs_on(const LlamaModel& model) {
     std::printf("plan %s\n", model.plan().ratio_summary().c_str());
-    gpu::GpuModel gm(model);
+    gpu::GpuTrainModel gm(model, false);
     gpu::GpuForward fwd(gm);
     expect_graphs_match_eager(fwd, random_prompt(kTokens, model.config().vocab_size, 7), kGen);
 }
