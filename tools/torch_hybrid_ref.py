@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch eager reference of a HydraHead training step on the GPU: SmolLM2-135M (teacher) or its head-level
-hybrid, layer for layer the model of src/train/decoder_layer.cpp, for the throughput comparison with
+hybrid, layer for layer the model of src/model/decoder_layer.cpp, for the throughput comparison with
 bench/gpu_train_bench (same shapes, same run). Not a project dependency; never imported by the build.
 
   FA heads: q/k/v projections, NEOX RoPE, F.scaled_dot_product_attention(is_causal, enable_gqa)

@@ -1,5 +1,5 @@
 // One decoder layer of a teacher or HydraHead hybrid on the GPU, forward and backward, over a
-// GpuTrainModel's weights (gpu/gpu_train_model.h): the mirror of train/decoder_layer.cpp (the CPU reference)
+// GpuTrainModel's weights (gpu/gpu_train_model.h): the mirror of model/decoder_layer.cpp (the CPU reference)
 // with DESIGN.md §3's numerics: fp32 residual stream, bf16 GEMM operands and activations between ops, fp32
 // accumulation, norms, softmax statistics, gates and GDN state; parameter vectors (norms, conv taps, gates,
 // fusion scales, biases) read as fp32; parameter gradients fp32, ACCUMULATED into the model's gradient

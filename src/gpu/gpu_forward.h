@@ -25,7 +25,7 @@
 // write, decode attention with a grid sized for a power-of-two number of key splits, one graph per such
 // size: gpu/decode_graph_policy.h). The graphs work in their own fixed decode buffers, so prefill growth
 // never moves what they point to; they are dropped when a step runs on another GpuCache. Same kernels and
-// same cuBLAS calls as the eager path, so the logits are identical to it (bench/gpu_forward_parity checks).
+// same cuBLAS calls as the eager path, so the logits are identical to it (tests/gpu/test_forward.cpp checks).
 //
 // One GpuForward owns a stream, a cuBLAS context (with its own workspace, so cuBLAS allocates nothing
 // during capture) and grow-only activation buffers; it is not thread-safe. Results are copied to the host

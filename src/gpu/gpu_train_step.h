@@ -1,5 +1,5 @@
 // The training step of a teacher or HydraHead hybrid on the GPU: the mirror of train/model_step.cpp and
-// train/decoder_layer.cpp (the CPU reference) over the kernels of ops/cuda, with DESIGN.md §3's numerics:
+// model/decoder_layer.cpp (the CPU reference) over the kernels of ops/cuda, with DESIGN.md §3's numerics:
 // fp32 residual stream, bf16 GEMM operands and activations between ops, fp32 accumulation, norms,
 // softmax statistics, gates and GDN state; fp32 master weights with a bf16 mirror at the same offsets,
 // parameter vectors (norms, conv taps, gates, fusion scales, biases) read as fp32, parameter gradients

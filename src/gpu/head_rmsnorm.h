@@ -1,6 +1,6 @@
 // Per-head RMSNorm on bf16 q or k rows (Qwen3's q_norm / k_norm before RoPE, the GPU mirror of the
 // cpu::rmsnorm_forward / rmsnorm_backward calls over (N * heads, Dh) rows in model/llama_forward.cpp and
-// train/decoder_layer.cpp):
+// model/decoder_layer.cpp):
 //   y[t, h, :] = x * rsqrt(mean(x^2) + eps) * w,  w (Dh) fp32, fp32 arithmetic, bf16 in and out.
 // x: (T, H, Dh) bf16 with token rows token_stride elements apart (a slice of a fused projection output,
 // so q and k are normalised where the GEMM wrote them). ops/cuda/rmsnorm.h reads an fp32 residual, not bf16

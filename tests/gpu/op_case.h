@@ -1,4 +1,4 @@
-// One case of the GPU op table (op_table.cpp), in the manner of llama.cpp's test-backend-ops: a name that
+// One case of the GPU op table (test_ops.cpp), in the manner of llama.cpp's test-backend-ops: a name that
 // states the op and its shape, and a run that draws random inputs, computes the CPU float reference
 // (hydra_lib), runs the CUDA op forward and backward, and checks every output (parity.h). The factories
 // below build the cases of each op family; their files hold the ops' checks.
