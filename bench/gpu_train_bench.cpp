@@ -4,9 +4,11 @@
 // Also the stage-2 distillation step (hybrid student + teacher forward + KL) and a T = 32K batch-1 step
 // of the hybrid with and without layer recomputation. Prints one JSON object per configuration.
 //
-//   gpu_train_bench [--model GGUF] [--shapes 8x2048,4x4096] [--long 32768] [--steps 5] [--warmup 2]
+//   gpu_train_bench [--model GGUF | --config config.json] [--shapes 8x2048,4x4096] [--long 32768] [--steps 5]
+//                   [--warmup 2] [--recompute] [--distill-shape BxT] [--models teacher,hybrid,distill]
 //                   [--plan-out plan.json] [--json out.jsonl] [--peak-tflops 989] [--lm-row-block N]
-// Without --model the weights are random (throughput does not depend on them) at SmolLM2-135M's shape.
+// Without --model the weights are random (throughput does not depend on them): at SmolLM2-135M's shape, or
+// at the shape of a Hugging Face config.json (--config; e.g. configs/qwen3-1.7b.config.json).
 // MFU = (6 * parameters + attention + GDN FLOPs per token) * tokens/s / peak. Attention (causal, training):
 // 6 * T * Dh per token and FA query head per layer (half of PaLM's 12 L H Q T for a causal mask).
 // "mfu_palm" is the usual definition (PaLM, Chowdhery et al. 2022, app. B; Megatron-LM's formula likewise):
@@ -31,6 +33,7 @@
 #include "core/error.h"
 #include "gpu/gpu_train_step.h"
 #include "gpu_train_common.h"
+#include "model/hf_config.h"
 #include "model/hybrid_conversion.h"
 #include "model/model_loader.h"
 #include "ops/cuda/adamw.h"
@@ -48,8 +51,19 @@ struct Opts {
     int steps = 5, warmup = 2;
     int64_t lm_row_block = 0;  // > 0: the LM-head loss's row block (the whole vocabulary stays one chunk)
     double peak_tflops = 989.0;
-    std::string model, plan_out, json_out;
+    std::string model, config, plan_out, json_out;
+    bool recompute = false;                              // per-layer activation recomputation in --shapes
+    std::optional<std::pair<int64_t, int64_t>> distill;  // the distillation step's shape (default: the first)
+    std::vector<std::string> models = {"teacher", "hybrid", "distill"};
 };
+
+std::pair<int64_t, int64_t> parse_shape(const std::string& item, const char* option) {
+    const size_t x = item.find('x');
+    HYDRA_CHECK(x != std::string::npos && x > 0 && x + 1 < item.size(), "{}: '{}' is not BxT", option, item);
+    const int64_t B = std::stoll(item.substr(0, x)), T = std::stoll(item.substr(x + 1));
+    HYDRA_CHECK(B > 0 && T > 0, "{}: '{}' needs B, T >= 1", option, item);
+    return {B, T};
+}
 
 // Training FLOPs per token of the causal attention as counted above (PaLM's count adds as much again).
 double attention_flops(const LlamaModel& m, int64_t T) {
@@ -79,8 +93,8 @@ void emit(const json& j) {
 }
 
 // Times `steps` whole training steps after `warmup`; returns the JSON row.
-json time_steps(const std::string& name, const LlamaModel& student, const LlamaModel* teacher, int64_t B, int64_t T,
-                bool recompute, const Opts& o, cudaStream_t stream) {
+json time_steps(const std::string& name, const LlamaModel& student, const LlamaModel* teacher, int64_t B,
+                int64_t T, bool recompute, const Opts& o, cudaStream_t stream) {
     const int64_t N = B * T, V = student.config().vocab_size;
     Rng rng(1234 + uint64_t(T));
     std::vector<int32_t> inputs(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
@@ -128,7 +142,8 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
             opt.step(sm.master(), sm.mirror(), sm.grads(), stream,
                      float(cuda::DeviceAdamW::clip_coefficient(gn.norm, 1.0)));
             CUDA_CHECK(cudaStreamSynchronize(stream));
-            const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            const double dt =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             if (s >= o.warmup) ms.push_back(dt);
             loss = teacher ? l.kl() : l.ce();
             if (s == 0) step.reset_peak();  // first step's arena high-water mark is the same; keep it clean
@@ -154,9 +169,10 @@ json time_steps(const std::string& name, const LlamaModel& student, const LlamaM
         }
         const double tps = double(N) / (med / 1000.0);
         double fpt = flops_per_token(student, T);
-        if (teacher) fpt += 2.0 * double(teacher->params().parameter_count()) + 2.0 * double(T) *
-                                                                                    double(teacher->config().head_dim) *
-                                                                                    double(teacher->plan().total_fa_heads());
+        if (teacher)
+            fpt += 2.0 * double(teacher->params().parameter_count()) +
+                   2.0 * double(T) * double(teacher->config().head_dim) *
+                       double(teacher->plan().total_fa_heads());
         const double gib = 1.0 / double(size_t(1) << 30);
         const size_t fixed = sm.device_bytes() + size_t(opt.size()) * 8 + (tm ? tm->device_bytes() : 0) +
                              step.workspace_bytes();
@@ -196,32 +212,50 @@ int main(int argc, char** argv) {
                 HYDRA_CHECK(i + 1 < argc, "{} needs a value", a);
                 return argv[++i];
             };
-            if (a == "--model") o.model = next();
-            else if (a == "--steps") o.steps = std::stoi(next());
-            else if (a == "--warmup") o.warmup = std::stoi(next());
-            else if (a == "--long") o.long_T = std::stoll(next());
-            else if (a == "--peak-tflops") o.peak_tflops = std::stod(next());
+            if (a == "--model")
+                o.model = next();
+            else if (a == "--config")
+                o.config = next();
+            else if (a == "--recompute")
+                o.recompute = true;
+            else if (a == "--distill-shape")
+                o.distill = parse_shape(next(), "--distill-shape");
+            else if (a == "--models") {
+                o.models.clear();
+                std::stringstream ss(next());
+                std::string item;
+                while (std::getline(ss, item, ',')) {
+                    HYDRA_CHECK(item == "teacher" || item == "hybrid" || item == "distill",
+                                "--models: '{}' is not teacher, hybrid or distill", item);
+                    o.models.push_back(item);
+                }
+            } else if (a == "--steps")
+                o.steps = std::stoi(next());
+            else if (a == "--warmup")
+                o.warmup = std::stoi(next());
+            else if (a == "--long")
+                o.long_T = std::stoll(next());
+            else if (a == "--peak-tflops")
+                o.peak_tflops = std::stod(next());
             else if (a == "--lm-row-block") {
                 o.lm_row_block = std::stoll(next());
                 HYDRA_CHECK(o.lm_row_block > 0 && o.lm_row_block <= 65535,
                             "--lm-row-block: need 1..65535 (got {})", o.lm_row_block);
             } else if (a == "--plan-out")
                 o.plan_out = next();
-            else if (a == "--json") o.json_out = next();
+            else if (a == "--json")
+                o.json_out = next();
             else if (a == "--shapes") {
                 o.shapes.clear();
                 std::stringstream ss(next());
                 std::string item;
-                while (std::getline(ss, item, ',')) {
-                    const size_t x = item.find('x');
-                    HYDRA_CHECK(x != std::string::npos, "--shapes: '{}' is not BxT", item);
-                    o.shapes.emplace_back(std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1)));
-                }
+                while (std::getline(ss, item, ',')) o.shapes.push_back(parse_shape(item, "--shapes"));
             } else {
                 fail(
-                    "usage: gpu_train_bench [--model GGUF] [--shapes 8x2048,4x4096] [--long 32768] [--steps "
-                    "5] "
-                    "[--warmup 2] [--plan-out FILE] [--json FILE] [--peak-tflops 989] [--lm-row-block 2048]");
+                    "usage: gpu_train_bench [--model GGUF | --config config.json] [--shapes 8x2048,4x4096] "
+                    "[--long 32768] [--steps 5] [--warmup 2] [--recompute] [--distill-shape BxT] "
+                    "[--models teacher,hybrid,distill] [--plan-out FILE] [--json FILE] [--peak-tflops 989] "
+                    "[--lm-row-block 2048]");
             }
         }
         if (!o.json_out.empty()) g_json.open(o.json_out);
@@ -232,7 +266,12 @@ int main(int argc, char** argv) {
 
         std::unique_ptr<LlamaModel> teacher, hybrid;
         std::string weights = "random";
-        if (!o.model.empty()) {
+        HYDRA_CHECK(o.model.empty() || o.config.empty(), "--model and --config exclude each other");
+        if (!o.config.empty()) {
+            teacher = std::make_unique<LlamaModel>(load_hf_config(o.config));
+            bench::randomise(*teacher, 21);
+            weights = "random, shape of " + o.config;
+        } else if (!o.model.empty()) {
             LoadedModel lm = load_model(o.model);
             teacher = std::move(lm.model);
             weights = o.model;
@@ -261,23 +300,32 @@ int main(int argc, char** argv) {
             for (int64_t l = 0; l < c.num_layers; ++l)
                 layers.push_back({plan.layers[size_t(l)].num_fa(), int64_t(plan.fa_kv_groups(c, l).size()),
                                   plan.layers[size_t(l)].num_la()});
-            json j = {{"vocab_size", c.vocab_size},       {"hidden_size", c.hidden_size},
-                      {"intermediate_size", c.intermediate_size}, {"num_layers", c.num_layers},
-                      {"num_heads", c.num_heads},         {"num_kv_heads", c.num_kv_heads},
-                      {"head_dim", c.head_dim},           {"rope_theta", c.rope_theta},
-                      {"rms_norm_eps", c.rms_norm_eps},   {"conv_size", plan.gdn.conv_size},
-                      {"fusion", fusion_name(plan.fusion)}, {"layers", layers},
+            json j = {{"vocab_size", c.vocab_size},
+                      {"hidden_size", c.hidden_size},
+                      {"intermediate_size", c.intermediate_size},
+                      {"num_layers", c.num_layers},
+                      {"num_heads", c.num_heads},
+                      {"num_kv_heads", c.num_kv_heads},
+                      {"head_dim", c.head_dim},
+                      {"rope_theta", c.rope_theta},
+                      {"rms_norm_eps", c.rms_norm_eps},
+                      {"conv_size", plan.gdn.conv_size},
+                      {"fusion", fusion_name(plan.fusion)},
+                      {"layers", layers},
                       {"teacher_params", teacher->params().parameter_count()},
                       {"hybrid_params", hybrid->params().parameter_count()}};
             std::ofstream(o.plan_out) << j.dump(1) << "\n";
         }
+        auto wanted = [&](const char* m) {
+            return std::find(o.models.begin(), o.models.end(), m) != o.models.end();
+        };
         for (const auto& [B, T] : o.shapes) {
-            time_steps("teacher", *teacher, nullptr, B, T, false, o, stream);
-            time_steps("hybrid-7:1", *hybrid, nullptr, B, T, false, o, stream);
+            if (wanted("teacher")) time_steps("teacher", *teacher, nullptr, B, T, o.recompute, o, stream);
+            if (wanted("hybrid")) time_steps("hybrid-7:1", *hybrid, nullptr, B, T, o.recompute, o, stream);
         }
-        if (!o.shapes.empty()) {
-            const auto [B, T] = o.shapes.front();
-            time_steps("hybrid-7:1 distill", *hybrid, teacher.get(), B, T, false, o, stream);
+        if (wanted("distill") && (o.distill || !o.shapes.empty())) {
+            const auto [B, T] = o.distill ? *o.distill : o.shapes.front();
+            time_steps("hybrid-7:1 distill", *hybrid, teacher.get(), B, T, o.recompute, o, stream);
         }
         if (o.long_T > 0) {
             Opts lo = o;

@@ -19,6 +19,7 @@ void register_convert(CLI::App& app);
 void register_distill(CLI::App& app);
 void register_pipeline(CLI::App& app);
 void register_demo(CLI::App& app);
+void register_init(CLI::App& app);
 
 // The synthetic-task row generator a TrainConfig asks for (data.synthetic_fraction > 0), else empty.
 DataLoader::Generator synthetic_rows_for(const TrainConfig& config);

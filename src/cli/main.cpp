@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     hydra::cli::register_ppl(app);
     hydra::cli::register_train(app);
     hydra::cli::register_convert(app);
+    hydra::cli::register_init(app);
     hydra::cli::register_distill(app);
     hydra::cli::register_pipeline(app);
     hydra::cli::register_demo(app);

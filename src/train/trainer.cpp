@@ -24,6 +24,7 @@
 #include "model/llama_model.h"
 #include "model/model_directory.h"
 #include "model/model_loader.h"
+#include "model/weight_init.h"
 #include "report/line_plot.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/vocab_to_tokenizer_json.h"
@@ -66,16 +67,6 @@ std::vector<std::string> expand_sources(const TrainConfig& c, const std::string&
                     pattern, prose_dir);
     }
     return files;
-}
-
-// Normal(0, std) for matrices and the embedding, ones for norms.
-void init_weights(LlamaModel& model, double std, Rng& rng) {
-    for (size_t i = 0; i < model.params().entries().size(); ++i) {
-        const ArenaEntry& e = model.params().entries()[i];
-        Tensor t = model.params().get(i);
-        const bool norm = e.name.find("norm") != std::string::npos;
-        for (int64_t j = 0; j < t.numel(); ++j) t.f32()[j] = norm ? 1.0f : float(std * rng.normal());
-    }
 }
 
 LrSchedule schedule_for(const TrainConfig& c) {
@@ -269,7 +260,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
         rng.set_state(state.rng);
         loader.restore(DataCursor::from_json(state.data_cursor, *resume_dir + "/state.json"));
     } else if (cfg.stage == "pretrain") {
-        init_weights(model, cfg.init_std, rng);
+        init_weights_normal(model, cfg.init_std, rng);
     }
     // After restore(): the mixer is not part of the cursor (its RNG state is).
     if (cfg.synthetic_fraction > 0) loader.set_mixer(synthetic, cfg.synthetic_fraction);
