@@ -331,7 +331,7 @@ void write_line_plot(const std::string& path, const std::vector<Series>& series,
         std::vector<double> mx, my;
         for (size_t si = 0; si < series.size(); ++si) {
             pg.color(series_color(si));
-            pg.line_width(std::max(1.0, 0.6 * lw));
+            pg.line_width(lw);  // as wide as the lines: thinner ones vanish into anti-aliasing
             const Series& sr = series[si];
             for (size_t i = 0; i < sr.x.size(); ++i) {
                 if (!finite_point(sr, i) || !has_bar(sr, i)) continue;
