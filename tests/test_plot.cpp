@@ -342,6 +342,29 @@ TEST(PlotLine, SeriesPixelsAndNanBreaks) {
     EXPECT_TRUE(colour_near(img, f.left, (f.top + f.bottom) / 2, rgb_hex(0x444444), 1, 16));
 }
 
+TEST(PlotLine, ErrorBarsAreDrawnAndWidenTheRange) {
+    PlotTempDir dir("errbars");
+    fs::path p = dir.path / "e.png";
+    // Two points far apart in x, bars [20, 80] at x = 0 and none (NaN ends) at x = 10.
+    Series a{"", {0, 10}, {50, 50}, {20, NAN}, {80, NAN}};  // no label: no legend over the data
+    LinePlotOptions o;
+    o.marker_max_points = 0;
+    PlotFrame f;
+    write_line_plot(p.string(), {a}, o, &f);
+    EXPECT_LE(f.y_lo, 20.0);  // the bar ends are in the range
+    EXPECT_GE(f.y_hi, 80.0);
+    Image img = load_png(p);
+    EXPECT_TRUE(colour_near(img, f.px(0), f.py(30), series_color(0)));  // on the bar at x = 0
+    EXPECT_TRUE(colour_near(img, f.px(0), f.py(75), series_color(0)));
+    EXPECT_FALSE(colour_near(img, f.px(10), f.py(30), series_color(0)));  // no bar at x = 10
+    // Mismatched sizes and a bar that does not hold its point are errors; no file is left.
+    Series bad{"b", {0, 1}, {1, 2}, {0}, {3}};
+    EXPECT_THROW(write_line_plot((dir.path / "b.png").string(), {bad}, o), Error);
+    Series wrong{"w", {0, 1}, {1, 2}, {2, 1}, {3, 3}};
+    EXPECT_THROW(write_line_plot((dir.path / "w.png").string(), {wrong}, o), Error);
+    EXPECT_FALSE(fs::exists(dir.path / "b.png"));
+}
+
 TEST(PlotLine, LegendGoesToTheEmptyCorner) {
     PlotTempDir dir("legend");
     fs::path p = dir.path / "l.png";

@@ -16,6 +16,7 @@
 #include "eval/eval_runner.h"
 #include "eval/results_io.h"
 #include "eval/task_registry.h"
+#include "eval/tasks_file.h"
 #include "model/head_ablation.h"
 #include "model/plan_builders.h"
 
@@ -39,6 +40,8 @@ struct EvalOptions {
     std::string device = "cpu";
     std::string ablate;  // head zero-ablation: top:N | random:N:SEED | L:H,L:H,... (model/head_ablation.h)
     std::string scores;  // scores.json for --ablate top:N
+    std::string tasks_file;  // user rows (eval/tasks_file.h) instead of the built-in tasks
+    int64_t bootstrap = 1000;
 };
 
 }  // namespace
@@ -50,12 +53,23 @@ void register_eval(CLI::App& app) {
     cmd->add_option("MODEL", o->models,
                     "models: .gguf files or model directories (default: the default model)");
     cmd->add_option("--suite", o->suite, "ruler | passkey | mqar | all")->capture_default_str();
-    cmd->add_option("--tasks", o->tasks, "comma list of tasks (overrides --suite)");
-    cmd->add_option("--lengths", o->lengths, "prompt lengths in tokens, e.g. 1k,2k,4k (k = 1024)")
-        ->capture_default_str();
-    cmd->add_option("--samples", o->samples, "samples per task per length")
+    auto* tasks_opt = cmd->add_option("--tasks", o->tasks, "comma list of tasks (overrides --suite)");
+    auto* lengths_opt =
+        cmd->add_option("--lengths", o->lengths, "prompt lengths in tokens, e.g. 1k,2k,4k (k = 1024)")
+            ->capture_default_str();
+    auto* samples_opt = cmd->add_option("--samples", o->samples, "samples per task per length")
+                            ->capture_default_str()
+                            ->check(CLI::Range(int64_t(1), int64_t(100000)));
+    cmd->add_option(
+           "--tasks-file", o->tasks_file,
+           "JSONL of {\"prompt\": ..., \"answer\": str | [str, ...], \"length\": opt, \"id\": opt} rows, "
+           "scored like the built-in tasks (instead of --suite/--tasks)")
+        ->excludes(tasks_opt)
+        ->excludes(lengths_opt)
+        ->excludes(samples_opt);
+    cmd->add_option("--bootstrap", o->bootstrap, "resamples of the 95% bootstrap intervals")
         ->capture_default_str()
-        ->check(CLI::Range(int64_t(1), int64_t(100000)));
+        ->check(CLI::Range(int64_t(1), int64_t(1000000)));
     cmd->add_option("--seed", o->seed, "sample seed")->capture_default_str();
     cmd->add_option("--out", o->out, "results JSON (results.csv and scores.png are written next to it)")
         ->capture_default_str();
@@ -89,10 +103,23 @@ void register_eval(CLI::App& app) {
         apply_threads(o->threads);
         if (o->models.empty()) o->models.push_back(default_model_path());
         EvalRunInfo info;
-        info.suite = o->tasks.empty() ? o->suite : "custom";
-        info.settings.tasks = o->tasks.empty() ? suite_tasks(o->suite) : parse_task_list(o->tasks);
-        info.settings.lengths = parse_lengths(o->lengths);
-        info.settings.samples = o->samples;
+        info.bootstrap.resamples = o->bootstrap;
+        std::vector<UserTaskRow> rows;
+        std::string file_task;
+        if (!o->tasks_file.empty()) {
+            // Every row is checked before any model loads.
+            rows = read_tasks_file(o->tasks_file);
+            file_task = fs::path(o->tasks_file).stem().string();
+            info.suite = "tasks-file";
+            info.tasks_file = o->tasks_file;
+            info.settings.tasks = {file_task};
+            info.settings.samples = int64_t(rows.size());
+        } else {
+            info.suite = o->tasks.empty() ? o->suite : "custom";
+            info.settings.tasks = o->tasks.empty() ? suite_tasks(o->suite) : parse_task_list(o->tasks);
+            info.settings.lengths = parse_lengths(o->lengths);
+            info.settings.samples = o->samples;
+        }
         info.settings.seed = o->seed;
         info.settings.stop_at_full_score = !o->no_early_stop;
         info.prompt_format = o->format;
@@ -134,6 +161,33 @@ void register_eval(CLI::App& app) {
             ctx->text = model_text_for(path, m.vocab, m.model->config().eos_token_ids);
             ctx->options = topt;
             const int64_t max_pos = m.model->config().max_position_embeddings;
+            if (!rows.empty()) {
+                const int64_t context = max_pos > 0 ? max_pos : 8192;
+                int64_t need = 1;
+                for (const UserTaskRow& row : rows)
+                    need = std::max<int64_t>(
+                        need, int64_t(encode_prompt(*ctx, PromptText{row.prompt, "", {}, 0}).size()) +
+                                  row_max_new_tokens(*ctx, row));
+                fmt::print(stderr, "eval {}: {} rows of {}, tokenizer {}, prompt {}\n", path, rows.size(),
+                           o->tasks_file, ctx->text.name(), ctx->chat() ? "chatml" : "raw");
+                ProgressBar bar("eval", int64_t(rows.size()), "row");
+                const GenerateFn generate =
+                    o->device == "cuda" ? gpu_generator(*m.model, ctx->text, std::min(context, need), context)
+                                        : GenerateFn{};
+                ModelEvalResult r = run_tasks_file(
+                    name, *m.model, *ctx, rows, file_task, o->tasks_file, context, info.settings,
+                    [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); }, generate);
+                aggregate(r, info.bootstrap);
+                bar.finish(fmt::format("overall {:.1f}", r.overall));
+                for (const auto& [len, v] : r.length_scores)
+                    if (std::find(info.settings.lengths.begin(), info.settings.lengths.end(), len) ==
+                        info.settings.lengths.end())
+                        info.settings.lengths.push_back(len);
+                std::sort(info.settings.lengths.begin(), info.settings.lengths.end());
+                results.push_back(std::move(r));
+                write_results_json(o->out, info, results);
+                continue;
+            }
             // A length up to the context is fine: run_eval shortens a prompt that would leave no room
             // for the answer to context - budget tokens, as RULER does.
             for (int64_t len : info.settings.lengths)
@@ -164,6 +218,7 @@ void register_eval(CLI::App& app) {
             ModelEvalResult r = run_eval(
                 name, *m.model, ptrs, ctx->text, info.settings,
                 [&](int64_t done, int64_t, const std::string& st) { bar.update(done, st); }, generate);
+            aggregate(r, info.bootstrap);
             bar.finish(fmt::format("overall {:.1f}", r.overall));
             results.push_back(std::move(r));
             write_results_json(o->out, info, results);  // after every model, so a long run keeps what it has
@@ -172,7 +227,7 @@ void register_eval(CLI::App& app) {
         const fs::path png = (dir.empty() ? fs::path(".") : dir) / "scores.png";
         write_results_csv(csv.string(), results);
         write_score_plot(png.string(), results);
-        for (const ModelEvalResult& r : results) fmt::print("{}\n", results_table(r));
+        for (const ModelEvalResult& r : results) fmt::print("{}\n", results_table(r, info));
         fmt::print("wrote {}, {}, {}\n", o->out, csv.string(), png.string());
     });
 }

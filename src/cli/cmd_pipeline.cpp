@@ -16,6 +16,7 @@
 #include "pipeline/pipeline_runner.h"
 #include "train/train_config.h"
 #ifdef HYDRA_WITH_CUDA
+#include "gpu/gpu_logits.h"
 #include "gpu/gpu_train_engine.h"
 #endif
 
@@ -81,6 +82,9 @@ void run(const PipelineConfig& config, const std::string& out_arg, const std::st
     hooks.train_engine = gpu::make_gpu_train_engine;
     hooks.generator = [](const LlamaModel& m, const ModelText& t, int64_t capacity, int64_t context_limit) {
         return gpu_generator(m, t, capacity, context_limit);
+    };
+    hooks.logits = [](const LlamaModel& m, int64_t max_positions) {
+        return gpu::make_gpu_logits_fn(m, max_positions);
     };
 #endif
     const PipelineResult r = run_pipeline(config, out.string(), from, hooks);

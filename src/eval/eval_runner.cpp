@@ -90,29 +90,76 @@ GreedyResult greedy_generate(const LlamaModel& model, const ModelText& text,
         done);
 }
 
-void aggregate(ModelEvalResult& r) {
-    std::map<std::string, std::map<int64_t, std::pair<double, int64_t>>> acc;
-    for (const SampleOutcome& s : r.samples) {
-        auto& a = acc[s.task][s.length];
-        a.first += s.score;
-        a.second += 1;
-    }
+namespace {
+
+// Scores x 100 of every task x length cell, in (task, length) order.
+std::map<std::string, std::map<int64_t, std::vector<double>>> cells(const ModelEvalResult& r) {
+    std::map<std::string, std::map<int64_t, std::vector<double>>> out;
+    for (const SampleOutcome& s : r.samples) out[s.task][s.length].push_back(100.0 * s.score);
+    return out;
+}
+
+// Groups (cells' scores) and weights of a mean over lengths of means over tasks (bootstrap_weighted_means).
+struct Design {
+    std::vector<std::vector<double>> groups;
+    std::vector<double> weights;
+};
+
+}  // namespace
+
+void aggregate(ModelEvalResult& r, const BootstrapOptions& boot) {
+    const auto c = cells(r);
     r.task_scores.clear();
-    r.length_scores.clear();
-    std::map<int64_t, std::pair<double, int64_t>> per_len;
-    for (const auto& [task, m] : acc)
-        for (const auto& [len, a] : m) {
-            const double v = 100.0 * a.first / double(a.second);
-            r.task_scores[task][len] = v;
-            per_len[len].first += v;
-            per_len[len].second += 1;
+    r.task_ci.clear();
+    std::vector<std::string> tasks;
+    for (const auto& [task, m] : c) {
+        tasks.push_back(task);
+        for (const auto& [len, v] : m) {
+            double sum = 0;
+            for (double x : v) sum += x;
+            r.task_scores[task][len] = sum / double(v.size());
+            r.task_ci[task][len] = bootstrap_mean(v, boot);
         }
-    double sum = 0;
-    for (const auto& [len, a] : per_len) {
-        r.length_scores[len] = a.first / double(a.second);
-        sum += r.length_scores[len];
     }
-    r.overall = per_len.empty() ? 0.0 : sum / double(per_len.size());
+    const GroupScore all = group_score(r, tasks, boot);
+    r.length_scores = all.length_scores;
+    r.length_ci = all.length_ci;
+    r.overall = all.length_scores.empty() ? 0.0 : all.overall;
+    r.overall_ci = all.overall_ci;
+}
+
+GroupScore group_score(const ModelEvalResult& r, const std::vector<std::string>& tasks,
+                       const BootstrapOptions& boot) {
+    GroupScore g;
+    g.tasks = tasks;
+    const auto c = cells(r);
+    std::map<int64_t, std::vector<const std::vector<double>*>> per_len;
+    for (const std::string& t : tasks)
+        if (auto it = c.find(t); it != c.end())
+            for (const auto& [len, v] : it->second) per_len[len].push_back(&v);
+    Design all;
+    double total = 0;
+    for (const auto& [len, vs] : per_len) {
+        Design d;
+        double mean = 0;
+        for (const auto* v : vs) {
+            double sum = 0;
+            for (double x : *v) sum += x;
+            mean += sum / double(v->size()) / double(vs.size());
+            d.groups.push_back(*v);
+            d.weights.push_back(1.0 / double(vs.size()));
+            all.groups.push_back(*v);
+            all.weights.push_back(1.0 / double(vs.size() * per_len.size()));
+        }
+        g.length_scores[len] = mean;
+        g.length_ci[len] = bootstrap_weighted_means(d.groups, d.weights, boot);
+        total += mean;
+    }
+    if (!per_len.empty()) {
+        g.overall = total / double(per_len.size());
+        g.overall_ci = bootstrap_weighted_means(all.groups, all.weights, boot);
+    }
+    return g;
 }
 
 ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,

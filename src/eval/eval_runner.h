@@ -3,6 +3,7 @@
 // length, per length (mean over tasks) and overall (mean over lengths).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -11,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "eval/bootstrap.h"
 #include "eval/model_text_encoder.h"
 #include "eval/task.h"
 #include "model/llama_model.h"
@@ -30,6 +32,7 @@ struct SampleOutcome {
     std::vector<std::string> answers;
     int64_t generated = 0;
     double prefill_seconds = 0, decode_seconds = 0, generate_seconds = 0;  // generate = building the sample
+    std::string id;  // --tasks-file rows: the row's "id" (or "line N"); empty for built-in tasks
 };
 
 struct ModelEvalResult {
@@ -39,7 +42,25 @@ struct ModelEvalResult {
     std::map<int64_t, double> length_scores;                       // mean over tasks
     double overall = 0;                                            // mean over lengths
     double seconds = 0;
+    // 95% bootstrap intervals (x 100) of the numbers above, samples resampled within each task x
+    // length cell (eval/bootstrap.h); NaN ends where nothing was resampled (results read back without
+    // samples).
+    std::map<std::string, std::map<int64_t, Interval>> task_ci;
+    std::map<int64_t, Interval> length_ci;
+    Interval overall_ci{NAN, NAN};
 };
+
+// A group of tasks (e.g. the tasks no stage trained on): its mean over tasks per length and its mean
+// over lengths, with intervals, computed from the samples like the full means.
+struct GroupScore {
+    std::vector<std::string> tasks;
+    std::map<int64_t, double> length_scores;
+    std::map<int64_t, Interval> length_ci;
+    double overall = NAN;
+    Interval overall_ci{NAN, NAN};
+};
+GroupScore group_score(const ModelEvalResult& r, const std::vector<std::string>& tasks,
+                       const BootstrapOptions& boot = {});
 
 // Samples built once and shared by several run_eval calls over the same tasks and settings (the
 // pipeline evaluates five models on identical samples; building a 32K-token sample costs more than
@@ -98,8 +119,8 @@ ModelEvalResult run_eval(const std::string& model_name, const LlamaModel& model,
                          const std::function<void(int64_t, int64_t, const std::string&)>& progress = {},
                          const GenerateFn& generate = {});
 
-// Recomputes task/length/overall means from the samples (what run_eval returns; also for results
-// read back or merged).
-void aggregate(ModelEvalResult& r);
+// Recomputes task/length/overall means and their intervals from the samples (what run_eval returns;
+// also for results read back or merged).
+void aggregate(ModelEvalResult& r, const BootstrapOptions& boot = {});
 
 }  // namespace hydra

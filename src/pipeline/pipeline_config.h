@@ -15,6 +15,9 @@
 
 namespace hydra {
 
+// The report's name of the task group no stage trained on (PipelineConfig::heldout_tasks).
+inline constexpr const char* kHeldoutTaskGroup = "held-out tasks";
+
 struct PipelineVariant {
     std::string name;                 // directory and label, e.g. "hydra-7:1-scores"
     std::string select = "random";    // scores | random | uniform | layerwise | all-la
@@ -45,8 +48,15 @@ struct PipelineConfig {
     std::vector<std::string> eval_tasks = {"passkey", "niah_single_1", "mqar"};
     std::vector<int64_t> eval_lengths = {256, 512, 1024};
     int64_t eval_samples = 10;
-    int64_t heldout_tokens = 4096;    // teacher agreement and perplexity on held-out prose
-    std::string heldout_text;         // default: the prose cache's austen_persuasion.txt
+    // KL(t||s), top-1 agreement and perplexity: measured on the held-out split of token shards
+    // (train/token_shards.h), which no stage trains on, in windows of the distill stage's length.
+    int64_t heldout_tokens = 4096;  // predicted tokens (fewer when the split is shorter; the report says)
+    std::string heldout_shards;     // a shard directory; empty: the distill stage's own shards
+    std::string heldout_text;       // a prose file every stage leaves out (default: austen_persuasion.txt)
+    int64_t bootstrap_resamples = 1000;  // B of the 95% percentile-bootstrap intervals
+    // Evaluation tasks no stage (nor a teacher trained here) saw as synthetic training rows, reported as
+    // their own group.
+    std::vector<std::string> heldout_tasks() const;
 
     static PipelineConfig preset(const std::string& name);  // tiny-cpu | smollm2-gpu
     static std::vector<std::string> preset_names();

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/bootstrap.h"
 #include "io/atomic_dir.h"
 #include "model/model_loader.h"
 #include "report/line_plot.h"
@@ -59,12 +60,25 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
                       1e-6 * double(cfg.longctx.steps * cfg.longctx.batch_size * cfg.longctx.seq_len),
                       cfg.device == "cuda" ? "GPU (CUDA)" : "CPU");
 
-    // Headline table.
-    std::string table = "| model | plan | KV bytes/token (bf16) | state bytes | held-out ppl | top-1 agree | KL(t||s) |";
+    // Headline table: every measured number with its 95% bootstrap interval.
+    const EvalRunInfo fallback;
+    const EvalRunInfo& info = in.info ? *in.info : fallback;
+    auto metric = [](const json& a, const char* key, int digits) {
+        const json v = a.value(key, json());
+        return format_with_interval(v.is_number() ? v.get<double>() : NAN,
+                                    interval_from_json(a.value(std::string(key) + "_ci", json())), digits);
+    };
+    std::string table =
+        "| model | plan | KV bytes/token (bf16) | state bytes | held-out ppl | ppl / teacher | "
+        "top-1 agree | KL(t||s) |";
     for (int64_t len : cfg.eval_lengths) table += fmt::format(" score@{} |", len);
-    table += " mean |\n|---|---|---|---|---|---|---|";
-    for (size_t i = 0; i < cfg.eval_lengths.size(); ++i) table += "---|";
-    table += "---|\n";
+    table += " mean |";
+    for (const auto& [group, tasks] : info.groups) table += fmt::format(" {} mean |", group);
+    table += "\n|---|---|---|---|---|---|---|---|";
+    for (size_t i = 0; i < cfg.eval_lengths.size() + 1 + info.groups.size(); ++i) table += "---|";
+    table += "\n";
+    int64_t heldout_count = 0;
+    std::string heldout_from;
     for (size_t i = 0; i < in.models.size(); ++i) {
         const auto& [name, path] = in.models[i];
         const ModelEvalResult& r = (*in.results)[i];
@@ -72,54 +86,83 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
         const HybridPlan& plan = m.model->plan();
         const ModelConfig& c = m.model->config();
         const json a = in.agreement.value(name, json::object());
-        table += fmt::format("| {} | {} | {} | {} | {} | {} | {} |", name, plan.ratio_summary(),
-                             plan.kv_bytes_per_token(c, 2), plan.state_bytes(c), num(a.value("ppl", NAN), 2),
-                             num(a.value("top1_agreement", NAN)), num(a.value("kl", NAN)));
+        heldout_count = std::max(heldout_count, a.value("tokens", int64_t(0)));
+        if (a.contains("source") && a["source"].is_string()) heldout_from = a["source"].get<std::string>();
+        table += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |", name, plan.ratio_summary(),
+                             plan.kv_bytes_per_token(c, 2), plan.state_bytes(c), metric(a, "ppl", 2),
+                             metric(a, "ppl_ratio", 3), metric(a, "top1_agreement", 3), metric(a, "kl", 3));
         for (int64_t len : cfg.eval_lengths) {
             auto it = r.length_scores.find(len);
-            table += fmt::format(" {} |", it == r.length_scores.end() ? "n/a" : num(it->second, 1));
+            auto ci = r.length_ci.find(len);
+            table += fmt::format(
+                " {} |", it == r.length_scores.end()
+                             ? "n/a"
+                             : format_with_interval(
+                                   it->second, ci == r.length_ci.end() ? Interval{NAN, NAN} : ci->second));
         }
-        table += fmt::format(" {} |\n", num(r.overall, 1));
+        table += fmt::format(" {} |", format_with_interval(r.overall, r.overall_ci));
+        for (const auto& [group, tasks] : info.groups) {
+            const GroupScore g = group_score(r, tasks, info.bootstrap);
+            table += fmt::format(" {} |", format_with_interval(g.overall, g.overall_ci));
+        }
+        table += "\n";
     }
     md += "## Results\n\n" + table + "\n";
-    md += fmt::format("Scores are RULER-style string-match scores x 100, {} samples per task and length, tasks: {}. "
-                      "Perplexity, top-1 agreement and KL are measured on {} tokens of held-out prose (`{}`, left out of "
-                      "every training stage run here) in windows of the teacher's training length. KV bytes count keys and values of the FA KV groups in bf16; the "
-                      "GDN state (fp32 recurrent + convolution history) does not grow with the sequence.\n\n",
-                      cfg.eval_samples, fmt::join(cfg.eval_tasks, ", "), cfg.heldout_tokens,
-                      cfg.heldout_text.empty() ? "austen_persuasion.txt" : cfg.heldout_text);
+    md += fmt::format(
+        "Scores are RULER-style string-match scores x 100, {} samples per task and length, tasks: {}. "
+        "Brackets: 95% percentile-bootstrap intervals ({} resamples; scores: samples resampled within "
+        "each task x length cell; held-out metrics: windows resampled, since tokens of one window are "
+        "correlated). Perplexity, its ratio to the teacher's, top-1 agreement and KL(teacher || student) "
+        "are measured on {} held-out tokens ({} requested) in windows of {} tokens from the held-out "
+        "split of `{}`: chunks left out of every training stage run here (as is `{}`). KV bytes count keys "
+        "and values of the FA KV groups in "
+        "bf16; the GDN state (fp32 recurrent + convolution history) does not grow with the "
+        "sequence.\n\n",
+        cfg.eval_samples, fmt::join(cfg.eval_tasks, ", "), info.bootstrap.resamples, heldout_count,
+        cfg.heldout_tokens, cfg.distill.seq_len,
+        heldout_from.empty() ? std::string("the distill stage's shards") : heldout_from,
+        cfg.heldout_text.empty() ? "austen_persuasion.txt" : cfg.heldout_text);
     // Tasks the students also saw as synthetic training rows measure what the stages taught, not only
-    // what the conversion kept: say which.
+    // what the conversion kept: say which, and report the others as their own group.
     std::vector<std::string> trained;
+    const std::vector<std::string> held = cfg.heldout_tasks();
     for (const std::string& t : cfg.eval_tasks)
-        for (const TrainConfig* s : {&cfg.align, &cfg.distill, &cfg.longctx})
-            if (s->synthetic_fraction > 0 &&
-                std::find(s->synthetic_tasks.begin(), s->synthetic_tasks.end(), t) != s->synthetic_tasks.end()) {
-                trained.push_back(t);
-                break;
-            }
+        if (std::find(held.begin(), held.end(), t) == held.end()) trained.push_back(t);
     if (!trained.empty())
-        md += fmt::format("The students (not the teacher) saw synthetic rows of {} during their stages (data.synthetic_tasks): "
-                          "on those tasks they can beat the teacher by having learned the task format; the other tasks "
-                          "are held out.\n\n",
-                          fmt::join(trained, ", "));
-    md += "![score vs length](score_vs_length.png)\n\n";
+        md += fmt::format(
+            "The students saw synthetic rows of {} during their stages (data.synthetic_tasks): on "
+            "those tasks they can beat the teacher by having learned the task format. ",
+            fmt::join(trained, ", "));
+    if (!held.empty())
+        md += fmt::format(
+            "Held-out tasks (never a synthetic training row): {}; their mean is the \"{} mean\" "
+            "column.",
+            fmt::join(held, ", "), kHeldoutTaskGroup);
+    md += "\n\n![score vs length](score_vs_length.png)\n\n";
 
     // Per-task scores.
-    md += "## Per task\n\n| model | task |";
+    md += "## Per task\n\n| model | task | held out |";
     for (int64_t len : cfg.eval_lengths) md += fmt::format(" {} |", len);
-    md += "\n|---|---|";
+    md += "\n|---|---|---|";
     for (size_t i = 0; i < cfg.eval_lengths.size(); ++i) md += "---|";
     md += "\n";
-    for (size_t i = 0; i < in.models.size(); ++i)
-        for (const auto& [task, by_len] : (*in.results)[i].task_scores) {
-            md += fmt::format("| {} | {} |", in.models[i].first, task);
+    for (size_t i = 0; i < in.models.size(); ++i) {
+        const ModelEvalResult& r = (*in.results)[i];
+        for (const auto& [task, by_len] : r.task_scores) {
+            const bool is_held = std::find(held.begin(), held.end(), task) != held.end();
+            md += fmt::format("| {} | {} | {} |", in.models[i].first, task, is_held ? "yes" : "no");
+            const auto tc = r.task_ci.count(task) ? r.task_ci.at(task) : std::map<int64_t, Interval>{};
             for (int64_t len : cfg.eval_lengths) {
                 auto it = by_len.find(len);
-                md += fmt::format(" {} |", it == by_len.end() ? "n/a" : num(it->second, 1));
+                md += fmt::format(
+                    " {} |",
+                    it == by_len.end()
+                        ? "n/a"
+                        : format_with_interval(it->second, tc.count(len) ? tc.at(len) : Interval{NAN, NAN}));
             }
             md += "\n";
         }
+    }
 
     // Loss curves per stage.
     md += "\n## Training\n\n";

@@ -1,7 +1,7 @@
 // The pipeline's report: OUT/report.md with the headline table (per model: plan, KV and state bytes,
-// held-out perplexity and agreement with the teacher, RULER-style score per length), per-task
-// scores, loss curves per stage (one PNG per stage, one line per variant), wall time and tokens per
-// step, and the exact configuration.
+// held-out perplexity, KL and agreement with the teacher, RULER-style score per length, the held-out
+// task group's mean; every number with its 95% bootstrap interval), per-task scores, loss curves per stage
+// (one PNG per stage, one line per variant), wall time and tokens per step, and the exact configuration.
 #pragma once
 
 #include <string>
@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/eval_runner.h"
+#include "eval/results_io.h"
 #include "pipeline/pipeline_config.h"
 
 namespace hydra {
@@ -21,8 +22,10 @@ struct ReportInputs {
     std::string teacher_path;
     std::vector<std::pair<std::string, std::string>> models;  // (name, path), teacher first
     const std::vector<ModelEvalResult>* results = nullptr;    // same order as models
-    nlohmann::json agreement;                                // name -> {top1_agreement, kl, ppl, tokens}
+    nlohmann::json
+        agreement;  // name -> heldout_metrics_json (kl, top1_agreement, ppl, ... with *_ci, tokens)
     nlohmann::json timings;                                  // step -> {seconds, tokens}
+    const EvalRunInfo* info = nullptr;                       // bootstrap settings and task groups (optional)
 };
 
 struct ReportOutput {

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "eval/eval_runner.h"
+#include "eval/heldout_metrics.h"
 #include "eval/model_text_encoder.h"
 #include "eval/results_io.h"
 #include "eval/synthetic_mixer.h"
@@ -27,6 +29,7 @@
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
 #include "pipeline/pipeline_report.h"
+#include "pipeline/variant_record.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -116,51 +119,6 @@ TrainConfig without_heldout(TrainConfig tc, const std::string& heldout, const st
     return tc;
 }
 
-// Top-1 agreement, KL(teacher || student) and the student's perplexity on held-out prose, in windows
-// of the teacher's training length.
-json teacher_agreement(const LlamaModel& teacher, const LlamaModel& student,
-                       const std::vector<int32_t>& tokens, int64_t window) {
-    int64_t agree = 0, count = 0;
-    double kl = 0, nll = 0;
-    const int64_t V = student.config().vocab_size;
-    for (int64_t b = 0; b + 1 < int64_t(tokens.size()); b += window) {
-        const int64_t n = std::min<int64_t>(window, int64_t(tokens.size()) - b - 1);
-        if (n < 2) break;
-        std::span<const int32_t> in(tokens.data() + b, size_t(n));
-        ForwardOptions fo;
-        fo.quantized_decode = false;
-        KVCache ct(teacher, n), cs(student, n);
-        const Tensor lt = compute_logits(teacher, forward_hidden(teacher, in, ct, fo));
-        const Tensor ls = compute_logits(student, forward_hidden(student, in, cs, fo));
-        for (int64_t t = 0; t < n; ++t) {
-            const float* a = lt.f32() + t * V;
-            const float* s = ls.f32() + t * V;
-            double ma = -INFINITY, ms = -INFINITY;
-            int64_t ia = 0, is = 0;
-            for (int64_t v = 0; v < V; ++v) {
-                if (a[v] > ma) ma = a[v], ia = v;
-                if (s[v] > ms) ms = s[v], is = v;
-            }
-            double za = 0, zs = 0;
-            for (int64_t v = 0; v < V; ++v) za += std::exp(a[v] - ma), zs += std::exp(s[v] - ms);
-            const double lza = std::log(za) + ma, lzs = std::log(zs) + ms;
-            double k = 0;
-            for (int64_t v = 0; v < V; ++v) {
-                const double pa = std::exp(a[v] - lza);
-                k += pa * ((a[v] - lza) - (s[v] - lzs));
-            }
-            kl += k;
-            agree += ia == is;
-            nll += lzs - s[tokens[size_t(b + t + 1)]];
-            ++count;
-        }
-    }
-    return {{"tokens", count},
-            {"top1_agreement", count ? double(agree) / double(count) : NAN},
-            {"kl", count ? kl / double(count) : NAN},
-            {"ppl", count ? std::exp(nll / double(count)) : NAN}};
-}
-
 // A copy of the teacher with `heads` zero-ablated (model/head_ablation.h).
 std::unique_ptr<LlamaModel> ablated_copy(const LlamaModel& m, const std::vector<HeadRef>& heads) {
     auto copy = std::make_unique<LlamaModel>(m.config(), &m.plan());
@@ -225,7 +183,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     cfg.validate();
     const bool on_device = cfg.device == "cuda";
     HYDRA_CHECK(
-        !on_device || (hooks.train_engine && hooks.generator),
+        !on_device || (hooks.train_engine && hooks.generator && hooks.logits),
         "pipeline: device = cuda, but this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON "
         "on a machine with the CUDA toolkit, or set device=cpu)");
     const auto& steps = pipeline_steps();
@@ -374,6 +332,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     const std::string calib_file =
         cfg.heldout_text.empty() ? default_prose("austen_emma.txt") : cfg.heldout_text;
     std::vector<std::pair<std::string, std::string>> final_models;  // (name, path)
+    std::map<std::string, TrainConfig> stage_configs;               // as every variant's stages ran them
     for (const PipelineVariant& v : cfg.variants) {
         const fs::path vdir = out / v.name;
         const fs::path converted = vdir / "converted";
@@ -421,13 +380,16 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             tc.teacher = teacher_path;
             tc.tokenizer = data_tokenizer;
             if (kind == "longctx" && tc.kl_weight == 0) tc.teacher.clear();
-            train_stage(v.name + "/" + kind, without_heldout(tc, heldout_file, kind), vdir / kind);
+            stage_configs[kind] = without_heldout(tc, heldout_file, kind);
+            stage_configs[kind].device = cfg.device;
+            train_stage(v.name + "/" + kind, stage_configs[kind], vdir / kind);
             previous = vdir / kind;
         }
         final_models.emplace_back(v.name, previous.string());
     }
 
-    // 7. Evaluation: the teacher and every variant, same tasks, lengths and samples.
+    // 7. Evaluation: the teacher and every variant, same tasks, lengths and samples; KL, agreement and
+    // perplexity on held-out shard windows.
     const fs::path eval_dir = out / "eval";
     fs::create_directories(eval_dir);
     std::vector<std::pair<std::string, std::string>> all_models = {{"teacher", teacher_path}};
@@ -435,24 +397,57 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     std::vector<ModelEvalResult> results;
     SampleCache sample_cache;  // every model runs the same samples; built once
     json agreement = read_json_or(eval_dir / "agreement.json", json::object());
-    const std::vector<int32_t> heldout = prose_tokens(text, heldout_file, cfg.heldout_tokens, 40000);
-    const int64_t window = cfg.teacher.empty() ? cfg.teacher_train.seq_len
-                                               : std::min<int64_t>(tcfg.max_position_embeddings, 1024);
+    EvalRunInfo info;
+    info.suite = "pipeline";
+    info.settings.tasks = cfg.eval_tasks;
+    info.settings.lengths = cfg.eval_lengths;
+    info.settings.samples = cfg.eval_samples;
+    info.settings.context_limit = *std::max_element(cfg.eval_lengths.begin(), cfg.eval_lengths.end()) + 256;
+    info.device = cfg.device;
+    info.bootstrap.resamples = cfg.bootstrap_resamples;
+    if (const auto held = cfg.heldout_tasks(); !held.empty())
+        info.groups.push_back({kHeldoutTaskGroup, held});
+    // Held-out text: the held-out split of the shards the distill stage trains from (never a training
+    // row of any stage), or of eval.heldout_shards. Opened lazily: a resumed run may not need it.
+    const int64_t window = cfg.distill.seq_len;
+    std::vector<std::vector<int32_t>> heldout_windows_cache;
+    std::string heldout_source;
+    auto windows = [&]() -> const std::vector<std::vector<int32_t>>& {
+        if (!heldout_windows_cache.empty()) return heldout_windows_cache;
+        TrainConfig dc = cfg.distill;
+        dc.tokenizer = data_tokenizer;
+        dc = without_heldout(dc, heldout_file, "distill");
+        const TokenShards shards = cfg.heldout_shards.empty()
+                                       ? open_training_shards(dc)
+                                       : open_token_shards(cfg.heldout_shards, text.encoder.get());
+        heldout_source =
+            cfg.heldout_shards.empty() ? shards.dir + " (the distill stage's shards)" : shards.dir;
+        HYDRA_CHECK(shards.heldout.size() >= 2,
+                    "pipeline eval: the held-out split of {} is empty (build the shards with a held-out "
+                    "fraction > 0, "
+                    "or set eval.heldout_shards)",
+                    shards.dir);
+        heldout_windows_cache = heldout_windows(shards.heldout, window, cfg.heldout_tokens);
+        int64_t n = 0;
+        for (const auto& w : heldout_windows_cache) n += int64_t(w.size()) - 1;
+        if (n < cfg.heldout_tokens)
+            fmt::print(
+                stderr,
+                "warning: the held-out split of {} holds {} tokens, fewer than eval.heldout_tokens = {}\n",
+                shards.dir, n, cfg.heldout_tokens);
+        return heldout_windows_cache;
+    };
+    const int64_t V = tcfg.vocab_size;
+    const LogitsFn teacher_logits =
+        on_device ? hooks.logits(*teacher.model, window) : cpu_logits_fn(*teacher.model);
     for (const auto& [name, path] : all_models) {
         const fs::path result_file = eval_dir / (name + ".json");
         if (forced("eval")) fs::remove(result_file);
         if (fs::exists(result_file) && agreement.contains(name)) {
-            json j = read_json_or(result_file, json::object());
-            ModelEvalResult r;
+            const json j = read_json_or(result_file, json::object());
+            ModelEvalResult r = model_result_from_json(j, result_file.string(), info.bootstrap);
             r.model = name;
-            for (const auto& [task, by_len] : j.value("task_scores", json::object()).items())
-                for (const auto& [len, score] : by_len.items())
-                    r.task_scores[task][std::stoll(len)] = score.get<double>();
-            for (const auto& [len, score] : j.value("length_scores", json::object()).items())
-                r.length_scores[std::stoll(len)] = score.get<double>();
-            r.overall = j.value("overall", 0.0);
-            r.seconds = j.value("seconds", 0.0);
-            results.push_back(r);
+            results.push_back(std::move(r));
             say(fmt::format("eval {}: done, skipped", name));
             continue;
         }
@@ -465,11 +460,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             gens.push_back(make_task(t, ctx));
             ptrs.push_back(gens.back().get());
         }
-        EvalSettings es;
-        es.tasks = cfg.eval_tasks;
-        es.lengths = cfg.eval_lengths;
-        es.samples = cfg.eval_samples;
-        es.context_limit = *std::max_element(cfg.eval_lengths.begin(), cfg.eval_lengths.end()) + 256;
+        EvalSettings es = info.settings;
         es.sample_cache = &sample_cache;
         ModelEvalResult r;
         {
@@ -483,34 +474,58 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                 },
                 gen);
         }  // the generator's device memory goes before the next model
-        json j = {{"model", name},
-                  {"path", path},
-                  {"overall", r.overall},
-                  {"seconds", r.seconds},
-                  {"device", cfg.device}};
-        for (const SampleOutcome& o : r.samples)
-            j["samples"].push_back({{"task", o.task},
-                                    {"length", o.length},
-                                    {"index", o.index},
-                                    {"prompt_tokens", o.prompt_tokens},
-                                    {"score", o.score},
-                                    {"output", o.output},
-                                    {"generated_tokens", o.generated},
-                                    {"prefill_s", o.prefill_seconds},
-                                    {"decode_s", o.decode_seconds}});
-        for (const auto& [task, by_len] : r.task_scores)
-            for (const auto& [len, score] : by_len) j["task_scores"][task][std::to_string(len)] = score;
-        for (const auto& [len, score] : r.length_scores) j["length_scores"][std::to_string(len)] = score;
-        agreement[name] = teacher_agreement(*teacher.model, *m.model, heldout, window);
+        aggregate(r, info.bootstrap);
+        json j = model_result_json(r, info);
+        j["model"] = name;
+        j["path"] = path;
+        j["device"] = cfg.device;
+        const auto t0 = Clock::now();
+        const auto& ws = windows();
+        HeldoutMetrics hm;
+        {
+            const LogitsFn student =
+                name == "teacher" ? LogitsFn{}
+                                  : (on_device ? hooks.logits(*m.model, window) : cpu_logits_fn(*m.model));
+            hm = heldout_metrics(teacher_logits, name == "teacher" ? teacher_logits : student, ws, V,
+                                 info.bootstrap, [&](int64_t d, int64_t n) {
+                                     if (hooks.progress) hooks.progress("held-out " + name, d, n, "");
+                                 });
+        }
+        agreement[name] = heldout_metrics_json(hm);
+        agreement[name]["source"] = heldout_source;
+        agreement[name]["window"] = window;
         write_json(eval_dir / "agreement.json", agreement);
         write_json(result_file, j);
         record("eval/" + name, r.seconds, 0);
+        record("eval/" + name + "/heldout", since(t0), hm.tokens);
         results.push_back(std::move(r));
     }
     draw_figure((out / "score_vs_length.png").string(),
                 [&] { write_score_plot((out / "score_vs_length.png").string(), results); });
 
-    // 8. Report.
+    // 8. Report: one record per model (OUT/results/<model>.json, for `hydra report merge`), then report.md.
+    fs::create_directories(out / "results");
+    for (size_t i = 0; i < all_models.size(); ++i) {
+        const auto& [name, path] = all_models[i];
+        const LoadedModel m = load_model(path);
+        VariantRecordInputs vi;
+        vi.config = &cfg;
+        vi.out_dir = out.string();
+        vi.name = name;
+        vi.path = path;
+        vi.teacher_path = teacher_path;
+        for (const PipelineVariant& v : cfg.variants)
+            if (v.name == name) vi.variant = &v;
+        if (vi.variant) vi.stages = stage_configs;
+        vi.result = &results[i];
+        vi.info = &info;
+        vi.heldout = agreement.value(name, json::object());
+        vi.timings = timings;
+        vi.plan_summary = m.model->plan().ratio_summary();
+        vi.kv_bytes_per_token = m.model->plan().kv_bytes_per_token(m.model->config(), 2);
+        vi.state_bytes = m.model->plan().state_bytes(m.model->config());
+        write_json(out / "results" / (name + ".json"), variant_record(vi));
+    }
     PipelineResult result;
     ReportInputs ri;
     ri.config = &cfg;
@@ -520,6 +535,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     ri.results = &results;
     ri.agreement = agreement;
     ri.timings = timings;
+    ri.info = &info;
     const ReportOutput ro = write_pipeline_report(ri);
     result.report_path = ro.path;
     result.table = ro.table;

@@ -8,7 +8,12 @@
 // OUT/scores.json, heads.png   head scores (variants with select = scores; copied from score.file if set)
 // OUT/ablation.json            the scores' causality check (top-scored vs random heads zero-ablated)
 // OUT/<variant>/converted/     the converted hybrid;  align/ distill/ longctx/  stage checkpoints
-// OUT/eval/<model>.json        RULER-style results;  OUT/eval/agreement.json  teacher agreement
+// OUT/eval/<model>.json        RULER-style results with intervals (eval/results_io.h model entry)
+// OUT/eval/agreement.json      held-out KL / top-1 agreement / perplexity with intervals
+// (eval/heldout_metrics.h) OUT/results/<model>.json     one self-contained record per model (no weights): its
+// eval results, held-out
+//                              metrics, plan, token budget, data mix and wall time; `hydra report merge`
+//                              reads them
 // OUT/timings.json             wall time and tokens per step
 // OUT/report.md + *.png        the report
 #pragma once
@@ -18,6 +23,7 @@
 #include <string>
 
 #include "eval/eval_runner.h"
+#include "eval/heldout_metrics.h"
 #include "pipeline/pipeline_config.h"
 #include "train/data_loader.h"
 #include "train/train_engine.h"
@@ -37,6 +43,9 @@ struct PipelineHooks {
     // check. Empty hooks with device = cuda are an error.
     TrainEngineFactory train_engine;
     std::function<GenerateFn(const LlamaModel&, const ModelText&, int64_t capacity, int64_t context_limit)> generator;
+    // device = cuda: all-position logits of a model on the GPU (max window positions), for the held-out
+    // KL, agreement and perplexity (cli/gpu_logits.h).
+    std::function<LogitsFn(const LlamaModel&, int64_t max_positions)> logits;
 };
 
 struct PipelineResult {

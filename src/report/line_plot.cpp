@@ -35,6 +35,10 @@ bool finite_point(const Series& s, size_t i) {
     return std::isfinite(s.x[i]) && std::isfinite(s.y[i]);
 }
 
+bool has_bar(const Series& s, size_t i) {
+    return !s.y_lo.empty() && std::isfinite(s.y_lo[i]) && std::isfinite(s.y_hi[i]);
+}
+
 struct Axis {
     double lo = 0, hi = 1;  // range in data units
     bool log = false;
@@ -151,6 +155,12 @@ void write_line_plot(const std::string& path, const std::vector<Series>& series,
         check(s.x.size() == s.y.size(),
               fmt::format("series {} ('{}'): x has {} values but y has {}; they must pair up", si, s.label,
                           s.x.size(), s.y.size()));
+        check((s.y_lo.empty() && s.y_hi.empty()) ||
+                  (s.y_lo.size() == s.x.size() && s.y_hi.size() == s.x.size()),
+              fmt::format(
+                  "series {} ('{}'): {} lower and {} upper error bar ends for {} points; give none or one "
+                  "per point",
+                  si, s.label, s.y_lo.size(), s.y_hi.size(), s.x.size()));
         for (size_t i = 0; i < s.x.size(); ++i) {
             if (!finite_point(s, i)) continue;
             check(
@@ -168,6 +178,14 @@ void write_line_plot(const std::string& path, const std::vector<Series>& series,
             ymin = std::min(ymin, s.y[i]);
             ymax = std::max(ymax, s.y[i]);
             ++total_finite;
+            if (has_bar(s, i)) {
+                check(s.y_lo[i] <= s.y[i] && s.y[i] <= s.y_hi[i] && (!o.log_y || s.y_lo[i] > 0.0),
+                      fmt::format("series {} ('{}'): error bar [{}, {}] at point {} does not hold y = {}{}",
+                                  si, s.label, s.y_lo[i], s.y_hi[i], i, s.y[i],
+                                  o.log_y ? " (or is not > 0 on log_y)" : ""));
+                ymin = std::min(ymin, s.y_lo[i]);
+                ymax = std::max(ymax, s.y_hi[i]);
+            }
         }
     }
     check(total_finite > 0,
@@ -308,10 +326,21 @@ void write_line_plot(const std::string& path, const std::vector<Series>& series,
         for (double t : ax.ticks) pg.segment(fr.px(t), fr.top, fr.px(t), fr.bottom);
         for (double t : ay.ticks) pg.segment(fr.left, fr.py(t), fr.right, fr.py(t));
 
-        // Series: lines, then markers (white halo, then the colour) on top.
+        // Series: error bars (a vertical line with caps), lines, then markers (white halo, then the
+        // colour) on top.
         std::vector<double> mx, my;
         for (size_t si = 0; si < series.size(); ++si) {
             pg.color(series_color(si));
+            pg.line_width(lw);  // as wide as the lines: thinner ones vanish into anti-aliasing
+            const Series& sr = series[si];
+            for (size_t i = 0; i < sr.x.size(); ++i) {
+                if (!finite_point(sr, i) || !has_bar(sr, i)) continue;
+                const double x = fr.px(sr.x[i]), y0 = fr.py(sr.y_lo[i]), y1 = fr.py(sr.y_hi[i]);
+                const double cap = mr + 1.5;
+                pg.segment(x, y0, x, y1);
+                pg.segment(x - cap, y0, x + cap, y0);
+                pg.segment(x - cap, y1, x + cap, y1);
+            }
             pg.line_width(lw);
             for (const Run& r : runs[si])
                 if (r.x.size() >= 2) pg.polyline(r.x, r.y);

@@ -1,5 +1,5 @@
 // Line plots as PNG, drawn by PLplot: loss curves (train + held-out loss vs step), score-vs-length
-// comparisons.
+// comparisons with error bars (confidence intervals).
 //
 // Axes get "nice" tick values (report/axis_ticks.h), grid lines, tick labels and axis labels; each
 // series has its own colour (series_color) and marker shape; markers are drawn when a series has few
@@ -17,6 +17,9 @@ namespace hydra {
 struct Series {
     std::string label;
     std::vector<double> x, y;  // same length
+    // Optional error bars (e.g. 95% bootstrap intervals): empty, or one lower and one upper end per
+    // point; a point whose ends are not both finite gets no bar. Bars count for the axis range.
+    std::vector<double> y_lo, y_hi;
 };
 
 struct LinePlotOptions {
@@ -40,10 +43,11 @@ struct PlotFrame {
 };
 
 // Renders the plot and writes it as PNG (atomically: a temporary file renamed into place). Throws
-// hydra::Error naming path for: no series, a series whose x and y lengths differ, no finite point at
-// all, non-positive values on a log axis, a bad size or fixed range, PLplot's PNG device missing (the
-// message names the Debian package), or a path that cannot be written. frame, when given, receives
-// the layout.
+// hydra::Error naming path for: no series, a series whose x and y lengths differ (or whose error bar
+// ends are neither empty nor as many as its points), a bar end on the wrong side of its point, no finite
+// point at all, non-positive values on a log axis, a bad size or fixed range, PLplot's PNG device missing
+// (the message names the Debian package), or a path that cannot be written. frame, when given, receives the
+// layout.
 void write_line_plot(const std::string& path, const std::vector<Series>& series,
                      const LinePlotOptions& options, PlotFrame* frame = nullptr);
 

@@ -117,6 +117,20 @@ std::unique_ptr<TextEncoder> make_encoder(const TrainConfig& c, std::unique_ptr<
     return std::make_unique<BpeEncoder>(*bpe_holder);
 }
 
+// data.shard_dir, else the cache's directory for the tokenizer; (re)built from data.sources when its
+// index does not match, then opened and checked against the encoder.
+TokenShards build_and_open_shards(const TrainConfig& cfg, const std::string& prose_dir,
+                                  const TextEncoder& encoder) {
+    const std::string shard_dir =
+        cfg.shard_dir.empty()
+            ? default_cache("shards/" + fmt::format("{}-{:x}", encoder.name() == "byte" ? "byte" : "bpe",
+                                                    std::hash<std::string>{}(encoder.name())))
+            : cfg.shard_dir;
+    build_token_shards(expand_sources(cfg, prose_dir), encoder, shard_dir, 1 << 22, cfg.heldout_fraction,
+                       cfg.data_seed);
+    return open_token_shards(shard_dir, &encoder);
+}
+
 double heldout_loss(const TokenSplit& split, const TrainConfig& c, TrainEngine& engine) {
     HeldoutIterator it(split, c.seq_len, c.eval_batches * c.batch_size);
     std::vector<int32_t> in, tg;
@@ -152,6 +166,13 @@ void write_loss_plot(const std::string& path, const std::vector<double>& steps,
 }
 
 }  // namespace
+
+TokenShards open_training_shards(const TrainConfig& config) {
+    std::unique_ptr<Tokenizer> bpe;
+    const std::unique_ptr<TextEncoder> encoder = make_encoder(config, bpe);
+    return build_and_open_shards(config, config.prose_dir.empty() ? default_cache("prose") : config.prose_dir,
+                                 *encoder);
+}
 
 std::vector<std::string> training_source_files(const TrainConfig& config) {
     return expand_sources(config, config.prose_dir.empty() ? default_cache("prose") : config.prose_dir);
@@ -193,14 +214,7 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
     const std::string prose_dir = cfg.prose_dir.empty() ? default_cache("prose") : cfg.prose_dir;
     std::unique_ptr<Tokenizer> bpe;
     std::unique_ptr<TextEncoder> encoder = make_encoder(cfg, bpe);
-    const std::string shard_dir =
-        cfg.shard_dir.empty()
-            ? default_cache("shards/" + fmt::format("{}-{:x}", encoder->name() == "byte" ? "byte" : "bpe",
-                                                    std::hash<std::string>{}(encoder->name())))
-            : cfg.shard_dir;
-    build_token_shards(expand_sources(cfg, prose_dir), *encoder, shard_dir, 1 << 22, cfg.heldout_fraction,
-                       cfg.data_seed);
-    TokenShards shards = open_token_shards(shard_dir, encoder.get());
+    TokenShards shards = build_and_open_shards(cfg, prose_dir, *encoder);
     DataLoader loader(shards.train, cfg.seq_len, cfg.data_seed);
     HYDRA_CHECK(cfg.synthetic_fraction == 0 || bool(synthetic),
                 "data.synthetic_fraction = {} needs the synthetic task generator (run through `hydra train`, "

@@ -37,6 +37,11 @@ struct TrainRunResult {
 // or the source tree's .cache/prose); an error names a pattern that matches nothing.
 std::vector<std::string> training_source_files(const TrainConfig& config);
 
+// The token shards `config` trains from, as run_training opens them: data.shard_dir, else the cache's
+// directory for data.tokenizer, built from data.sources first when missing or stale. Training reads only
+// the train split; the held-out split is what evaluation may use.
+TokenShards open_training_shards(const TrainConfig& config);
+
 // Trains per `config` into `out_dir` (a checkpoint directory, also holding log.jsonl and
 // loss_curve.png). With `resume_dir`, continues from that checkpoint: the model, optimizer, RNG,
 // data cursor and the checkpoint's own config (only run.steps may be raised by `steps_override`).
