@@ -104,7 +104,10 @@ nlohmann::json analysis_json(const AnalysisReport& r) {
         {"adjacent", vector_json(adjacent)},
         {"block_threshold", r.block_threshold},
         {"blocks", blocks},
-        {"residual_norm", {{"position0", vector_json(s.norm_first)}, {"counted", vector_json(s.norm_counted)}}},
+        {"residual_norm",
+         {{"position0", vector_json(s.norm_first)},
+          {"counted", vector_json(s.norm_counted)},
+          {"counted_max", vector_json(s.norm_counted_max)}}},
         {"accumulator_bytes", s.accumulator_bytes},
         {"seconds", s.seconds}};
     if (r.has_scores) {

@@ -5,7 +5,9 @@
 //     "layer_cka": {"estimator", "debiased": [L][L], "biased": [L][L], "adjacent": [L-1] (debiased, l vs
 //     l+1),
 //                   "block_threshold", "blocks": [[first, last], ...],
-//                   "residual_norm": {"position0": [L], "counted": [L]} (mean L2 norms of the layer outputs),
+//                   "residual_norm": {"position0": [L], "counted": [L], "counted_max": [L]} (L2 norms of the
+//                                    layer outputs: means at position 0 and at the counted positions, their
+//                                    max),
 //                   "accumulator_bytes", "seconds"},
 //     "head_scores": {source, "layers": [{layer, min, median, max, mean, cv, top_share, top_head}],
 //                     "within_layer_share"}                                   (with --scores)

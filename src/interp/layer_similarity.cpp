@@ -38,7 +38,8 @@ double row_norm(const float* x, int64_t C) {
 // Runs one window through `model`, copying the counted rows [skip, T) of every layer's output into
 // out (L, T - skip, C). norms, when given: per layer += (norm at position 0, sum of counted rows' norms).
 void layer_outputs(const LlamaModel& model, std::span<const int32_t> window, int64_t skip, KVCache& cache,
-                   std::vector<float>& out, std::vector<std::pair<double, double>>* norms = nullptr) {
+                   std::vector<float>& out, std::vector<std::pair<double, double>>* norms = nullptr,
+                   std::vector<double>* max_norms = nullptr) {
     const ModelConfig& cfg = model.config();
     const int64_t T = int64_t(window.size()), C = cfg.hidden_size, rows = T - skip;
     out.resize(size_t(cfg.num_layers * rows * C));
@@ -49,7 +50,11 @@ void layer_outputs(const LlamaModel& model, std::span<const int32_t> window, int
                     size_t(rows * C) * sizeof(float));
         if (norms) {
             (*norms)[size_t(layer)].first += row_norm(v.f32(), C);
-            for (int64_t t = skip; t < T; ++t) (*norms)[size_t(layer)].second += row_norm(v.f32() + t * C, C);
+            for (int64_t t = skip; t < T; ++t) {
+                const double n = row_norm(v.f32() + t * C, C);
+                (*norms)[size_t(layer)].second += n;
+                (*max_norms)[size_t(layer)] = std::max((*max_norms)[size_t(layer)], n);
+            }
         }
     });
     ForwardOptions fo;
@@ -110,6 +115,7 @@ LayerSimilarity layer_similarity(const LlamaModel& model, const LlamaModel* teac
     out.has_teacher = teacher != nullptr;
     std::vector<double> err(size_t(L), 0.0), ref(size_t(L), 0.0);
     std::vector<std::pair<double, double>> norms(size_t(L), {0.0, 0.0});
+    std::vector<double> max_norms(size_t(L), 0.0);
     int64_t normed_windows = 0;
     const int64_t per = stream_per_window(options);
     const int64_t total_windows = (n_tokens + per - 1) / per;
@@ -127,7 +133,7 @@ LayerSimilarity layer_similarity(const LlamaModel& model, const LlamaModel* teac
         out.tokens += count;
         ++out.windows;
         if (rows > 0) {
-            layer_outputs(model, window, options.skip_first, cache, hs, &norms);
+            layer_outputs(model, window, options.skip_first, cache, hs, &norms, &max_norms);
             ++normed_windows;
             std::vector<const float*> reps;
             for (int64_t l = 0; l < L; ++l) reps.push_back(hs.data() + l * rows * C);
@@ -172,6 +178,7 @@ LayerSimilarity layer_similarity(const LlamaModel& model, const LlamaModel* teac
     for (int64_t l = 0; l < L; ++l) {
         out.norm_first.push_back(norms[size_t(l)].first / double(normed_windows));
         out.norm_counted.push_back(norms[size_t(l)].second / double(out.rows));
+        out.norm_counted_max.push_back(max_norms[size_t(l)]);
     }
     out.accumulator_bytes = acc.bytes();
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

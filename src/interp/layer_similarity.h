@@ -34,6 +34,8 @@ struct LayerSimilarity {
     // (L) mean L2 norm of the layer output at each window's position 0 and at the counted positions: how
     // far the attention sink stands out (why skip_first defaults to 1).
     std::vector<double> norm_first, norm_counted;
+    std::vector<double>
+        norm_counted_max;  // (L) the largest norm among the counted positions (outlier tokens)
     bool has_teacher = false;
     TeacherDistance teacher;
     int64_t accumulator_bytes = 0;
