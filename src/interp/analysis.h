@@ -37,7 +37,7 @@ struct AnalyzeRequest {
     std::string scores;  // "" = none
     std::string out = "analysis";
     std::string device = "cpu";
-    int64_t tokens = 8192;
+    int64_t tokens = 4096;
     int64_t window = 512;
     int64_t skip_first = 1;
     double block_threshold = 0.9;
