@@ -22,7 +22,11 @@ namespace {
 void demo_wait_policy(int argc, char** argv) {
     if (argc < 2 || std::strcmp(argv[1], "demo") != 0 || std::getenv("OMP_WAIT_POLICY")) return;
     if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return;
+    self[n] = '\0';
+    execv(self, argv);  // returns only on failure: then run as we are
 }
 
 }  // namespace
