@@ -22,10 +22,12 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-json read_json(const fs::path& p) { return json::parse(read_text_file(p)); }
+json read_json(const fs::path& p) {
+    return json::parse(read_text_file(p));
+}
 
 class Demo : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         if (!fs::exists(std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/austen_persuasion.txt")) return;
         root_ = fs::temp_directory_path() / ("hydra_demo_" + std::to_string(::getpid()));
@@ -95,7 +97,8 @@ TEST_F(Demo, StepsReportAndResume) {
     // 3. the 7:1 hybrid keeps one of 8 KV groups: an eighth of the teacher's KV cache
     const json cv = read_json(out / "conversion.json");
     EXPECT_EQ(cv["fa_kv_groups"].get<int64_t>(), 1);
-    EXPECT_EQ(cv["kv_bytes_per_token_hybrid"].get<int64_t>() * 8, cv["kv_bytes_per_token_teacher"].get<int64_t>());
+    EXPECT_EQ(cv["kv_bytes_per_token_hybrid"].get<int64_t>() * 8,
+              cv["kv_bytes_per_token_teacher"].get<int64_t>());
     EXPECT_TRUE(fs::exists(out / "hybrid" / "config.json"));
     // 4. held-out KL on the same tokens before and after the recovery: it falls
     const json ag = read_json(out / "agreement.json");
@@ -132,8 +135,8 @@ TEST_F(Demo, StepsReportAndResume) {
     run_demo(cfg, out.string(), "distill", {});
     EXPECT_EQ(stamp(out / "hybrid" / "config.json"), t_hybrid);
     EXPECT_NE(stamp(out / "distill" / "state.json"), t_distill);
-    EXPECT_NEAR(read_json(out / "agreement.json")["distill"]["kl"].get<double>(), ag["distill"]["kl"].get<double>(),
-                1e-6);
+    EXPECT_NEAR(read_json(out / "agreement.json")["distill"]["kl"].get<double>(),
+                ag["distill"]["kl"].get<double>(), 1e-6);
 
     EXPECT_THROW(run_demo(cfg, out.string(), "nope", {}), Error);
 }

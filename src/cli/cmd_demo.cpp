@@ -48,8 +48,9 @@ void register_demo(CLI::App& app) {
                     "distill.run.steps=8; see demo_config.json of a run)");
     cmd->add_option("--out", o->out, "output directory")->capture_default_str();
     cmd->add_flag("--force", o->force, "write into --out even when it is not a hydra demo run (deletes it)");
-    cmd->add_option("--from", o->from,
-                    "recompute this step and all later ones: score, ablation, convert, align, distill, report");
+    cmd->add_option(
+        "--from", o->from,
+        "recompute this step and all later ones: score, ablation, convert, align, distill, report");
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] {
         apply_threads(o->threads);
@@ -65,10 +66,12 @@ void register_demo(CLI::App& app) {
         std::string current;
         const bool log_lines = !isatty(2);  // the bar is silent off a terminal: one line per item instead
         const auto t0 = std::chrono::steady_clock::now();
-        hooks.progress = [&](const std::string& label, int64_t done, int64_t total, const std::string& status) {
+        hooks.progress = [&](const std::string& label, int64_t done, int64_t total,
+                             const std::string& status) {
             if (log_lines) {
                 fmt::print(stderr, "[{} {}/{} {:.0f} s] {}\n", label, done, total,
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), status);
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                           status);
                 return;
             }
             if (label != current || !bar) {
@@ -82,9 +85,8 @@ void register_demo(CLI::App& app) {
         hooks.synthetic_rows = [](const TrainConfig& c) { return synthetic_rows_for(c); };
 #ifdef HYDRA_WITH_CUDA
         hooks.train_engine = gpu::make_gpu_train_engine;
-        hooks.generator = [](const LlamaModel& m, const ModelText& t, int64_t capacity, int64_t context_limit) {
-            return gpu_generator(m, t, capacity, context_limit);
-        };
+        hooks.generator = [](const LlamaModel& m, const ModelText& t, int64_t capacity,
+                             int64_t context_limit) { return gpu_generator(m, t, capacity, context_limit); };
 #endif
         const DemoResult r = run_demo(config, out.string(), o->from, hooks);
         if (bar) bar->finish();

@@ -41,10 +41,11 @@ DirLock claim_run_dir(const std::filesystem::path& out, const std::string& marke
     const bool ours = std::filesystem::is_directory(out, ec) &&
                       (std::filesystem::is_empty(out, ec) || std::filesystem::exists(out / marker, ec));
     if (exists && !ours) {
-        HYDRA_CHECK(force,
-                    "--out: {} exists and is not a hydra {} run (no {}); refusing to write into files hydra did "
-                    "not write (choose another --out, or pass --force to delete it)",
-                    out.string(), marker == "pipeline_config.json" ? "pipeline" : "demo", marker);
+        HYDRA_CHECK(
+            force,
+            "--out: {} exists and is not a hydra {} run (no {}); refusing to write into files hydra did "
+            "not write (choose another --out, or pass --force to delete it)",
+            out.string(), marker == "pipeline_config.json" ? "pipeline" : "demo", marker);
         std::filesystem::remove_all(out, ec);
         HYDRA_CHECK(!ec, "--out --force: cannot delete {}: {}", out.string(), ec.message());
         fmt::print(stderr, "hydra: --force: deleted {}\n", out.string());

@@ -15,10 +15,10 @@
 namespace hydra {
 
 struct TeacherAgreement {
-    int64_t tokens = 0;    // positions scored (each window's last token has no next token to predict)
-    double top1 = 0;       // fraction of positions where both argmaxes agree (NaN when tokens == 0)
-    double kl = 0;         // mean KL(teacher || student) in nats per token
-    double ppl = 0;        // the student's perplexity of the next token
+    int64_t tokens = 0;  // positions scored (each window's last token has no next token to predict)
+    double top1 = 0;     // fraction of positions where both argmaxes agree (NaN when tokens == 0)
+    double kl = 0;       // mean KL(teacher || student) in nats per token
+    double ppl = 0;      // the student's perplexity of the next token
 };
 
 // tokens: the text's ids (the teacher's tokenizer); window >= 2. Both models share the vocabulary.

@@ -62,11 +62,13 @@ std::string utc_now() {
 std::string write_demo_report(const DemoReportInputs& in) {
     const PipelineConfig& cfg = *in.config;
     const fs::path out(in.out_dir);
-    std::string md = fmt::format("# HydraHead demo: {}\n\n{}; output directory `{}`.\n\n", fs::path(cfg.teacher).filename().string(),
-                                 utc_now(), out.string());
+    std::string md = fmt::format("# HydraHead demo: {}\n\n{}; output directory `{}`.\n\n",
+                                 fs::path(cfg.teacher).filename().string(), utc_now(), out.string());
     md += fmt::format(
-        "The method on the teacher `{}` at CPU sizes: score its heads, check causally that the top-scored heads "
-        "matter for retrieval, convert it 7:1 keeping the interpretability-selected KV groups as full attention, "
+        "The method on the teacher `{}` at CPU sizes: score its heads, check causally that the top-scored "
+        "heads "
+        "matter for retrieval, convert it 7:1 keeping the interpretability-selected KV groups as full "
+        "attention, "
         "and recover it briefly. Every figure below was measured in this run; the sample counts are small "
         "(sized for about 30 minutes on 2 cores), so read them as a demonstration of the method, and the GPU "
         "report of section 5 for the full-budget figures.\n\n",
@@ -76,8 +78,10 @@ std::string write_demo_report(const DemoReportInputs& in) {
     const json& sc = in.scores;
     md += "## 1. Head scores (the fast screen)\n\n";
     md += fmt::format(
-        "Attribution patching (a first-order estimate of every head's effect on the answer's logit difference, "
-        "one backward pass per direction) on {} clean/corrupted pair(s) per task ({} used) of {} at {} tokens; "
+        "Attribution patching (a first-order estimate of every head's effect on the answer's logit "
+        "difference, "
+        "one backward pass per direction) on {} clean/corrupted pair(s) per task ({} used) of {} at {} "
+        "tokens; "
         "{} heads scored in {}.\n\n",
         sc.value("pairs_per_task", int64_t(0)), sc.value("pairs_used", int64_t(0)),
         fmt::join(sc.value("tasks", std::vector<std::string>{}), ", "),
@@ -86,8 +90,8 @@ std::string write_demo_report(const DemoReportInputs& in) {
     md += "| rank | head | score |\n|---|---|---|\n";
     int rank = 0;
     for (const json& t : sc.value("top", json::array()))
-        md += fmt::format("| {} | L{}.H{} | {:.3f} |\n", ++rank, t["layer"].get<int64_t>(), t["head"].get<int64_t>(),
-                          t["score"].get<double>());
+        md += fmt::format("| {} | L{}.H{} | {:.3f} |\n", ++rank, t["layer"].get<int64_t>(),
+                          t["head"].get<int64_t>(), t["score"].get<double>());
     if (fs::exists(out / "heads.png")) md += "\n![head scores](heads.png)\n";
     md += "\n";
 
@@ -95,7 +99,8 @@ std::string write_demo_report(const DemoReportInputs& in) {
     const json& ab = in.ablation;
     md += "## 2. The causal check\n\n";
     md += fmt::format(
-        "Retrieval accuracy (RULER string match x 100) of the teacher on {} at {} tokens, {} samples per condition, "
+        "Retrieval accuracy (RULER string match x 100) of the teacher on {} at {} tokens, {} samples per "
+        "condition, "
         "the same samples in every row; {} heads (an eighth) zero-ablated ({}).\n\n",
         fmt::join(ab.value("tasks", std::vector<std::string>{}), ", "), ab.value("length", int64_t(0)),
         ab.value("samples_per_task", int64_t(0)), ab.value("heads_ablated", int64_t(0)),
@@ -112,11 +117,14 @@ std::string write_demo_report(const DemoReportInputs& in) {
     }
     if (n_random) random_mean /= n_random;
     md += fmt::format(
-        "\nAblating the top-scored eighth {} retrieval ({:.1f} -> {:.1f}); random eighths average {:.1f}. With {} "
-        "samples per row one sample moves a row by {:.0f} points: the full-size check (20 samples per task, three "
+        "\nAblating the top-scored eighth {} retrieval ({:.1f} -> {:.1f}); random eighths average {:.1f}. "
+        "With {} "
+        "samples per row one sample moves a row by {:.0f} points: the full-size check (20 samples per task, "
+        "three "
         "tasks) is in `docs/results/smollm2_ablation/`.\n\n",
-        ab.value("top_scored", 0.0) < random_mean ? "hurts" : "does not hurt more than random", ab.value("none", 0.0),
-        ab.value("top_scored", 0.0), random_mean, ab.value("samples_per_task", int64_t(0)),
+        ab.value("top_scored", 0.0) < random_mean ? "hurts" : "does not hurt more than random",
+        ab.value("none", 0.0), ab.value("top_scored", 0.0), random_mean,
+        ab.value("samples_per_task", int64_t(0)),
         100.0 / double(std::max<int64_t>(1, ab.value("samples_per_task", int64_t(1)) *
                                                 int64_t(ab.value("tasks", json::array()).size()))));
 
@@ -126,10 +134,12 @@ std::string write_demo_report(const DemoReportInputs& in) {
                   kv_h = cv.value("kv_bytes_per_token_hybrid", int64_t(0));
     md += "## 3. Conversion 7:1 and the KV cache\n\n";
     md += fmt::format(
-        "Plan: {} ({} selection, {} granularity): {} of {} KV groups keep full attention, every other head becomes "
+        "Plan: {} ({} selection, {} granularity): {} of {} KV groups keep full attention, every other head "
+        "becomes "
         "a Gated DeltaNet head initialised from the same weights ({}).\n\n",
-        cv.value("plan", std::string()), cv.value("selection", std::string()), cv.value("granularity", std::string()),
-        cv.value("fa_kv_groups", int64_t(0)), cv.value("kv_groups", int64_t(0)), seconds_text(in.timings, "convert"));
+        cv.value("plan", std::string()), cv.value("selection", std::string()),
+        cv.value("granularity", std::string()), cv.value("fa_kv_groups", int64_t(0)),
+        cv.value("kv_groups", int64_t(0)), seconds_text(in.timings, "convert"));
     md += "| | teacher | 7:1 hybrid |\n|---|---|---|\n";
     md += fmt::format("| KV cache, bytes per token (bf16) | {} | {} ({:.3f}x) |\n", kv_t, kv_h,
                       kv_t ? double(kv_h) / double(kv_t) : 0.0);
@@ -138,18 +148,22 @@ std::string write_demo_report(const DemoReportInputs& in) {
                           double(kv_t * len) / (1 << 20), double(kv_h * len) / (1 << 20));
     md += fmt::format("| recurrent state per sequence (fp32, any length) | 0 | {:.1f} MiB |\n",
                       double(cv.value("state_bytes", int64_t(0))) / (1 << 20));
-    md += fmt::format("| parameters | {:.1f}M | {:.1f}M |\n\n", double(cv.value("parameters_teacher", int64_t(0))) / 1e6,
+    md += fmt::format("| parameters | {:.1f}M | {:.1f}M |\n\n",
+                      double(cv.value("parameters_teacher", int64_t(0))) / 1e6,
                       double(cv.value("parameters_hybrid", int64_t(0))) / 1e6);
 
     // 4. Recovery.
     md += "## 4. A short recovery, measured on held-out text\n\n";
     const json& ag = in.agreement;
     md += fmt::format(
-        "KL(teacher || student) per token, top-1 agreement and the student's perplexity on the same {} tokens of "
+        "KL(teacher || student) per token, top-1 agreement and the student's perplexity on the same {} "
+        "tokens of "
         "`{}` (never trained on: every stage's data leaves it out), after each stage.\n\n",
         ag.contains("converted") ? ag["converted"].value("tokens", int64_t(0)) + 1 : 0,
         fs::path(cfg.heldout_text.empty() ? "austen_persuasion.txt" : cfg.heldout_text).filename().string());
-    md += "| model | stage | tokens trained | train loss (first -> last) | held-out KL(t\\|\\|s) | top-1 agree | ppl | wall time |\n";
+    md +=
+        "| model | stage | tokens trained | train loss (first -> last) | held-out KL(t\\|\\|s) | top-1 agree "
+        "| ppl | wall time |\n";
     md += "|---|---|---|---|---|---|---|---|\n";
     auto row = [&](const std::string& label, const std::string& key, const std::string& stage_text) {
         if (!ag.contains(key)) return;
@@ -159,20 +173,25 @@ std::string write_demo_report(const DemoReportInputs& in) {
             const json& s = in.stages[key];
             trained = fmt::format("{}", s.value("tokens", int64_t(0)));
             if (s.contains("first_loss"))
-                loss = fmt::format("{:.4f} -> {:.4f}", s["first_loss"].get<double>(), s["last_loss"].get<double>());
+                loss = fmt::format("{:.4f} -> {:.4f}", s["first_loss"].get<double>(),
+                                   s["last_loss"].get<double>());
             time = seconds_text(in.timings, key);
         }
-        md += fmt::format("| {} | {} | {} | {} | {:.4f} | {:.3f} | {:.2f} | {} |\n", label, stage_text, trained, loss,
-                          a["kl"].get<double>(), a["top1_agreement"].get<double>(), a["ppl"].get<double>(), time);
+        md += fmt::format("| {} | {} | {} | {} | {:.4f} | {:.3f} | {:.2f} | {} |\n", label, stage_text,
+                          trained, loss, a["kl"].get<double>(), a["top1_agreement"].get<double>(),
+                          a["ppl"].get<double>(), time);
     };
     row("7:1 converted", "converted", "none");
     row("+ stage 1", "align",
         fmt::format("align ({} steps of {} x {})", cfg.align.steps, cfg.align.batch_size, cfg.align.seq_len));
     row("+ stage 2", "distill",
-        fmt::format("distill ({} steps of {} x {})", cfg.distill.steps, cfg.distill.batch_size, cfg.distill.seq_len));
+        fmt::format("distill ({} steps of {} x {})", cfg.distill.steps, cfg.distill.batch_size,
+                    cfg.distill.seq_len));
     if (ag.contains("converted") && ag.contains("distill"))
-        md += fmt::format("\nHeld-out KL {} from {:.4f} to {:.4f} nats per token.", 
-                          ag["distill"]["kl"].get<double>() < ag["converted"]["kl"].get<double>() ? "falls" : "does not fall",
+        md += fmt::format("\nHeld-out KL {} from {:.4f} to {:.4f} nats per token.",
+                          ag["distill"]["kl"].get<double>() < ag["converted"]["kl"].get<double>()
+                              ? "falls"
+                              : "does not fall",
                           ag["converted"]["kl"].get<double>(), ag["distill"]["kl"].get<double>());
     for (const char* stage : {"align", "distill"})
         if (fs::exists(out / stage / "loss_curve.png"))
@@ -183,12 +202,15 @@ std::string write_demo_report(const DemoReportInputs& in) {
     md += "## 5. The full-budget run\n\n";
     if (in.gpu_report) {
         md += fmt::format(
-            "The same pipeline at full budget on one GPU (`hydra pipeline --preset smollm2-gpu`), latest report "
+            "The same pipeline at full budget on one GPU (`hydra pipeline --preset smollm2-gpu`), latest "
+            "report "
             "`{}` ({}):\n\n{}\n",
             fs::relative(in.gpu_report->path, std::string(HYDRA_SOURCE_DIR)).string(), in.gpu_report->date,
             in.gpu_report->results);
     } else {
-        md += "No GPU pipeline report under docs/results/ (run `hydra pipeline --preset smollm2-gpu` on a GPU).\n\n";
+        md +=
+            "No GPU pipeline report under docs/results/ (run `hydra pipeline --preset smollm2-gpu` on a "
+            "GPU).\n\n";
     }
 
     // Timings and settings.

@@ -34,7 +34,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 const std::vector<std::string>& demo_steps() {
-    static const std::vector<std::string> steps = {"score", "ablation", "convert", "align", "distill", "report"};
+    static const std::vector<std::string> steps = {"score", "ablation", "convert",
+                                                   "align", "distill",  "report"};
     return steps;
 }
 
@@ -65,11 +66,14 @@ PipelineConfig demo_config(const std::string& teacher) {
         s->eval_batches = 1;
         s->warmup_steps = 1;
     }
-    p.align.steps = p.align.schedule_steps = 4;
-    p.align.save_every = 4;  // a checkpoint of the 155M-parameter hybrid with AdamW state is ~2 GB
+    // Measured on 2 cores under a load of ~17 runnable processes (2026-12-03), 31 min with 4 align steps
+    // and 512 held-out tokens: align moved the held-out KL least per second (6.18 -> 5.28 in 6.7 min,
+    // distill 5.28 -> 2.80 in 4.9 min), so it keeps 2 steps, and KL runs on 384 tokens (~27 min there).
+    p.align.steps = p.align.schedule_steps = 2;
+    p.align.save_every = 2;  // a checkpoint of the 155M-parameter hybrid with AdamW state is ~2 GB
     p.distill.steps = p.distill.schedule_steps = 4;
     p.distill.save_every = 4;
-    p.heldout_tokens = 512;
+    p.heldout_tokens = 384;
     return p;
 }
 
@@ -77,7 +81,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 json read_json_or(const fs::path& p, json fallback) {
     if (!fs::exists(p)) return fallback;
@@ -172,7 +178,8 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
         say("score: done, skipped");
     } else {
         say(fmt::format("score: {} on {} at {} tokens, {} pairs per task", fmt::join(cfg.score_methods, "+"),
-                        fmt::join(cfg.score_tasks, ","), fmt::join(cfg.score_lengths, ","), cfg.score_samples));
+                        fmt::join(cfg.score_tasks, ","), fmt::join(cfg.score_lengths, ","),
+                        cfg.score_samples));
         const auto t0 = Clock::now();
         ScoreHeadsOptions so;
         so.methods = cfg.score_methods;
@@ -227,18 +234,15 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
         say(fmt::format("ablation: {} at {} tokens, {} samples per condition (intact, top-scored, 3 random)",
                         fmt::join(cfg.score_tasks, ","), cfg.score_lengths[0], cfg.ablation_samples));
         const auto t0 = Clock::now();
-        const ModelGenerator generator =
-            on_device ? ModelGenerator([&](const LlamaModel& m, int64_t limit) {
-                return hooks.generator(m, text, limit, limit);
-            })
-                      : ModelGenerator{};
+        const ModelGenerator generator = on_device ? ModelGenerator([&](const LlamaModel& m, int64_t limit) {
+            return hooks.generator(m, text, limit, limit);
+        })
+                                                   : ModelGenerator{};
         ablation = ablation_check(
             *teacher.model, text, task_ptrs, cfg.score_tasks, aggregate, cfg.score_lengths[0],
             cfg.ablation_samples, {1, 2, 3}, generator, read_json_or(partial_path, json()),
             [&](const json& partial) { write_json(partial_path, partial); },
-            [&](const std::string& label, int64_t d, int64_t n) {
-                progress("ablation " + label, d, n, "");
-            });
+            [&](const std::string& label, int64_t d, int64_t n) { progress("ablation " + label, d, n, ""); });
         write_json(ablation_path, ablation);
         fs::remove(partial_path);
         record("ablation", since(t0));
@@ -254,10 +258,10 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
         fs::remove(agreement_path);
     }
     const std::vector<int32_t> heldout = prose_tokens(text, heldout_file, cfg.heldout_tokens, 40000);
-    HYDRA_CHECK(heldout.size() >= 2, "demo: no held-out text in {} (run tools/setup.sh, or set eval.heldout_text)",
-                heldout_file);
-    const int64_t window = std::min<int64_t>(int64_t(heldout.size()),
-                                             tcfg.max_position_embeddings > 0 ? tcfg.max_position_embeddings : 1024);
+    HYDRA_CHECK(heldout.size() >= 2,
+                "demo: no held-out text in {} (run tools/setup.sh, or set eval.heldout_text)", heldout_file);
+    const int64_t window = std::min<int64_t>(
+        int64_t(heldout.size()), tcfg.max_position_embeddings > 0 ? tcfg.max_position_embeddings : 1024);
     json agreement = read_json_or(agreement_path, json::object());
     auto measure = [&](const std::string& key, const std::string& model_dir) {
         if (agreement.contains(key)) return;
@@ -266,9 +270,10 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
         agreement[key] = to_json(teacher_agreement(*teacher.model, *m.model, heldout, window));
         write_json(agreement_path, agreement);
         record("kl/" + key, since(t0));
-        say(fmt::format("held-out KL(t||s) {}: {:.4f} nats/token, top-1 agreement {:.3f}, ppl {:.2f} ({} tokens)",
-                        key, agreement[key]["kl"].get<double>(), agreement[key]["top1_agreement"].get<double>(),
-                        agreement[key]["ppl"].get<double>(), agreement[key]["tokens"].get<int64_t>()));
+        say(fmt::format(
+            "held-out KL(t||s) {}: {:.4f} nats/token, top-1 agreement {:.3f}, ppl {:.2f} ({} tokens)", key,
+            agreement[key]["kl"].get<double>(), agreement[key]["top1_agreement"].get<double>(),
+            agreement[key]["ppl"].get<double>(), agreement[key]["tokens"].get<int64_t>()));
     };
     json conversion = read_json_or(out / "conversion.json", json());
     if (fs::exists(hybrid_dir / "config.json") && !conversion.is_null()) {
@@ -296,7 +301,8 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
             extra["tokenizer"] = "byte-v1";
         } else if (fs::is_directory(cfg.teacher)) {
             for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-                if (fs::exists(fs::path(cfg.teacher) / f)) files[f] = read_text_file(fs::path(cfg.teacher) / f);
+                if (fs::exists(fs::path(cfg.teacher) / f))
+                    files[f] = read_text_file(fs::path(cfg.teacher) / f);
         } else if (teacher.vocab) {  // a GGUF teacher: the hybrid gets its tokenizer, so it loads alone
             files["tokenizer.json"] = vocab_to_tokenizer_json(*teacher.vocab);
             files["tokenizer_config.json"] = vocab_to_tokenizer_config_json(*teacher.vocab);
@@ -318,7 +324,8 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
         write_json(out / "conversion.json", conversion);  // last: marks the step done
         record("convert", since(t0));
     }
-    say(fmt::format("convert: {}; KV cache {} -> {} bytes/token (bf16, {:.3f}x)", conversion["plan"].get<std::string>(),
+    say(fmt::format("convert: {}; KV cache {} -> {} bytes/token (bf16, {:.3f}x)",
+                    conversion["plan"].get<std::string>(),
                     conversion["kv_bytes_per_token_teacher"].get<int64_t>(),
                     conversion["kv_bytes_per_token_hybrid"].get<int64_t>(),
                     double(conversion["kv_bytes_per_token_hybrid"].get<int64_t>()) /
@@ -383,7 +390,8 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     const json& before = agreement["converted"];
     const json& after = agreement["distill"];
     r.summary = fmt::format(
-        "{}\nKV cache: {} -> {} bytes/token\nheld-out KL(t||s): {:.4f} converted -> {:.4f} after align -> {:.4f} "
+        "{}\nKV cache: {} -> {} bytes/token\nheld-out KL(t||s): {:.4f} converted -> {:.4f} after align -> "
+        "{:.4f} "
         "after distill",
         ablation_summary(ablation), conversion["kv_bytes_per_token_teacher"].get<int64_t>(),
         conversion["kv_bytes_per_token_hybrid"].get<int64_t>(), before["kl"].get<double>(),

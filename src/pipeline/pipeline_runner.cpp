@@ -136,11 +136,11 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     ctx->text = text;
     ctx->options = training_task_options(text);
     const std::string data_tokenizer = text.name() == "byte-v1" ? "byte" : teacher_path;
-    const ModelGenerator ablation_generator =
-        on_device ? ModelGenerator([&](const LlamaModel& m, int64_t limit) {
-            return hooks.generator(m, text, limit, limit);
-        })
-                  : ModelGenerator{};
+    const ModelGenerator ablation_generator = on_device
+                                                  ? ModelGenerator([&](const LlamaModel& m, int64_t limit) {
+                                                        return hooks.generator(m, text, limit, limit);
+                                                    })
+                                                  : ModelGenerator{};
 
     // 2. Head scores.
     const bool need_scores = std::any_of(cfg.variants.begin(), cfg.variants.end(),
@@ -166,8 +166,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             }
             say(fmt::format("score: from {}; ablation check on {} at {} tokens", cfg.score_file,
                             fmt::join(cfg.score_tasks, ","), cfg.score_lengths[0]));
-            json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, aggregate,
-                                     cfg.score_lengths[0], cfg.ablation_samples, {1, 2, 3}, ablation_generator);
+            json ab =
+                ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, aggregate, cfg.score_lengths[0],
+                               cfg.ablation_samples, {1, 2, 3}, ablation_generator);
             ab["scores_from"] = cfg.score_file;
             write_json(out / "ablation.json", ab);
             draw_figure((out / "heads.png").string(), [&] {
@@ -211,8 +212,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             const auto t1 = Clock::now();
             std::vector<const TaskGenerator*> ptrs;
             for (const auto& g : gens) ptrs.push_back(g.get());
-            json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, report.scores.aggregate,
-                                     cfg.score_lengths[0], cfg.ablation_samples, {1, 2, 3}, ablation_generator);
+            json ab =
+                ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, report.scores.aggregate,
+                               cfg.score_lengths[0], cfg.ablation_samples, {1, 2, 3}, ablation_generator);
             write_json(out / "ablation.json", ab);
             record("score/ablation", since(t1), 0);
             say(ablation_summary(ab));

@@ -77,7 +77,8 @@ std::unique_ptr<LlamaModel> ablated_copy(const LlamaModel& m, const std::vector<
 
 }  // namespace
 
-json ablation_check(const LlamaModel& teacher, const ModelText& text, const std::vector<const TaskGenerator*>& tasks,
+json ablation_check(const LlamaModel& teacher, const ModelText& text,
+                    const std::vector<const TaskGenerator*>& tasks,
                     const std::vector<std::string>& task_names, const std::vector<double>& aggregate,
                     int64_t length, int64_t samples, const std::vector<uint64_t>& random_seeds,
                     const ModelGenerator& generator, const json& done,
@@ -85,8 +86,8 @@ json ablation_check(const LlamaModel& teacher, const ModelText& text, const std:
                     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
     const ModelConfig& c = teacher.config();
     const int64_t L = c.num_layers, H = c.num_heads, n = std::max<int64_t>(1, (L * H + 7) / 8);
-    HYDRA_CHECK(int64_t(aggregate.size()) == L * H, "ablation check: {} scores for {} heads", aggregate.size(),
-                L * H);
+    HYDRA_CHECK(int64_t(aggregate.size()) == L * H, "ablation check: {} scores for {} heads",
+                aggregate.size(), L * H);
     EvalSettings es;
     es.tasks = task_names;
     es.lengths = {length};
@@ -142,8 +143,9 @@ std::string ablation_summary(const json& ab) {
     std::string random;
     for (const json& r : ab["random"])
         random += fmt::format("{}{:.1f}", random.empty() ? "" : " / ", r["accuracy"].get<double>());
-    return fmt::format("ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths {}",
-                       ab["none"].get<double>(), ab["top_scored"].get<double>(), random);
+    return fmt::format(
+        "ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths {}",
+        ab["none"].get<double>(), ab["top_scored"].get<double>(), random);
 }
 
 }  // namespace hydra

@@ -70,9 +70,10 @@ using ModelGenerator = std::function<GenerateFn(const LlamaModel&, int64_t conte
 // progress(condition, samples done, samples total).
 nlohmann::json ablation_check(const LlamaModel& teacher, const ModelText& text,
                               const std::vector<const TaskGenerator*>& tasks,
-                              const std::vector<std::string>& task_names, const std::vector<double>& aggregate,
-                              int64_t length, int64_t samples, const std::vector<uint64_t>& random_seeds,
-                              const ModelGenerator& generator = {}, const nlohmann::json& done = {},
+                              const std::vector<std::string>& task_names,
+                              const std::vector<double>& aggregate, int64_t length, int64_t samples,
+                              const std::vector<uint64_t>& random_seeds, const ModelGenerator& generator = {},
+                              const nlohmann::json& done = {},
                               const std::function<void(const nlohmann::json&)>& checkpoint = {},
                               const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
 
