@@ -1,7 +1,6 @@
-// `hydra pipeline [CONFIG] [--preset NAME] [--out DIR] [--from STEP] [key=value ...]` and `hydra demo`:
-// the whole HydraHead job (teacher, head scores, conversion of every variant, the three transfer
-// stages, evaluation, report) from one config, resumable step by step (see pipeline/pipeline_runner.h).
-// `hydra demo` is the tiny-cpu preset into runs/demo: the README's main command.
+// `hydra pipeline [CONFIG] [--preset NAME] [--out DIR] [--from STEP] [key=value ...]`: the whole
+// HydraHead job (teacher, head scores, conversion of every variant, the three transfer stages,
+// evaluation, report) from one config, resumable step by step (see pipeline/pipeline_runner.h).
 #include <filesystem>
 #include <memory>
 
@@ -34,22 +33,20 @@ struct PipelineOptions {
     bool force = false;
 };
 
-// The pipeline's run directory, locked for the whole run: absent, empty, or an earlier run's
-// (pipeline_config.json marks one; its steps resume). Anything else is refused unless --force,
-// which deletes it. The stage directories inside are claimed again by each stage.
-DirLock claim_pipeline_dir(const std::filesystem::path& out, bool force) {
+}  // namespace
+
+DirLock claim_run_dir(const std::filesystem::path& out, const std::string& marker, bool force) {
     DirLock lock = DirLock::acquire(out);
     std::error_code ec;
     const bool exists = std::filesystem::exists(std::filesystem::symlink_status(out, ec));
-    const bool ours =
-        std::filesystem::is_directory(out, ec) &&
-        (std::filesystem::is_empty(out, ec) || std::filesystem::exists(out / "pipeline_config.json", ec));
+    const bool ours = std::filesystem::is_directory(out, ec) &&
+                      (std::filesystem::is_empty(out, ec) || std::filesystem::exists(out / marker, ec));
     if (exists && !ours) {
         HYDRA_CHECK(
             force,
-            "--out: {} exists and is not a hydra pipeline run (no pipeline_config.json); refusing to write "
-            "into files hydra did not write (choose another --out, or pass --force to delete it)",
-            out.string());
+            "--out: {} exists and is not a hydra {} run (no {}); refusing to write into files hydra did "
+            "not write (choose another --out, or pass --force to delete it)",
+            out.string(), marker == "pipeline_config.json" ? "pipeline" : "demo", marker);
         std::filesystem::remove_all(out, ec);
         HYDRA_CHECK(!ec, "--out --force: cannot delete {}: {}", out.string(), ec.message());
         fmt::print(stderr, "hydra: --force: deleted {}\n", out.string());
@@ -57,9 +54,11 @@ DirLock claim_pipeline_dir(const std::filesystem::path& out, bool force) {
     return lock;
 }
 
+namespace {
+
 void run(const PipelineConfig& config, const std::string& out_arg, const std::string& from, bool force) {
     const std::filesystem::path out = normalize_dir_path(out_arg, "--out");
-    const DirLock lock = claim_pipeline_dir(out, force);
+    const DirLock lock = claim_run_dir(out, "pipeline_config.json", force);
     PipelineHooks hooks;
     std::unique_ptr<ProgressBar> bar;
     std::string current;
@@ -129,24 +128,6 @@ void register_pipeline(CLI::App& app) {
         }
         if (!o->device.empty()) config.device = o->device;
         run(config, o->out.empty() ? "runs/" + o->preset : o->out, o->from, o->force);
-    });
-}
-
-void register_demo(CLI::App& app) {
-    auto* o = new PipelineOptions;
-    auto* cmd = app.add_subcommand(
-        "demo",
-        "The main job on a tiny teacher, sized for a 2-core CPU: teacher vs HydraHead 7:1 (interpretability "
-        "and random heads) vs layer-wise 3:1 vs all-LA at 1x, 2x and 4x the teacher's training length");
-    cmd->add_option("--out", o->out, "output directory")->capture_default_str();
-    cmd->add_flag("--force", o->force,
-                  "write into --out even when it is not a hydra pipeline run (deletes it)");
-    cmd->add_option("--from", o->from, "recompute this step and all later ones (see hydra pipeline --help)");
-    add_threads_option(*cmd, o->threads);
-    o->out = "runs/demo";
-    cmd->callback([o] {
-        apply_threads(o->threads);
-        run(PipelineConfig::preset("tiny-cpu"), o->out, o->from, o->force);
     });
 }
 

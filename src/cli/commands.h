@@ -3,9 +3,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "io/dir_lock.h"
 #include "train/data_loader.h"
 #include "train/train_config.h"
 
+#include <filesystem>
 #include <string>
 
 namespace hydra::cli {
@@ -20,6 +22,11 @@ void register_distill(CLI::App& app);
 void register_pipeline(CLI::App& app);
 void register_demo(CLI::App& app);
 void register_init(CLI::App& app);
+
+// A run directory of `hydra pipeline` / `hydra demo`, locked for the whole run: absent, empty, or an
+// earlier run's (its `marker` file, e.g. pipeline_config.json, says so; its steps resume). Anything
+// else is refused unless `force`, which deletes it. `out` is normalised (normalize_dir_path).
+DirLock claim_run_dir(const std::filesystem::path& out, const std::string& marker, bool force);
 
 // The synthetic-task row generator a TrainConfig asks for (data.synthetic_fraction > 0), else empty.
 DataLoader::Generator synthetic_rows_for(const TrainConfig& config);

@@ -1,6 +1,10 @@
 // hydra: the HydraHead command-line tool. Dispatches to the subcommands in cli/cmd_*.cpp and turns
 // every hydra::Error into one line on stderr and exit code 1.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 
 #include <fmt/format.h>
@@ -8,7 +12,27 @@
 #include "cli/commands.h"
 #include "core/error.h"
 
+namespace {
+
+// `hydra demo` is meant for a 2-core machine shared with other work. There OpenMP's default of spinning
+// at every barrier lets a waiting thread burn the time slice the thread it waits for needs (SmolLM2
+// decoding ran 17x slower with ~16 runnable processes on 2 cores). libgomp reads its wait policy once,
+// when it starts, so the demo restarts itself once with OMP_WAIT_POLICY=passive unless the caller chose
+// a policy.
+void demo_wait_policy(int argc, char** argv) {
+    if (argc < 2 || std::strcmp(argv[1], "demo") != 0 || std::getenv("OMP_WAIT_POLICY")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return;
+    self[n] = '\0';
+    execv(self, argv);  // returns only on failure: then run as we are
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    demo_wait_policy(argc, argv);
     CLI::App app{"hydra: head-level attention hybridization (HydraHead) for pretrained LLMs"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "hydra 0.1.0");

@@ -21,21 +21,41 @@ LogitsFn cpu_logits_fn(const LlamaModel& model) {
     };
 }
 
-std::vector<std::vector<int32_t>> heldout_windows(const TokenSplit& split, int64_t window,
-                                                  int64_t max_tokens) {
+namespace {
+
+// Windows over any token source read(begin, count, out) of `size` tokens.
+template <class Read>
+std::vector<std::vector<int32_t>> cut_windows(int64_t size, const Read& read, int64_t window,
+                                              int64_t max_tokens) {
     HYDRA_CHECK(window >= 1, "held-out window of {} tokens: must be at least 1", window);
     HYDRA_CHECK(max_tokens >= 1, "held-out tokens {}: must be at least 1", max_tokens);
     std::vector<std::vector<int32_t>> out;
     int64_t covered = 0;
-    for (int64_t b = 0; b + 1 < split.size() && covered < max_tokens; b += window) {
-        const int64_t n = std::min({window, split.size() - b - 1, max_tokens - covered});
+    for (int64_t b = 0; b + 1 < size && covered < max_tokens; b += window) {
+        const int64_t n = std::min({window, size - b - 1, max_tokens - covered});
         if (n < 2 && !out.empty()) break;
         std::vector<int32_t> w(size_t(n + 1));
-        split.read(b, n + 1, w.data());
+        read(b, n + 1, w.data());
         out.push_back(std::move(w));
         covered += n;
     }
     return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> heldout_windows(const TokenSplit& split, int64_t window,
+                                                  int64_t max_tokens) {
+    return cut_windows(
+        split.size(), [&](int64_t b, int64_t n, int32_t* out) { split.read(b, n, out); }, window, max_tokens);
+}
+
+std::vector<std::vector<int32_t>> heldout_windows(std::span<const int32_t> tokens, int64_t window,
+                                                  int64_t max_tokens) {
+    return cut_windows(
+        int64_t(tokens.size()),
+        [&](int64_t b, int64_t n, int32_t* out) { std::copy_n(tokens.data() + b, n, out); }, window,
+        max_tokens);
 }
 
 WindowStats window_stats(std::span<const int32_t> tokens, std::span<const float> teacher_logits,

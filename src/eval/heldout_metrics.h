@@ -35,6 +35,10 @@ LogitsFn cpu_logits_fn(const LlamaModel& model);
 std::vector<std::vector<int32_t>> heldout_windows(const TokenSplit& split, int64_t window,
                                                   int64_t max_tokens);
 
+// The same windows cut from a token vector already in memory (e.g. a held-out prose file's tokens).
+std::vector<std::vector<int32_t>> heldout_windows(std::span<const int32_t> tokens, int64_t window,
+                                                  int64_t max_tokens);
+
 // Sums over one window's predicted positions.
 struct WindowStats {
     int64_t tokens = 0;

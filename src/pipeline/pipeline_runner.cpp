@@ -29,6 +29,7 @@
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
 #include "pipeline/pipeline_report.h"
+#include "pipeline/pipeline_steps.h"
 #include "pipeline/variant_record.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -46,28 +47,10 @@ const std::vector<std::string>& pipeline_steps() {
 
 namespace {
 
-// Figures are side products of a step: one that cannot be drawn (no PNG driver on this machine, ...) is a
-// warning, never the step's failure, so a resumed run does not redo the work the figure shows.
-template <typename Draw>
-void draw_figure(const std::string& path, Draw&& draw) {
-    try {
-        draw();
-    } catch (const Error& e) {
-        fmt::print(stderr, "warning: no figure {}: {}\n", path, e.what());
-    }
-}
-
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// A `hydra train` checkpoint that reached its configured number of steps.
-bool stage_complete(const fs::path& dir, int64_t steps) {
-    if (!fs::exists(dir / "state.json") || !fs::exists(dir / "model.safetensors")) return false;
-    json st = json::parse(read_text_file(dir / "state.json"), nullptr, false);
-    return st.is_object() && st.value("step", int64_t(0)) >= steps;
 }
 
 json read_json_or(const fs::path& p, json fallback) {
@@ -79,100 +62,6 @@ json read_json_or(const fs::path& p, json fallback) {
 // `replace`: eval results carry model outputs, which may hold invalid UTF-8 (a character cut by the budget).
 void write_json(const fs::path& p, const json& j) {
     write_text_file(p, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
-}
-
-// Teacher statistics for the calibration: the first tokens of held-out prose.
-std::vector<int32_t> prose_tokens(const ModelText& text, const std::string& file, int64_t count,
-                                  int64_t skip_bytes) {
-    if (count <= 0 || !fs::exists(file)) return {};
-    std::string s = read_text_file(file);
-    if (int64_t(s.size()) > skip_bytes + 64 * count) s = s.substr(size_t(skip_bytes));
-    s = s.substr(0, size_t(std::min<int64_t>(int64_t(s.size()), 8 * count + 1024)));
-    std::vector<int32_t> ids = text.encoder->encode(s);
-    if (int64_t(ids.size()) > count) ids.resize(size_t(count));
-    return ids;
-}
-
-std::string default_prose(const std::string& name) {
-    if (const char* env = std::getenv("HYDRA_CACHE"); env && *env) return std::string(env) + "/prose/" + name;
-    return std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/" + name;
-}
-
-// `tc` with the held-out text taken out of its training files, so perplexity, agreement and KL are
-// measured on prose no model (teacher trained here or student) was trained on. The sources become the
-// explicit list of the remaining files.
-TrainConfig without_heldout(TrainConfig tc, const std::string& heldout, const std::string& label) {
-    if (heldout.empty() || !fs::exists(heldout)) return tc;
-    std::vector<std::string> kept;
-    bool dropped = false;
-    for (const std::string& f : training_source_files(tc)) {
-        std::error_code ec;
-        if (fs::equivalent(f, heldout, ec))
-            dropped = true;
-        else
-            kept.push_back(fs::absolute(f).string());
-    }
-    if (!dropped) return tc;
-    HYDRA_CHECK(!kept.empty(), "{}: data.sources holds only the held-out text {}; give the stage other prose",
-                label, heldout);
-    tc.sources = kept;
-    return tc;
-}
-
-// A copy of the teacher with `heads` zero-ablated (model/head_ablation.h).
-std::unique_ptr<LlamaModel> ablated_copy(const LlamaModel& m, const std::vector<HeadRef>& heads) {
-    auto copy = std::make_unique<LlamaModel>(m.config(), &m.plan());
-    std::copy_n(m.params().data(), m.params().numel(), copy->params().data());
-    zero_ablate_heads(*copy, heads);
-    return copy;
-}
-
-// The causality check of the scores (issue: "ablating the top-scored eighth of the heads drops
-// retrieval accuracy far more than ablating the same number of random heads"): RULER-style accuracy
-// of the teacher with the top eighth of heads by aggregate score ablated, and with random eighths
-// for three seeds, on the scoring tasks at the first evaluation length.
-json ablation_check(const LlamaModel& teacher, const ModelText& text,
-                    const std::vector<const TaskGenerator*>& tasks,
-                    const std::vector<std::string>& task_names, const std::vector<double>& aggregate,
-                    int64_t length, int64_t samples, const PipelineHooks& hooks, bool on_device) {
-    const ModelConfig& c = teacher.config();
-    const int64_t L = c.num_layers, H = c.num_heads, n = std::max<int64_t>(1, (L * H + 7) / 8);
-    EvalSettings es;
-    es.tasks = task_names;
-    es.lengths = {length};
-    es.samples = samples;
-    es.context_limit = length + 256;
-    SampleCache cache;  // the same samples for every ablation
-    es.sample_cache = &cache;
-    auto accuracy = [&](const LlamaModel& m) {
-        const GenerateFn gen =
-            on_device ? hooks.generator(m, text, es.context_limit, es.context_limit) : GenerateFn{};
-        return run_eval("ablation", m, tasks, text, es, {}, gen).overall;
-    };
-    std::vector<std::vector<double>> table(static_cast<size_t>(L),
-                                           std::vector<double>(static_cast<size_t>(H), 0.0));
-    for (int64_t i = 0; i < L * H; ++i) table[size_t(i / H)][size_t(i % H)] = aggregate[size_t(i)];
-    json j;
-    j["heads_ablated"] = n;
-    j["length"] = length;
-    j["samples_per_task"] = samples;
-    j["tasks"] = task_names;
-    j["none"] = accuracy(teacher);
-    j["top_scored"] = accuracy(*ablated_copy(teacher, top_scored_heads(table, n)));
-    json random = json::array();
-    for (uint64_t seed : {1u, 2u, 3u})
-        random.push_back(
-            {{"seed", seed}, {"accuracy", accuracy(*ablated_copy(teacher, random_heads(L, H, n, seed)))}});
-    j["random"] = random;
-    return j;
-}
-
-std::string ablation_summary(const json& ab) {
-    return fmt::format(
-        "ablation: accuracy {:.1f} intact, {:.1f} without the top-scored eighth, random eighths "
-        "{:.1f} / {:.1f} / {:.1f}",
-        ab["none"].get<double>(), ab["top_scored"].get<double>(), ab["random"][0]["accuracy"].get<double>(),
-        ab["random"][1]["accuracy"].get<double>(), ab["random"][2]["accuracy"].get<double>());
 }
 
 }  // namespace
@@ -216,15 +105,14 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             say(fmt::format("{}: done ({} steps), skipped", label, tc.steps));
             return;
         }
-        const bool resume = fs::exists(dir / "state.json");
         say(fmt::format("{}: {} steps of {} x {} tokens{}", label, tc.steps, tc.batch_size, tc.seq_len,
-                        resume ? " (resuming)" : ""));
+                        fs::exists(dir / "state.json") ? " (resuming)" : ""));
         const auto t0 = Clock::now();
         DataLoader::Generator synthetic;
         if (tc.synthetic_fraction > 0 && hooks.synthetic_rows) synthetic = hooks.synthetic_rows(tc);
         tc.device = cfg.device;
-        run_training(
-            tc, dir.string(), resume ? std::optional(dir.string()) : std::nullopt, std::nullopt,
+        train_stage_resumable(
+            tc, dir,
             [&](const StepLog& s) {
                 if (hooks.progress)
                     hooks.progress(label, s.step, s.total_steps,
@@ -250,6 +138,11 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     ctx->text = text;
     ctx->options = training_task_options(text);
     const std::string data_tokenizer = text.name() == "byte-v1" ? "byte" : teacher_path;
+    const ModelGenerator ablation_generator = on_device
+                                                  ? ModelGenerator([&](const LlamaModel& m, int64_t limit) {
+                                                        return hooks.generator(m, text, limit, limit);
+                                                    })
+                                                  : ModelGenerator{};
 
     // 2. Head scores.
     const bool need_scores = std::any_of(cfg.variants.begin(), cfg.variants.end(),
@@ -275,8 +168,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             }
             say(fmt::format("score: from {}; ablation check on {} at {} tokens", cfg.score_file,
                             fmt::join(cfg.score_tasks, ","), cfg.score_lengths[0]));
-            json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, aggregate,
-                                     cfg.score_lengths[0], cfg.ablation_samples, hooks, on_device);
+            json ab =
+                ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, aggregate, cfg.score_lengths[0],
+                               cfg.ablation_samples, {1, 2, 3}, ablation_generator);
             ab["scores_from"] = cfg.score_file;
             write_json(out / "ablation.json", ab);
             draw_figure((out / "heads.png").string(), [&] {
@@ -320,8 +214,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             const auto t1 = Clock::now();
             std::vector<const TaskGenerator*> ptrs;
             for (const auto& g : gens) ptrs.push_back(g.get());
-            json ab = ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, report.scores.aggregate,
-                                     cfg.score_lengths[0], cfg.ablation_samples, hooks, on_device);
+            json ab =
+                ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, report.scores.aggregate,
+                               cfg.score_lengths[0], cfg.ablation_samples, {1, 2, 3}, ablation_generator);
             write_json(out / "ablation.json", ab);
             record("score/ablation", since(t1), 0);
             say(ablation_summary(ab));

@@ -1,0 +1,407 @@
+// `hydra demo` on the real default model (see demo_runner.h).
+#include "pipeline/demo_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "eval/eval_runner.h"
+#include "eval/heldout_metrics.h"
+#include "eval/model_text_encoder.h"
+#include "eval/synthetic_mixer.h"
+#include "eval/task_registry.h"
+#include "interp/score_heads.h"
+#include "interp/scores_io.h"
+#include "io/atomic_dir.h"
+#include "model/hybrid_conversion.h"
+#include "model/model_directory.h"
+#include "model/model_loader.h"
+#include "model/plan_builders.h"
+#include "pipeline/demo_report.h"
+#include "pipeline/pipeline_steps.h"
+#include "tokenizer/vocab_to_tokenizer_json.h"
+
+namespace hydra {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::vector<std::string>& demo_steps() {
+    static const std::vector<std::string> steps = {"score", "ablation", "convert",
+                                                   "align", "distill",  "report"};
+    return steps;
+}
+
+PipelineConfig demo_config(const std::string& teacher) {
+    // The GPU preset's stage recipe (trainable sets, loss weights, learning-rate scales), so the demo
+    // recovers the way the full-budget run does, only for far fewer tokens.
+    PipelineConfig p = PipelineConfig::preset("smollm2-gpu");
+    p.name = "demo";
+    p.teacher = teacher;
+    p.device = "cpu";
+    p.score_file.clear();
+    // A NIAH task SmolLM2-135M solves at 1K tokens (every sample right), so ablating the heads it needs
+    // shows as a drop. Sized for about 30 minutes of a 2-core machine shared with other work (each
+    // 1K-token prefill then takes 15-50 s): 2 scoring pairs, 2 samples per ablation condition.
+    p.score_methods = {"attribution"};
+    p.score_tasks = {"niah_single_1"};
+    p.score_lengths = {1024};
+    p.score_samples = 2;
+    p.ablation_samples = 2;
+    p.calib_tokens = 512;
+    p.variants = {{"hydra-7:1-scores", "scores", "7:1", "kv", "scale-norm", "", 1}};
+    for (TrainConfig* s : {&p.align, &p.distill}) {
+        s->tokenizer = teacher;
+        s->sources = {"austen_emma.txt"};  // far more text than the stages read; one file tokenizes fast
+        s->seq_len = 256;
+        s->batch_size = 1;
+        s->synthetic_fraction = 0.0;  // the check is held-out prose KL
+        s->eval_batches = 1;
+        s->warmup_steps = 1;
+    }
+    // Measured on 2 cores under a load of ~17 runnable processes (2026-12-03), 31 min with 4 align steps
+    // and 512 held-out tokens: align moved the held-out KL least per second (6.18 -> 5.28 in 6.7 min,
+    // distill 5.28 -> 2.80 in 4.9 min), so it keeps 2 steps, and KL runs on 384 tokens (~27 min there).
+    p.align.steps = p.align.schedule_steps = 2;
+    p.align.save_every = 2;  // a checkpoint of the 155M-parameter hybrid with AdamW state is ~2 GB
+    p.distill.steps = p.distill.schedule_steps = 4;
+    p.distill.save_every = 4;
+    p.heldout_tokens = 384;
+    return p;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+json read_json_or(const fs::path& p, json fallback) {
+    if (!fs::exists(p)) return fallback;
+    json j = json::parse(read_text_file(p), nullptr, false);
+    return j.is_discarded() ? fallback : j;
+}
+
+void write_json(const fs::path& p, const json& j) {
+    write_text_file(p, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+}
+
+// First and last training loss and the steps of a stage, from its log.jsonl.
+json stage_summary(const fs::path& dir, const TrainConfig& tc) {
+    json s = {{"steps", tc.steps}, {"tokens", tc.steps * tc.batch_size * tc.seq_len}};
+    std::ifstream in(dir / "log.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+        const json j = json::parse(line, nullptr, false);
+        if (!j.is_object() || !j.contains("loss") || !j["loss"].is_number()) continue;
+        if (!s.contains("first_loss")) s["first_loss"] = j["loss"];
+        s["last_loss"] = j["loss"];
+    }
+    return s;
+}
+
+}  // namespace
+
+DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const std::string& from,
+                    const PipelineHooks& hooks) {
+    const auto t_start = Clock::now();
+    cfg.validate();
+    HYDRA_CHECK(!cfg.teacher.empty(), "demo: no teacher model (give MODEL or set teacher=PATH)");
+    HYDRA_CHECK(cfg.variants.size() == 1,
+                "demo: builds exactly one variant, the config has {} (use `hydra pipeline` for several)",
+                cfg.variants.size());
+    const PipelineVariant& variant = cfg.variants[0];
+    const bool on_device = cfg.device == "cuda";
+    HYDRA_CHECK(!on_device || (hooks.train_engine && hooks.generator),
+                "demo: device = cuda, but this hydra was built without CUDA (set device=cpu)");
+    const auto& steps = demo_steps();
+    size_t from_index = steps.size();
+    if (!from.empty()) {
+        auto it = std::find(steps.begin(), steps.end(), from);
+        HYDRA_CHECK(it != steps.end(), "--from: '{}' is not a demo step ({})", from, fmt::join(steps, ", "));
+        from_index = size_t(it - steps.begin());
+    }
+    auto forced = [&](const std::string& step) {
+        return size_t(std::find(steps.begin(), steps.end(), step) - steps.begin()) >= from_index;
+    };
+    const std::string heldout_file =
+        cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text;
+    const fs::path out(out_dir);
+    fs::create_directories(out);
+    write_json(out / "demo_config.json", cfg.to_json());
+    json timings = read_json_or(out / "timings.json", json::object());
+    auto record = [&](const std::string& key, double seconds) {
+        timings[key] = {{"seconds", seconds}};
+        write_json(out / "timings.json", timings);
+    };
+    auto say = [](const std::string& line) { fmt::print(stderr, "== {}\n", line); };
+    auto progress = [&](const std::string& label, int64_t done, int64_t total, const std::string& status) {
+        if (hooks.progress) hooks.progress(label, done, total, status);
+    };
+
+    const auto t_load = Clock::now();
+    LoadedModel teacher = load_model(cfg.teacher);
+    HYDRA_CHECK(teacher.model->plan().is_all_fa(), "{}: the demo's teacher must be a full-attention model",
+                cfg.teacher);
+    const ModelConfig& tcfg = teacher.model->config();
+    const ModelText text = model_text_for(cfg.teacher, teacher.vocab, tcfg.eos_token_ids);
+    auto ctx = std::make_shared<TaskContext>();
+    ctx->text = text;
+    ctx->options = training_task_options(text);
+    const std::string data_tokenizer = text.name() == "byte-v1" ? "byte" : cfg.teacher;
+    const int64_t L = tcfg.num_layers, H = tcfg.num_heads;
+    if (!timings.contains("load")) record("load", since(t_load));
+
+    // 1. Head scores: the fast screen.
+    const fs::path scores_path = out / "scores.json";
+    if (forced("score")) fs::remove(scores_path);
+    std::vector<std::unique_ptr<TaskGenerator>> gens;
+    std::vector<ScoreTask> score_tasks;
+    std::vector<const TaskGenerator*> task_ptrs;
+    for (const std::string& t : cfg.score_tasks) {
+        gens.push_back(make_task(t, ctx));
+        const std::vector<std::string> c = gens.back()->corruptions();
+        HYDRA_CHECK(!c.empty(), "score.tasks: task '{}' has no clean/corrupted pairs", t);
+        score_tasks.push_back({gens.back().get(), c[0]});
+        task_ptrs.push_back(gens.back().get());
+    }
+    if (fs::exists(scores_path)) {
+        say("score: done, skipped");
+    } else {
+        say(fmt::format("score: {} on {} at {} tokens, {} pairs per task", fmt::join(cfg.score_methods, "+"),
+                        fmt::join(cfg.score_tasks, ","), fmt::join(cfg.score_lengths, ","),
+                        cfg.score_samples));
+        const auto t0 = Clock::now();
+        ScoreHeadsOptions so;
+        so.methods = cfg.score_methods;
+        so.lengths = cfg.score_lengths;
+        so.samples = cfg.score_samples;
+        check_score_options(tcfg, so);
+        ScoreReport report =
+            score_heads(*teacher.model, text, score_tasks, so,
+                        [&](int64_t d, int64_t n, const std::string& s) { progress("score", d, n, s); });
+        report.model_source = cfg.teacher;
+        draw_figure((out / "heads.png").string(), [&] {
+            write_scores_heatmap((out / "heads.png").string(), report.scores.aggregate, L, H,
+                                 "head scores: attribution patching", "combined score", (L * H + 7) / 8);
+        });
+        write_scores_json(scores_path.string(), tcfg, report);  // last: marks the step done
+        record("score", since(t0));
+    }
+    const HeadScoreTable scores = load_head_scores(scores_path.string(), tcfg);
+    std::vector<double> aggregate;
+    for (const auto& layer : scores.heads) aggregate.insert(aggregate.end(), layer.begin(), layer.end());
+    json score_info = {{"methods", cfg.score_methods},
+                       {"tasks", cfg.score_tasks},
+                       {"lengths", cfg.score_lengths},
+                       {"pairs_per_task", cfg.score_samples},
+                       {"heads", L * H}};
+    {
+        const json sj = read_json_or(scores_path, json::object());
+        if (sj.contains("pairs") && sj["pairs"].is_array()) {
+            int64_t used = 0;
+            for (const json& p : sj["pairs"]) used += p.value("used", false) ? 1 : 0;
+            score_info["pairs"] = sj["pairs"].size();
+            score_info["pairs_used"] = used;
+        }
+    }
+    for (const auto& [l, h] : top_heads(aggregate, H, 12))
+        score_info["top"].push_back({{"layer", l}, {"head", h}, {"score", aggregate[size_t(l * H + h)]}});
+    {
+        std::string top;
+        for (const json& t : score_info["top"])
+            top += fmt::format(" L{}.H{}={:.2f}", t["layer"].get<int64_t>(), t["head"].get<int64_t>(),
+                               t["score"].get<double>());
+        say("top heads:" + top);
+    }
+
+    // 2. The causal check: the top-scored eighth ablated against random eighths.
+    const fs::path ablation_path = out / "ablation.json", partial_path = out / "ablation.partial.json";
+    if (forced("ablation")) fs::remove(ablation_path), fs::remove(partial_path);
+    json ablation = read_json_or(ablation_path, json());
+    if (!ablation.is_null()) {
+        say("ablation: done, skipped");
+    } else {
+        say(fmt::format("ablation: {} at {} tokens, {} samples per condition (intact, top-scored, 3 random)",
+                        fmt::join(cfg.score_tasks, ","), cfg.score_lengths[0], cfg.ablation_samples));
+        const auto t0 = Clock::now();
+        const ModelGenerator generator = on_device ? ModelGenerator([&](const LlamaModel& m, int64_t limit) {
+            return hooks.generator(m, text, limit, limit);
+        })
+                                                   : ModelGenerator{};
+        ablation = ablation_check(
+            *teacher.model, text, task_ptrs, cfg.score_tasks, aggregate, cfg.score_lengths[0],
+            cfg.ablation_samples, {1, 2, 3}, generator, read_json_or(partial_path, json()),
+            [&](const json& partial) { write_json(partial_path, partial); },
+            [&](const std::string& label, int64_t d, int64_t n) { progress("ablation " + label, d, n, ""); });
+        write_json(ablation_path, ablation);
+        fs::remove(partial_path);
+        record("ablation", since(t0));
+    }
+    say(ablation_summary(ablation));
+
+    // 3. Convert 7:1 and measure the KV cache and the untrained hybrid's held-out KL.
+    const fs::path hybrid_dir = out / "hybrid";
+    const fs::path agreement_path = out / "agreement.json";
+    if (forced("convert")) {
+        fs::remove_all(hybrid_dir);
+        fs::remove(out / "conversion.json");
+        fs::remove(agreement_path);
+    }
+    const std::vector<int32_t> heldout = prose_tokens(text, heldout_file, cfg.heldout_tokens, 40000);
+    HYDRA_CHECK(heldout.size() >= 2,
+                "demo: no held-out text in {} (run tools/setup.sh, or set eval.heldout_text)", heldout_file);
+    const int64_t window = std::min<int64_t>(
+        int64_t(heldout.size()), tcfg.max_position_embeddings > 0 ? tcfg.max_position_embeddings : 1024);
+    json agreement = read_json_or(agreement_path, json::object());
+    auto measure = [&](const std::string& key, const std::string& model_dir) {
+        if (agreement.contains(key)) return;
+        const auto t0 = Clock::now();
+        LoadedModel m = load_model(model_dir);
+        // the pipeline's held-out statistics (eval/heldout_metrics), here over the held-out prose's windows
+        const HeldoutMetrics hm = heldout_metrics(
+            cpu_logits_fn(*teacher.model), cpu_logits_fn(*m.model),
+            heldout_windows(std::span<const int32_t>(heldout), window, int64_t(heldout.size())),
+            teacher.model->config().vocab_size);
+        agreement[key] = heldout_metrics_json(hm);
+        write_json(agreement_path, agreement);
+        record("kl/" + key, since(t0));
+        say(fmt::format(
+            "held-out KL(t||s) {}: {:.4f} nats/token, top-1 agreement {:.3f}, ppl {:.2f} ({} tokens)", key,
+            agreement[key]["kl"].get<double>(), agreement[key]["top1_agreement"].get<double>(),
+            agreement[key]["ppl"].get<double>(), agreement[key]["tokens"].get<int64_t>()));
+    };
+    json conversion = read_json_or(out / "conversion.json", json());
+    if (fs::exists(hybrid_dir / "config.json") && !conversion.is_null()) {
+        say("convert: done, skipped");
+    } else {
+        const auto t0 = Clock::now();
+        PlanRequest req;
+        req.select = variant.select;
+        if (!variant.ratio.empty()) req.ratio = parse_ratio(variant.ratio, variant.name + ".ratio");
+        req.granularity = variant.granularity;
+        req.fusion = parse_fusion(variant.fusion, variant.name + ".fusion");
+        req.seed = variant.seed;
+        if (!variant.layers.empty()) req.layers = parse_layer_list(variant.layers, variant.name + ".layers");
+        req.gdn.norm_eps = tcfg.rms_norm_eps;
+        if (variant.select == "scores") req.scores = &scores;
+        const HybridPlan plan = build_plan(tcfg, req);
+        ConversionOptions co;
+        co.seed = variant.seed;
+        co.calibration_tokens = prose_tokens(text, default_prose("austen_emma.txt"), cfg.calib_tokens, 20000);
+        ConversionStats stats;
+        auto hybrid = convert_to_hybrid(*teacher.model, plan, co, &stats);
+        json extra = {{"converted_from", fs::absolute(cfg.teacher).string()}, {"variant", variant.name}};
+        std::map<std::string, std::string> files;
+        if (text.name() == "byte-v1") {
+            extra["tokenizer"] = "byte-v1";
+        } else if (fs::is_directory(cfg.teacher)) {
+            for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+                if (fs::exists(fs::path(cfg.teacher) / f))
+                    files[f] = read_text_file(fs::path(cfg.teacher) / f);
+        } else if (teacher.vocab) {  // a GGUF teacher: the hybrid gets its tokenizer, so it loads alone
+            files["tokenizer.json"] = vocab_to_tokenizer_json(*teacher.vocab);
+            files["tokenizer_config.json"] = vocab_to_tokenizer_config_json(*teacher.vocab);
+        }
+        fs::remove_all(hybrid_dir);
+        save_model_directory(hybrid_dir.string(), *hybrid, extra, files);
+        const HybridPlan all_fa = HybridPlan::all_fa(tcfg);
+        conversion = {{"plan", plan.ratio_summary()},
+                      {"selection", plan.selection},
+                      {"granularity", plan.granularity},
+                      {"fa_kv_groups", plan.total_fa_kv_groups(tcfg)},
+                      {"kv_groups", tcfg.num_layers * tcfg.num_kv_heads},
+                      {"kv_bytes_per_token_teacher", all_fa.kv_bytes_per_token(tcfg, 2)},
+                      {"kv_bytes_per_token_hybrid", plan.kv_bytes_per_token(tcfg, 2)},
+                      {"state_bytes", plan.state_bytes(tcfg)},
+                      {"parameters_teacher", teacher.model->params().parameter_count()},
+                      {"parameters_hybrid", hybrid->params().parameter_count()},
+                      {"calibration_tokens", stats.calibration_tokens}};
+        write_json(out / "conversion.json", conversion);  // last: marks the step done
+        record("convert", since(t0));
+    }
+    say(fmt::format("convert: {}; KV cache {} -> {} bytes/token (bf16, {:.3f}x)",
+                    conversion["plan"].get<std::string>(),
+                    conversion["kv_bytes_per_token_teacher"].get<int64_t>(),
+                    conversion["kv_bytes_per_token_hybrid"].get<int64_t>(),
+                    double(conversion["kv_bytes_per_token_hybrid"].get<int64_t>()) /
+                        double(conversion["kv_bytes_per_token_teacher"].get<int64_t>())));
+    measure("converted", hybrid_dir.string());
+
+    // 4. Recovery: stage 1 (align) then a short stage 2 (distill), held-out KL after each.
+    json stages = json::object();
+    fs::path previous = hybrid_dir;
+    for (const auto& [kind, base] :
+         {std::pair<std::string, const TrainConfig*>{"align", &cfg.align}, {"distill", &cfg.distill}}) {
+        const fs::path dir = out / kind;
+        if (forced(kind)) {
+            fs::remove_all(dir);
+            agreement.erase(kind);
+            write_json(agreement_path, agreement);
+        }
+        TrainConfig tc = *base;
+        tc.stage = kind;
+        tc.init = previous.string();
+        tc.teacher = cfg.teacher;
+        tc.tokenizer = data_tokenizer;
+        tc.device = cfg.device;
+        if (tc.shard_dir.empty()) tc.shard_dir = (out / "shards").string();
+        tc = without_heldout(tc, heldout_file, kind);
+        if (stage_complete(dir, tc.steps)) {
+            say(fmt::format("{}: done ({} steps), skipped", kind, tc.steps));
+        } else {
+            say(fmt::format("{}: {} steps of {} x {} tokens{}", kind, tc.steps, tc.batch_size, tc.seq_len,
+                            fs::exists(dir / "state.json") ? " (resuming)" : ""));
+            const auto t0 = Clock::now();
+            DataLoader::Generator synthetic;
+            if (tc.synthetic_fraction > 0 && hooks.synthetic_rows) synthetic = hooks.synthetic_rows(tc);
+            train_stage_resumable(
+                tc, dir,
+                [&](const StepLog& s) {
+                    progress(kind, s.step, s.total_steps,
+                             fmt::format("loss {:.4f} {:.1f} tok/s", s.loss, s.tokens_per_second));
+                },
+                synthetic, on_device ? hooks.train_engine : TrainEngineFactory{});
+            record(kind, since(t0));
+        }
+        stages[kind] = stage_summary(dir, tc);
+        measure(kind, dir.string());
+        previous = dir;
+    }
+
+    // 5. Report.
+    DemoReportInputs ri;
+    ri.config = &cfg;
+    ri.out_dir = out.string();
+    ri.scores = score_info;
+    ri.ablation = ablation;
+    ri.conversion = conversion;
+    ri.agreement = agreement;
+    ri.stages = stages;
+    ri.timings = timings;
+    ri.gpu_report = latest_gpu_report(std::string(HYDRA_SOURCE_DIR) + "/docs/results");
+    DemoResult r;
+    r.report_path = write_demo_report(ri);
+    r.seconds = since(t_start);
+    const json& before = agreement["converted"];
+    const json& after = agreement["distill"];
+    r.summary = fmt::format(
+        "{}\nKV cache: {} -> {} bytes/token\nheld-out KL(t||s): {:.4f} converted -> {:.4f} after align -> "
+        "{:.4f} "
+        "after distill",
+        ablation_summary(ablation), conversion["kv_bytes_per_token_teacher"].get<int64_t>(),
+        conversion["kv_bytes_per_token_hybrid"].get<int64_t>(), before["kl"].get<double>(),
+        agreement["align"]["kl"].get<double>(), after["kl"].get<double>());
+    return r;
+}
+
+}  // namespace hydra
