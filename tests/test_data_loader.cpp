@@ -671,5 +671,55 @@ TEST(DataProse, ByteShardsOfProseCache) {
     EXPECT_EQ(in.size(), 8u * 256);
 }
 
+// Data parallel: rank r's rows are rows r, r + W, ... of the one-process batch; the ranks' rows together
+// are the global batch (no row twice, none missing), every rank's cursor equals the one-process cursor,
+// also with uneven shares (B = 7 over W = 3) and with the synthetic mixer drawing from the cursor's RNG.
+TEST(DataLoader, RankShardsPartitionTheGlobalBatch) {
+    LoaderFixture fx("loader_shard");
+    const int64_t T = 16;
+    auto generator = [T](Rng& rng, std::vector<int32_t>& s) {
+        s.assign(size_t(T + 1), int32_t(rng.next_u64() % 200));
+        return true;
+    };
+    for (const auto& [B, W] : std::vector<std::pair<int64_t, int>>{{8, 2}, {7, 3}, {4, 4}, {2, 3}}) {
+        DataLoader one(fx.ts.train, T, 5);
+        one.set_mixer(generator, 0.25);
+        std::vector<DataLoader> ranks;
+        for (int r = 0; r < W; ++r) {
+            ranks.emplace_back(fx.ts.train, T, 5);
+            ranks.back().set_mixer(generator, 0.25);
+        }
+        int64_t total_rows = 0;
+        for (int step = 0; step < 12; ++step) {
+            std::vector<int32_t> gin, gtg;
+            one.next_batch(B, gin, gtg);
+            for (int r = 0; r < W; ++r) {
+                std::vector<int32_t> in, tg;
+                ranks[size_t(r)].next_batch_shard(B, r, W, in, tg);
+                const int64_t n = DataLoader::rows_of_rank(B, r, W);
+                ASSERT_EQ(in.size(), size_t(n * T));
+                ASSERT_EQ(tg.size(), size_t(n * T));
+                total_rows += n;
+                for (int64_t i = 0; i < n; ++i) {
+                    const int64_t b = r + i * W;
+                    ASSERT_TRUE(std::equal(in.begin() + i * T, in.begin() + (i + 1) * T, gin.begin() + b * T))
+                        << "B " << B << " W " << W << " rank " << r << " row " << i;
+                    ASSERT_TRUE(
+                        std::equal(tg.begin() + i * T, tg.begin() + (i + 1) * T, gtg.begin() + b * T));
+                }
+                EXPECT_EQ(ranks[size_t(r)].cursor().to_json(), one.cursor().to_json());
+            }
+        }
+        EXPECT_EQ(total_rows, 12 * B);
+    }
+    expect_error(
+        [&] {
+            DataLoader d(fx.ts.train, T, 5);
+            std::vector<int32_t> in, tg;
+            d.next_batch_shard(4, 2, 2, in, tg);
+        },
+        {"rank 2 of a world of 2"});
+}
+
 }  // namespace
 }  // namespace hydra

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/data_parallel.h"
 #include "cli/gpu_generator.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
@@ -29,6 +30,7 @@ struct TrainOptions {
     std::string device;  // empty: run.device of the (effective) config
     bool list_keys = false;
     bool force = false;
+    int gpus = 0;  // --gpus (0: one process unless RANK / WORLD_SIZE are set)
 };
 }  // namespace
 
@@ -59,6 +61,7 @@ void register_train_like(CLI::App& app, bool stages_only) {
     cmd->add_flag("--force", o->force,
                   "replace --out even when it is not a hydra checkpoint (deletes what it holds)");
     cmd->add_flag("--list-keys", o->list_keys, "print every config key and its default, then exit");
+    add_gpus_option(*cmd, o->gpus);
     cmd->callback([o, stages_only] {
         if (o->list_keys) {
             fmt::print("{}\n", TrainConfig().to_json().dump(2));
@@ -100,21 +103,29 @@ void register_train_like(CLI::App& app, bool stages_only) {
             require_cuda_build("--device cuda");  // throws: this build has no CUDA
 #endif
         }
+        // --gpus N: this process starts the workers and exits with their status; a worker (or a rank of a
+        // cluster launcher) joins the NCCL group here
+        const std::unique_ptr<Collective> dist = join_data_parallel(o->gpus, device);
+        const bool root = !dist || dist->rank() == 0;
         std::string out = o->out;
         if (out.empty()) out = o->resume.empty() ? "runs/train" : o->resume;
         // --force: the output is cleared here, under its lock, which run_training then shares.
         std::optional<ClaimedDir> forced;
-        if (o->force) {
+        if (o->force && root) {
             forced = claim_output_dir(out, checkpoint_dir_kind(), true);
             for (const std::string& note : forced->notes) fmt::print(stderr, "hydra: {}\n", note);
         }
         ProgressBar bar("train", o->steps > 0 ? o->steps : config.steps, "step");
-        TrainRunResult r = run_training(config, out, o->resume.empty() ? std::nullopt : std::optional(o->resume),
-                                        o->steps > 0 ? std::optional(o->steps) : std::nullopt, [&](const StepLog& s) {
-                                            bar.update(s.step, fmt::format("loss {:.4f} lr {:.2e} {:.0f} tok/s",
-                                                                           s.loss, s.lr, s.tokens_per_second));
-                                        },
-                                        synthetic_rows_for(effective), engine);
+        TrainRunResult r = run_training(
+            config, out, o->resume.empty() ? std::nullopt : std::optional(o->resume),
+            o->steps > 0 ? std::optional(o->steps) : std::nullopt,
+            [&](const StepLog& s) {
+                if (root)
+                    bar.update(s.step, fmt::format("loss {:.4f} lr {:.2e} {:.0f} tok/s", s.loss, s.lr,
+                                                   s.tokens_per_second));
+            },
+            synthetic_rows_for(effective), engine, dist.get());
+        if (!root) return;  // rank 0 reports for the group
         bar.finish(fmt::format("loss {:.4f}", r.final_loss));
         if (!r.engine_summary.empty()) fmt::print("{}\n", r.engine_summary);
         fmt::print("{} at step {}: train loss {:.4f}{}; checkpoint {}\n", r.interrupted ? "interrupted" : "finished",

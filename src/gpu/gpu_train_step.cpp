@@ -521,6 +521,7 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
         CUDA_CHECK(cudaMemsetAsync(dx, 0, size_t(N * C) * sizeof(float), st));
         cuda::rmsnorm_backward(dx, dxb, student_.grad(student_.final_norm_offset()), dh, resid_[size_t(L)],
                                student_.p32(student_.final_norm_offset()), rstd_f, N, C, st);
+        grads_done(grad_event_head());
         for (int64_t l = L - 1; l >= 0; --l) {
             if (opt_.recompute) {
                 const size_t mk = ar.mark();
@@ -533,9 +534,11 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
             } else {
                 layer_backward(l, s, dx, acts_[size_t(l)], dxb);
             }
+            grads_done(grad_event_layer(l, L));
         }
         if (float* g = student_.grad(student_.embed_offset()))
             cuda::embedding_backward(g, dx, ids_.data(), N, V, C, st);
+        grads_done(grad_event_embedding(L));
         prof_.stop();
     };  // body
 
@@ -555,7 +558,8 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
                                   double(reinterpret_cast<uintptr_t>(ids_.data())),
                                   double(reinterpret_cast<uintptr_t>(targets_.data())),
                                   double(cudnn_attn_ ? cudnn_attn_->workspace_bytes() : 0)};
-    if (kl_mask || prof_.enabled() || !run_step_graph(key, body)) body();
+    // a gradient hook launches work on other streams from the host as the backward is issued: eager only
+    if (kl_mask || prof_.enabled() || grad_hook_ || !run_step_graph(key, body)) body();
 
     GpuStepLosses r;
     const cuda::LossTotals ce = cuda::read_totals(totals_.data(), st);
@@ -608,6 +612,7 @@ GpuAlignResult GpuTrainStep::align_forward_backward(const TrainBatch& batch) {
         align_layer_sums(sums + 2 * l, y, t, x, NC, partial, st);
         align_layer_grad(dy, y, t, sums + 2 * l, L, NC, st);
         layer_backward(l, s, dy, a);  // parameter grads += (frozen skipped); dy becomes d loss / d t_l
+        grads_done(grad_event_layer(l, L));
         ar.reset(mk);
     }
 

@@ -136,6 +136,18 @@ class GpuTrainStep {
 
     cudaStream_t stream() const { return stream_; }
     cuda::BlasContext& blas() { return *blas_; }
+
+    // Gradient hook (data parallel, gpu/gpu_train_engine.cpp): called on the host right after the backward
+    // has issued, on stream(), the last write of a group of parameter gradients, with the group's event:
+    // grad_event_head() (final norm, untied LM head), grad_event_layer(l, L) (layer l: in the training
+    // step l = L-1 first, in align in forward order), grad_event_embedding(L) (the embedding, also the tied
+    // LM head). The work issued so far on stream() completes those gradients. A step with a hook runs
+    // eagerly (no step graph: the hook issues work on other streams). Empty: no hook.
+    void set_grad_hook(std::function<void(int event)> hook) { grad_hook_ = std::move(hook); }
+    static int grad_event_head() { return 0; }
+    static int grad_event_layer(int64_t l, int64_t L) { return int(1 + (L - 1 - l)); }
+    static int grad_event_embedding(int64_t L) { return int(L + 1); }
+    static int grad_event_count(int64_t L) { return int(L + 2); }
     size_t arena_peak_bytes() const { return std::max(peak_carry_, arena_ ? arena_->peak_bytes() : size_t(0)); }
     size_t arena_capacity_bytes() const { return arena_ ? arena_->capacity_bytes() : 0; }
     void reset_peak() {
@@ -206,9 +218,13 @@ class GpuTrainStep {
     // Runs `body` (the step's stream work) through the step graph when it may (see the .cpp); false: the
     // caller runs it eagerly.
     bool run_step_graph(const std::vector<double>& key, const std::function<void()>& body);
+    void grads_done(int event) {
+        if (grad_hook_) grad_hook_(event);
+    }
 
     GpuTrainModel& student_;
     const GpuTrainModel* teacher_;
+    std::function<void(int)> grad_hook_;
     GpuStepOptions opt_;
     cudaStream_t stream_;
     std::unique_ptr<cuda::BlasContext> blas_;

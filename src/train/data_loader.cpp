@@ -151,16 +151,38 @@ void DataLoader::next_rows(int64_t batch, std::vector<int32_t>& rows) {
     }
 }
 
+void DataLoader::split_rows(const std::vector<int32_t>& rows, int64_t batch, int first, int stride,
+                            std::vector<int32_t>& inputs, std::vector<int32_t>& targets) const {
+    const size_t T = size_t(seq_len_);
+    const size_t n = size_t(rows_of_rank(batch, first, stride));
+    inputs.resize(n * T);
+    targets.resize(n * T);
+    for (size_t i = 0; i < n; ++i) {
+        const size_t b = size_t(first) + i * size_t(stride);
+        std::copy_n(rows.begin() + long(b * (T + 1)), T, inputs.begin() + long(i * T));
+        std::copy_n(rows.begin() + long(b * (T + 1) + 1), T, targets.begin() + long(i * T));
+    }
+}
+
 void DataLoader::next_batch(int64_t batch, std::vector<int32_t>& inputs, std::vector<int32_t>& targets) {
     std::vector<int32_t> rows;
     next_rows(batch, rows);
-    const size_t T = size_t(seq_len_);
-    inputs.resize(size_t(batch) * T);
-    targets.resize(size_t(batch) * T);
-    for (size_t b = 0; b < size_t(batch); ++b) {
-        std::copy_n(rows.begin() + long(b * (T + 1)), T, inputs.begin() + long(b * T));
-        std::copy_n(rows.begin() + long(b * (T + 1) + 1), T, targets.begin() + long(b * T));
-    }
+    split_rows(rows, batch, 0, 1, inputs, targets);
+}
+
+int64_t DataLoader::rows_of_rank(int64_t global_batch, int rank, int world) {
+    HYDRA_CHECK(world >= 1 && rank >= 0 && rank < world, "data loader: rank {} of a world of {}", rank,
+                world);
+    return global_batch > rank ? (global_batch - rank + world - 1) / world : 0;
+}
+
+void DataLoader::next_batch_shard(int64_t global_batch, int rank, int world, std::vector<int32_t>& inputs,
+                                  std::vector<int32_t>& targets) {
+    HYDRA_CHECK(world >= 1 && rank >= 0 && rank < world, "data loader: rank {} of a world of {}", rank,
+                world);
+    std::vector<int32_t> rows;
+    next_rows(global_batch, rows);
+    split_rows(rows, global_batch, rank, world, inputs, targets);
 }
 
 void DataLoader::set_mixer(Generator generator, double fraction) {

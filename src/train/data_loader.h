@@ -48,6 +48,13 @@ class DataLoader {
     void next_rows(int64_t batch, std::vector<int32_t>& rows);
     // inputs, targets: (B, T) each; targets[b][t] = inputs[b][t+1] within a row's window.
     void next_batch(int64_t batch, std::vector<int32_t>& inputs, std::vector<int32_t>& targets);
+    // Data parallel: this rank's share of the global batch of `global_batch` rows: rows rank, rank + world,
+    // ... (B_r = rows_of_rank(global_batch, rank, world) rows). Every rank draws the whole global batch, so
+    // the cursor, the sample order and the union over the ranks equal next_batch(global_batch)'s, with no
+    // row on two ranks. Throws when rank is outside [0, world).
+    void next_batch_shard(int64_t global_batch, int rank, int world, std::vector<int32_t>& inputs,
+                          std::vector<int32_t>& targets);
+    static int64_t rows_of_rank(int64_t global_batch, int rank, int world);
 
     // From now on each row comes from `generator` with probability `fraction` in [0, 1] (one
     // rng.uniform() draw per row while a generator is set). An empty generator or fraction 0 turns
@@ -71,6 +78,8 @@ class DataLoader {
 
   private:
     void make_permutation();
+    void split_rows(const std::vector<int32_t>& rows, int64_t batch, int first, int stride,
+                    std::vector<int32_t>& inputs, std::vector<int32_t>& targets) const;
     void prose_row(int32_t* row);
 
     const TokenSplit& split_;

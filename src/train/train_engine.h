@@ -17,6 +17,7 @@
 
 #include "model/llama_model.h"
 #include "train/adamw.h"
+#include "train/collective.h"
 #include "train/param_groups.h"
 #include "train/train_batch.h"
 #include "train/train_config.h"
@@ -55,6 +56,11 @@ struct TrainEngineSetup {
     const LlamaModel* teacher = nullptr;
     const std::vector<ParamSpan>* spans = nullptr;
     const AdamW* optimizer = nullptr;
+    // Data parallel (null: one process): the group this rank trains in. The batch the loop hands step() is
+    // then this rank's share of the global batch; the engine averages the gradients over the ranks, shards
+    // the optimizer state (ZeRO-1), and returns the same loss, norm and finite flag on every rank;
+    // sync_to_host is collective and fills the model and optimizer of rank 0 only.
+    Collective* dist = nullptr;
 };
 
 using TrainEngineFactory = std::function<std::unique_ptr<TrainEngine>(const TrainEngineSetup&)>;

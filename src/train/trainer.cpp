@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -178,20 +179,32 @@ std::vector<std::string> training_source_files(const TrainConfig& config) {
     return expand_sources(config, config.prose_dir.empty() ? default_cache("prose") : config.prose_dir);
 }
 
-TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const std::optional<std::string>& resume_arg,
-                            std::optional<int64_t> steps_override, const std::function<void(const StepLog&)>& on_step,
-                            const DataLoader::Generator& synthetic, const TrainEngineFactory& engine_factory) {
+TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg,
+                            const std::optional<std::string>& resume_arg,
+                            std::optional<int64_t> steps_override,
+                            const std::function<void(const StepLog&)>& on_step,
+                            const DataLoader::Generator& synthetic, const TrainEngineFactory& engine_factory,
+                            Collective* dist) {
+    // Data parallel: rank 0 owns every file (claims the output, writes the log, checkpoints and plot); the
+    // other ranks read what rank 0 prepared and take part in every collective step, sync and stop decision.
+    const bool root = !dist || dist->rank() == 0;
+    const int rank = dist ? dist->rank() : 0, world = dist ? dist->world_size() : 1;
+    HYDRA_CHECK(!dist || engine_factory, "data-parallel training needs the CUDA engine (--device cuda)");
     // The output directory, for the whole run: normalised ("runs/x/" = "runs/x"), locked against a
     // second writer, a save cut by a crash recovered, and refused unless it is absent, empty or a
     // hydra checkpoint (io/atomic_dir.h; `hydra train --force` clears it before calling this).
-    const ClaimedDir out_claim = claim_output_dir(out_arg, checkpoint_dir_kind(), false);
-    for (const std::string& note : out_claim.notes) fmt::print(stderr, "hydra: {}\n", note);
-    const std::string out_dir = out_claim.path.string();
+    std::optional<ClaimedDir> out_claim;
+    if (root) {
+        out_claim.emplace(claim_output_dir(out_arg, checkpoint_dir_kind(), false));
+        for (const std::string& note : out_claim->notes) fmt::print(stderr, "hydra: {}\n", note);
+    }
+    const fs::path out_path = root ? out_claim->path : normalize_dir_path(out_arg, "--out");
+    const std::string out_dir = out_path.string();
     std::optional<std::string> resume_dir;
     DirLock resume_lock;  // a resumed directory other than the output is read under its lock too
     if (resume_arg) {
         const fs::path p = normalize_dir_path(*resume_arg, "--resume");
-        if (p != out_claim.path) {
+        if (p != out_path && root) {
             resume_lock = DirLock::acquire(p);
             for (const std::string& note : recover_directory(p, &checkpoint_dir_kind()))
                 fmt::print(stderr, "hydra: {}\n", note);
@@ -206,15 +219,26 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
         cfg = TrainConfig();
         cfg.apply(resumed_section->at("train_config"), *resume_dir + "/config.json");
     }
+    if (dist) dist->barrier();  // rank 0 has recovered the directories the others read
     if (steps_override) cfg.steps = *steps_override;
     cfg.validate();
+    HYDRA_CHECK(
+        cfg.batch_size % world == 0,
+        "train.batch_size = {} must be a multiple of the number of GPUs ({}): every rank takes the same "
+        "number of rows of the global batch",
+        cfg.batch_size, world);
     set_num_threads(cfg.threads);
 
     // Data.
     const std::string prose_dir = cfg.prose_dir.empty() ? default_cache("prose") : cfg.prose_dir;
     std::unique_ptr<Tokenizer> bpe;
     std::unique_ptr<TextEncoder> encoder = make_encoder(cfg, bpe);
-    TokenShards shards = build_and_open_shards(cfg, prose_dir, *encoder);
+    // rank 0 builds the shards (or finds them current), then the others find them current
+    std::optional<TokenShards> opened;
+    if (root) opened.emplace(build_and_open_shards(cfg, prose_dir, *encoder));
+    if (dist) dist->barrier();
+    if (!root) opened.emplace(build_and_open_shards(cfg, prose_dir, *encoder));
+    TokenShards shards = std::move(*opened);
     DataLoader loader(shards.train, cfg.seq_len, cfg.data_seed);
     HYDRA_CHECK(cfg.synthetic_fraction == 0 || bool(synthetic),
                 "data.synthetic_fraction = {} needs the synthetic task generator (run through `hydra train`, "
@@ -281,14 +305,15 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
     // The step (train_engine.h): on the CPU, or on the device of an injected factory, starting from the
     // weights and optimizer state above.
     const std::unique_ptr<TrainEngine> engine =
-        engine_factory ? engine_factory(TrainEngineSetup{&cfg, &model, teacher.get(), &spans, &optimizer})
-                       : make_cpu_train_engine(cfg, model, teacher.get(), spans, optimizer);
+        engine_factory
+            ? engine_factory(TrainEngineSetup{&cfg, &model, teacher.get(), &spans, &optimizer, dist})
+            : make_cpu_train_engine(cfg, model, teacher.get(), spans, optimizer);
     nlohmann::json section;
     section["train_config"] = cfg.to_json();
     section["tokenizer"] = encoder->name();
     section["plan"] = model.plan().to_json();
 
-    fs::create_directories(out_dir);
+    if (root) fs::create_directories(out_dir);
     const std::string log_path = out_dir + "/log.jsonl";
     // The log lives in the checkpoint directory, which every save replaces atomically, so the lines
     // are kept in memory and written with each checkpoint; between saves they are also appended to
@@ -337,11 +362,12 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
         for (const auto& l : log_lines) text += l + "\n";
         return text;
     };
-    std::ofstream log;
+    std::ofstream log;  // rank 0 only
     // The live file is the checkpoint's own log.jsonl, continued in place. Only at the start is it
     // rewritten (to drop lines past the resumed step), by a rename, so a kill never leaves a
     // checkpoint with a cut log; after a save it already holds exactly the saved lines.
     auto reopen_log = [&](bool rewrite) {
+        if (!root) return;
         log.close();
         log.clear();
         if (rewrite) {
@@ -367,8 +393,9 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
     auto save = [&](const std::string& dir) {
         state.rng = rng.state();
         state.data_cursor = loader.cursor().to_json();
-        log.close();
-        engine->sync_to_host(model, optimizer);
+        if (root) log.close();
+        engine->sync_to_host(model, optimizer);  // collective when data parallel
+        if (!root) return;
         std::map<std::string, std::string> files = {{"log.jsonl", joined_log()}};
         if (bpe) {  // so the checkpoint loads as a model everywhere (eval, generate, the next stage)
             files["tokenizer.json"] = vocab_to_tokenizer_json(bpe->vocab());
@@ -387,8 +414,10 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
     result.out_dir = out_dir;
     while (state.step < cfg.steps) {
         const auto t0 = std::chrono::steady_clock::now();
-        loader.next_batch(cfg.batch_size, inputs, targets);
-        TrainBatch batch{inputs.data(), targets.data(), cfg.batch_size, cfg.seq_len};
+        // this rank's rows r, r + W, ... of the global batch (the whole batch with one process)
+        loader.next_batch_shard(cfg.batch_size, rank, world, inputs, targets);
+        TrainBatch batch{inputs.data(), targets.data(), DataLoader::rows_of_rank(cfg.batch_size, rank, world),
+                         cfg.seq_len};
         StepLog sl;
         sl.total_steps = cfg.steps;
         sl.lr = schedule.at(state.step);
@@ -398,9 +427,10 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
             state.bad_steps_in_row++;
             sl.skipped = true;
             sl.loss = NAN;
-            fmt::print(stderr,
-                       "\nstep {}: non-finite loss or gradient, step skipped ({} in a row, limit {})\n",
-                       state.step + 1, state.bad_steps_in_row, cfg.max_bad_steps);
+            if (root)
+                fmt::print(stderr,
+                           "\nstep {}: non-finite loss or gradient, step skipped ({} in a row, limit {})\n",
+                           state.step + 1, state.bad_steps_in_row, cfg.max_bad_steps);
             if (state.bad_steps_in_row >= cfg.max_bad_steps) {
                 std::signal(SIGINT, old_int);
                 std::signal(SIGTERM, old_term);
@@ -441,15 +471,19 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
         line["loss"] = sl.skipped ? nlohmann::json(nullptr) : nlohmann::json(sl.loss);
         if (sl.heldout_loss) line["heldout_loss"] = *sl.heldout_loss;
         log_lines.push_back(line.dump());
-        log << log_lines.back() << "\n";
-        log.flush();
+        if (root) {
+            log << log_lines.back() << "\n";
+            log.flush();
+        }
         if (!sl.skipped) {
             curve_steps.push_back(double(sl.step));
             curve_losses.push_back(sl.loss);
         }
         if (on_step) on_step(sl);
         if (state.step % cfg.save_every == 0 || state.step == cfg.steps) save(out_dir);
-        if (g_stop_signal) {
+        // every rank stops at the same step (a signal may reach the ranks at different steps)
+        const bool stop = dist ? dist->any(g_stop_signal != 0) : g_stop_signal != 0;
+        if (stop) {
             save(out_dir);
             result.interrupted = true;
             break;
@@ -457,8 +491,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg, const s
     }
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
-    log.flush();
-    if (!curve_steps.empty())
+    if (root) log.flush();
+    if (root && !curve_steps.empty())
         write_loss_plot(out_dir + "/loss_curve.png", curve_steps, curve_losses, eval_steps, eval_losses, cfg);
     result.final_step = state.step;
     result.final_loss = state.last_loss;

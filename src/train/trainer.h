@@ -50,9 +50,15 @@ TokenShards open_training_shards(const TrainConfig& config);
 // eval/, above this layer: see eval/synthetic_mixer.h); required then, ignored otherwise.
 // `engine`: when set, every step (and the held-out evaluation) runs through the engine it makes
 // (train/train_engine.h, e.g. the CUDA step); the loop, schedule, log and checkpoints stay the same.
+// `dist`: data parallel (null: one process): this process is one rank of the group; run.batch_size is the
+// global batch (a multiple of the world size), each rank trains on its rows (DataLoader::next_batch_shard),
+// the engine averages the gradients, and rank 0 alone writes the output directory (log, checkpoints, plot);
+// the run's batches, schedule and checkpoints are the one-process run's. Needs an engine factory.
 TrainRunResult run_training(TrainConfig config, const std::string& out_dir,
-                            const std::optional<std::string>& resume_dir, std::optional<int64_t> steps_override,
+                            const std::optional<std::string>& resume_dir,
+                            std::optional<int64_t> steps_override,
                             const std::function<void(const StepLog&)>& on_step,
-                            const DataLoader::Generator& synthetic = {}, const TrainEngineFactory& engine = {});
+                            const DataLoader::Generator& synthetic = {},
+                            const TrainEngineFactory& engine = {}, Collective* dist = nullptr);
 
 }  // namespace hydra

@@ -32,9 +32,9 @@ bool aligned(const void* p, uintptr_t bytes) {
 
 __global__ void adamw_kernel(const Chunk* __restrict__ chunks, const SpanParam* __restrict__ sp,
                              float* __restrict__ p, bf16* __restrict__ mirror, const float* __restrict__ g,
-                             float* __restrict__ m, float* __restrict__ v, float lr_base, float wd, float b1,
-                             float b2, float eps, double bc1, float inv_bc2_sqrt, float grad_factor,
-                             const float* __restrict__ grad_factor_dev, bool vec_ok) {
+                             float* __restrict__ m, float* __restrict__ v, int64_t base, float lr_base,
+                             float wd, float b1, float b2, float eps, double bc1, float inv_bc2_sqrt,
+                             float grad_factor, const float* __restrict__ grad_factor_dev, bool vec_ok) {
     __shared__ float s_decay, s_step;
     const Chunk c = chunks[blockIdx.x];
     const SpanParam s = sp[c.span];
@@ -62,8 +62,8 @@ __global__ void adamw_kernel(const Chunk* __restrict__ chunks, const SpanParam* 
         // bound by memory, and the wide accesses keep more bytes in flight per thread)
         const int n4 = c.size >> 2;
         const float4* g4 = reinterpret_cast<const float4*>(g + c.offset);
-        float4* m4 = reinterpret_cast<float4*>(m + c.offset);
-        float4* v4 = reinterpret_cast<float4*>(v + c.offset);
+        float4* m4 = reinterpret_cast<float4*>(m + (c.offset - base));
+        float4* v4 = reinterpret_cast<float4*>(v + (c.offset - base));
         float4* p4 = reinterpret_cast<float4*>(p + c.offset);
         for (int k = threadIdx.x; k < n4; k += blockDim.x) {
             const float4 gg = g4[k];
@@ -87,11 +87,11 @@ __global__ void adamw_kernel(const Chunk* __restrict__ chunks, const SpanParam* 
         k0 = n4 << 2;
     }
     for (int k = k0 + int(threadIdx.x); k < c.size; k += blockDim.x) {
-        const int64_t i = c.offset + k;
-        float mi = m[i], vi = v[i], pi = p[i];
+        const int64_t i = c.offset + k, j = i - base;
+        float mi = m[j], vi = v[j], pi = p[i];
         update(g[i], mi, vi, pi);
-        m[i] = mi;
-        v[i] = vi;
+        m[j] = mi;
+        v[j] = vi;
         p[i] = pi;
         if (do_mirror) mirror[i] = __float2bfloat16(pi);
     }
@@ -155,9 +155,17 @@ __global__ void scale_kernel(const Chunk* __restrict__ chunks, float* __restrict
 }  // namespace
 
 DeviceAdamW::DeviceAdamW(const AdamWHyper& hyper, int64_t n_total, const std::vector<AdamWSpan>& spans,
-                         cudaStream_t stream)
+                         cudaStream_t stream, int64_t state_begin, int64_t state_end)
     : hyper_(hyper), n_total_(n_total), spans_(spans) {
     HYDRA_CHECK(n_total >= 0, "DeviceAdamW: negative arena size {}", n_total);
+    if (state_end < 0) {
+        HYDRA_CHECK(state_begin == 0, "DeviceAdamW: state range [{}, end) without an end", state_begin);
+        state_end = n_total;
+    }
+    HYDRA_CHECK(state_begin >= 0 && state_begin <= state_end && state_end <= n_total && state_begin % 16 == 0,
+                "DeviceAdamW: state range [{}, {}) is not an aligned range of the arena of {} elements",
+                state_begin, state_end, n_total);
+    state_begin_ = state_begin, state_end_ = state_end;
     std::vector<Chunk> chunks;
     std::vector<SpanParam> params;
     for (size_t si = 0; si < spans.size(); ++si) {
@@ -167,6 +175,9 @@ DeviceAdamW::DeviceAdamW(const AdamWHyper& hyper, int64_t n_total, const std::ve
                     n_total);
         params.push_back({s.lr_scale, s.wd_scale, s.mirror ? 1 : 0, 0});
         if (!s.trainable) continue;
+        HYDRA_CHECK(s.size == 0 || (s.offset >= state_begin && s.offset + s.size <= state_end),
+                    "DeviceAdamW: trainable span {} [{}, +{}) lies outside the state range [{}, {})", si,
+                    s.offset, s.size, state_begin, state_end);
         for (int64_t o = 0; o < s.size; o += kChunk)
             chunks.push_back({s.offset + o, int32_t(std::min(kChunk, s.size - o)), int32_t(si)});
     }
@@ -178,7 +189,7 @@ DeviceAdamW::DeviceAdamW(const AdamWHyper& hyper, int64_t n_total, const std::ve
     CUDA_CHECK(cudaMalloc(&partial_, nc * sizeof(double)));
     CUDA_CHECK(cudaMalloc(&partial_bad_, nc * sizeof(long long)));
     CUDA_CHECK(cudaMalloc(&result_, sizeof(GradNormResult)));
-    const size_t nbytes = size_t(std::max<int64_t>(n_total, 1)) * sizeof(float);
+    const size_t nbytes = size_t(std::max<int64_t>(state_end - state_begin, 1)) * sizeof(float);
     CUDA_CHECK(cudaMalloc(&m_, nbytes));
     CUDA_CHECK(cudaMalloc(&v_, nbytes));
     if (!chunks.empty())
@@ -211,8 +222,8 @@ void DeviceAdamW::step(float* params, bf16* mirror, const float* grads, cudaStre
     if (n_chunks_ == 0) return;
     adamw_kernel<<<unsigned(n_chunks_), kThreads, 0, stream>>>(
         static_cast<const Chunk*>(chunks_), static_cast<const SpanParam*>(span_params_), params, mirror,
-        grads, m_, v_, c.lr, c.weight_decay, c.beta1, c.beta2, c.eps, bc1, inv_bc2_sqrt, grad_factor,
-        grad_factor_dev,
+        grads, m_, v_, state_begin_, c.lr, c.weight_decay, c.beta1, c.beta2, c.eps, bc1, inv_bc2_sqrt,
+        grad_factor, grad_factor_dev,
         aligned(params, 16) && aligned(grads, 16) && aligned(m_, 16) && aligned(v_, 16) &&
             aligned(mirror, 8));
     CUDA_CHECK(cudaGetLastError());
@@ -255,10 +266,11 @@ void DeviceAdamW::set_step_count(int64_t t) {
 }
 
 void DeviceAdamW::load_state(const float* m_host, const float* v_host, int64_t n, int64_t step) {
-    HYDRA_CHECK(n == n_total_,
-                "AdamW state has {} elements but the parameter arena has {}: the checkpoint belongs to a different "
-                "model layout",
-                n, n_total_);
+    HYDRA_CHECK(
+        n == state_size(),
+        "AdamW state has {} elements but the parameter arena has {}: the checkpoint belongs to a different "
+        "model layout",
+        n, state_size());
     set_step_count(step);
     if (n == 0) return;
     CUDA_CHECK(cudaMemcpy(m_, m_host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice));
@@ -266,9 +278,10 @@ void DeviceAdamW::load_state(const float* m_host, const float* v_host, int64_t n
 }
 
 void DeviceAdamW::save_state(float* m_host, float* v_host, cudaStream_t stream) const {
-    if (n_total_ == 0) return;
-    CUDA_CHECK(cudaMemcpyAsync(m_host, m_, size_t(n_total_) * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaMemcpyAsync(v_host, v_, size_t(n_total_) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    const int64_t n = state_size();
+    if (n == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(m_host, m_, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaMemcpyAsync(v_host, v_, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

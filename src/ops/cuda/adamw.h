@@ -16,6 +16,9 @@
 // Work is split into fixed chunks of at most kChunk elements of one span (a table built once), so
 // results never depend on the launch configuration and the norm is bitwise reproducible.
 // Everything is asynchronous on `stream` except where a function says it synchronises.
+// ZeRO stage 1 (data parallel): the state m, v may cover only a range [state_begin, state_end) of the arena
+// (this rank's shard, train/zero_shards.h); the spans must then lie inside it, m() / v() hold the range's
+// elements (m()[0] is arena element state_begin), and step / grad_norm touch only the range.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,8 +57,10 @@ public:
 
     // Optimizer state m, v (n_total fp32 each, zeroed) on the device. Spans are checked against
     // the arena (throws naming the span) and turned into the chunk table.
+    // state_end < 0: the state covers the whole arena (state_begin must be 0 then). state_begin must be a
+    // multiple of 16 (aligned vector accesses).
     DeviceAdamW(const AdamWHyper& hyper, int64_t n_total, const std::vector<AdamWSpan>& spans,
-                cudaStream_t stream = nullptr);
+                cudaStream_t stream = nullptr, int64_t state_begin = 0, int64_t state_end = -1);
     ~DeviceAdamW();
     DeviceAdamW(const DeviceAdamW&) = delete;
     DeviceAdamW& operator=(const DeviceAdamW&) = delete;
@@ -63,6 +68,9 @@ public:
     AdamWHyper& hyper() { return hyper_; }
     void set_lr(float lr) { hyper_.lr = lr; }
     int64_t size() const { return n_total_; }
+    // Elements of m() and v() (state_end - state_begin) and the arena element of their first one.
+    int64_t state_size() const { return state_end_ - state_begin_; }
+    int64_t state_begin() const { return state_begin_; }
 
     // One optimizer step (t += 1): params (n_total) fp32 updated in place, mirror (n_total bf16,
     // may be null) refreshed for the spans with mirror = true, grads (n_total) read, times
@@ -83,18 +91,19 @@ public:
     // grads *= factor on the trainable spans (torch clip_grad_norm_'s rescale).
     void clip_grads(float* grads, float factor, cudaStream_t stream = nullptr);
 
-    // Optimizer state for checkpoints (device pointers, n_total each) and the step counter.
+    // Optimizer state for checkpoints (device pointers, state_size() each) and the step counter.
     float* m() const { return m_; }
     float* v() const { return v_; }
     int64_t step_count() const { return step_; }
     void set_step_count(int64_t t);
-    // Restores m, v from host arrays of n == size() elements and the counter (synchronous).
+    // Restores m, v from host arrays of n == state_size() elements and the counter (synchronous).
     void load_state(const float* m_host, const float* v_host, int64_t n, int64_t step);
     void save_state(float* m_host, float* v_host, cudaStream_t stream = nullptr) const;  // synchronous
 
 private:
     AdamWHyper hyper_;
     int64_t n_total_ = 0, step_ = 0;
+    int64_t state_begin_ = 0, state_end_ = 0;
     std::vector<AdamWSpan> spans_;
     int n_chunks_ = 0;
     void* chunks_ = nullptr;      // device chunk table (offset, size, span index)

@@ -1,0 +1,163 @@
+// The data-parallel CUDA engine with ONE rank through the NCCL path (gpu/nccl_collective.h with
+// WORLD_SIZE = 1: rendezvous, communicator, bucketed gradient all-reduce hooked into the backward, the
+// global-norm all-reduce, the ZeRO-1 sharded AdamW over a shard that is the whole arena, the parameter
+// all-gather, the checkpoint gather) against the plain single-GPU engine: after a few AdamW steps the
+// weights, m, v and every step's loss and gradient norm must be bit-identical. Our attention kernels are
+// used (HYDRA_ATTENTION=own) because cuDNN's backward accumulates dQ with atomics (run-to-run noise); a
+// first check that two plain runs agree bit for bit guards the comparison. Skipped when NCCL cannot be
+// loaded (LD_LIBRARY_PATH / HYDRA_NCCL_LIB: tools/nccl_lib_dir.sh).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "gpu/gpu_train_engine.h"
+#include "gpu/nccl_collective.h"
+#include "gpu/nccl_lib.h"
+#include "gpu_train_common.h"
+#include "model/hybrid_conversion.h"
+#include "model/plan_builders.h"
+#include "train/param_groups.h"
+
+namespace hydra::gputest {
+
+namespace {
+
+ModelConfig tiny() {
+    ModelConfig c;
+    c.name = "tiny";
+    c.vocab_size = 512, c.hidden_size = 256, c.intermediate_size = 512, c.num_layers = 3;
+    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 64, c.rope_dim = 64;
+    c.max_position_embeddings = 1024, c.rope_theta = 10000.f, c.tie_word_embeddings = true;
+    c.eos_token_ids = {0};
+    return c;
+}
+
+std::vector<int32_t> tokens(int64_t n, int64_t V, uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = int32_t(std::min<double>(double(V - 1), rng.uniform() * double(V)));
+    return t;
+}
+
+struct RunOut {
+    std::vector<float> params, m, v;
+    std::vector<double> loss, norm;
+    int64_t steps = 0;
+};
+
+// `steps` steps of the stage on fixed random batches; the state comes back through sync_to_host.
+RunOut train(const LlamaModel& student_in, const LlamaModel& teacher, const std::string& stage,
+             Collective* dist, int steps) {
+    LlamaModel student(student_in.config(), &student_in.plan());
+    std::copy_n(student_in.params().data(), student_in.params().numel(), student.params().data());
+    TrainConfig tc;
+    tc.stage = stage;
+    tc.ce_weight = 0.5;
+    tc.kl_weight = stage == "distill" ? 1.0 : 0.0;
+    std::vector<ParamRule> rules;
+    // the MLPs frozen: frozen spans inside the arena (and inside shards) must stay untouched on both paths
+    rules.push_back(ParamRule{"*.mlp.*", false, std::nullopt, std::nullopt, ""});
+    const std::vector<ParamSpan> spans = build_param_spans(student.params().entries(), rules);
+    AdamWConfig ac;
+    ac.lr = 3e-3f;
+    AdamW opt(ac, student.params().numel());
+    std::unique_ptr<TrainEngine> eng =
+        gpu::make_gpu_train_engine(TrainEngineSetup{&tc, &student, &teacher, &spans, &opt, dist});
+    const int64_t B = 2, T = 96, V = student.config().vocab_size;
+    RunOut out;
+    for (int s = 0; s < steps; ++s) {
+        const std::vector<int32_t> in = tokens(B * T, V, 100 + s), tg = tokens(B * T, V, 200 + s);
+        const EngineStepResult r = eng->step(TrainBatch{in.data(), tg.data(), B, T}, 3e-3f, 0.5);
+        EXPECT_TRUE(r.finite) << stage << " step " << s + 1;
+        out.loss.push_back(r.loss);
+        out.norm.push_back(r.grad_norm);
+    }
+    eng->sync_to_host(student, opt);
+    out.params.assign(student.params().data(), student.params().data() + student.params().numel());
+    out.m.assign(opt.m(), opt.m() + opt.size());
+    out.v.assign(opt.v(), opt.v() + opt.size());
+    out.steps = opt.step_count();
+    return out;
+}
+
+int64_t mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return -1;
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return n;
+}
+
+void expect_same(const RunOut& a, const RunOut& b, const std::string& what) {
+    EXPECT_EQ(mismatches(a.params, b.params), 0) << what << ": parameters differ";
+    EXPECT_EQ(mismatches(a.m, b.m), 0) << what << ": AdamW m differs";
+    EXPECT_EQ(mismatches(a.v, b.v), 0) << what << ": AdamW v differs";
+    EXPECT_EQ(a.steps, b.steps) << what;
+    EXPECT_EQ(a.loss, b.loss) << what << ": step losses differ";
+    EXPECT_EQ(a.norm, b.norm) << what << ": gradient norms differ";
+}
+
+// Sets an environment variable for the scope.
+struct ScopedEnv {
+    std::string name;
+    std::optional<std::string> old;
+    ScopedEnv(const char* n, const char* value) : name(n) {
+        if (const char* o = std::getenv(n)) old = o;
+        ::setenv(n, value, 1);
+    }
+    ~ScopedEnv() {
+        if (old)
+            ::setenv(name.c_str(), old->c_str(), 1);
+        else
+            ::unsetenv(name.c_str());
+    }
+};
+
+class GpuDataParallel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuDataParallel, OneRankNcclIsBitIdenticalToPlain) {
+    try {
+        (void)gpu::nccl::api();
+    } catch (const Error& e) {
+        GTEST_SKIP() << e.what();
+    }
+    const std::string stage = GetParam();
+    ScopedEnv own_attention("HYDRA_ATTENTION", "own");
+    // small buckets, so the one-rank run still issues several all-reduces from the backward hook
+    ScopedEnv small_buckets("HYDRA_DP_BUCKET_MB", "0.5");
+    auto teacher = std::make_unique<LlamaModel>(tiny());
+    bench::randomise(*teacher, 1);
+    const HybridPlan plan = build_plan(
+        teacher->config(), bench::plan_request(teacher->config(), "1:1", "kv", FusionKind::ScaleNorm, 3));
+    ConversionOptions conv;
+    conv.seed = 1;
+    const std::unique_ptr<LlamaModel> student = convert_to_hybrid(*teacher, plan, conv);
+
+    const int steps = 4;
+    const RunOut plain = train(*student, *teacher, stage, nullptr, steps);
+    const RunOut again = train(*student, *teacher, stage, nullptr, steps);
+    ASSERT_EQ(mismatches(plain.params, again.params), 0)
+        << "two plain runs differ: the kernels are not deterministic, so no bit-level comparison is possible";
+    DistEnv env;  // RANK 0 of WORLD_SIZE 1: the NCCL path, not the plain one
+    gpu::NcclCollective nccl(env, 120);
+    std::printf("NCCL %d, one rank, stage %s\n", nccl.nccl_version(), stage.c_str());
+    const RunOut dp = train(*student, *teacher, stage, &nccl, steps);
+    expect_same(dp, plain, "NCCL one rank vs plain (" + stage + ")");
+    EXPECT_EQ(plain.steps, steps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, GpuDataParallel, ::testing::Values("distill", "align"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+
+}  // namespace hydra::gputest
