@@ -54,8 +54,8 @@ class GpuScoringBackend final : public ScoringBackend {
 
     std::string device() const override { return "cuda"; }
     bool concurrent() const override { return false; }
-    FaRun<float> forward(std::span<const int32_t> tokens, bool save_all_positions, const FaRun<float>* share,
-                         std::span<const int32_t> share_tokens) override;
+    FaRun<float> forward(std::span<const int32_t> tokens, bool save_all_positions,
+                         const FaRun<float>* share = nullptr, std::span<const int32_t> share_tokens = {}) override;
     std::vector<float> sweep(const FaRun<float>& base, std::span<const PatchedCopy<float>> copies,
                              int64_t max_batch) override;
     void answer_mixer(const FaRun<float>& base, int64_t layer, const float* X, int64_t n, float* heads,

@@ -71,7 +71,7 @@ std::unique_ptr<LlamaModel> tiny_teacher(bool qwen_style, uint64_t seed) {
 
 // The clean prompt, and the corrupted one with a few tokens changed in the middle.
 std::pair<std::vector<int32_t>, std::vector<int32_t>> prompts(Rng& rng, int64_t V) {
-    std::vector<int32_t> clean(size_t(kTokens));
+    std::vector<int32_t> clean(static_cast<size_t>(kTokens));
     for (auto& t : clean) t = int32_t(uniform_below(rng, V));
     std::vector<int32_t> corr = clean;
     for (int64_t i = kTokens / 3; i < kTokens / 3 + 4; ++i)
