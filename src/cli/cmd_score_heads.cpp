@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -185,12 +188,26 @@ void register_score_heads(CLI::App& app) {
 #endif
         if (!backend) backend = std::make_unique<CpuScoringBackend>(*m.model);
         const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // HYDRA_SCORE_PROFILE=1: GPU time per layer section (events around every op: a little slower)
+        std::map<std::string, double> gpu_ms;
+        std::function<void()> collect_profile = [] {};
+#ifdef HYDRA_WITH_CUDA
+        const char* prof_env = std::getenv("HYDRA_SCORE_PROFILE");
+        if (auto* g = dynamic_cast<gpu::GpuScoringBackend*>(backend.get());
+            g && prof_env && std::string(prof_env) != "0") {
+            g->enable_profile();
+            collect_profile = [g, &gpu_ms] {
+                for (const auto& [k, v] : g->collect_profile()) gpu_ms[k] += v;
+            };
+        }
+#endif
         fmt::print("scoring on {} (batch {}; setup {:.1f} s)\n", backend->device(), so.max_batch, setup);
         ProgressBar bar("score", 1, "item");
         bool started = false;
         const bool log_lines = !isatty(2);  // the bar is silent off a terminal: log one line per item instead
         ScoreReport report = score_heads(
             *backend, ctx->text, tasks, so, [&](int64_t done, int64_t total, const std::string& s) {
+                collect_profile();
                 if (!started) bar = ProgressBar("score", total, "item"), started = true;
                 bar.update(done, s);
                 if (log_lines)

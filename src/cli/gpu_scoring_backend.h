@@ -55,7 +55,8 @@ class GpuScoringBackend final : public ScoringBackend {
     std::string device() const override { return "cuda"; }
     bool concurrent() const override { return false; }
     FaRun<float> forward(std::span<const int32_t> tokens, bool save_all_positions,
-                         const FaRun<float>* share = nullptr, std::span<const int32_t> share_tokens = {}) override;
+                         const FaRun<float>* share = nullptr,
+                         std::span<const int32_t> share_tokens = {}) override;
     std::vector<float> sweep(const FaRun<float>& base, std::span<const PatchedCopy<float>> copies,
                              int64_t max_batch) override;
     void answer_mixer(const FaRun<float>& base, int64_t layer, const float* X, int64_t n, float* heads,
@@ -74,6 +75,10 @@ class GpuScoringBackend final : public ScoringBackend {
         int64_t decode_steps = 0;
     };
     const Counters& counters() const { return counters_; }
+    // GPU time per category of the layer's sections (gpu/step_profiler.h) from here on; collect_profile()
+    // synchronises and returns the milliseconds since its last call.
+    void enable_profile() { prof_.enable(stream_); }
+    std::map<std::string, double> collect_profile() { return prof_.collect(); }
 
   private:
     struct Run;
