@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "gpu/argmax.h"
+#include "gpu/cuda_device.h"
 #include "gpu/head_taps.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/embedding.h"
@@ -55,6 +56,7 @@ struct GpuScoringBackend::Run {
 };
 
 GpuScoringBackend::GpuScoringBackend(const LlamaModel& model) : ScoringBackend(model) {
+    require_cuda_device();  // a clear error before the first CUDA call
     CUDA_CHECK(cudaStreamCreate(&stream_));
     model_ = std::make_unique<GpuTrainModel>(model, false, stream_);
     const ModelConfig& c = model_->config();
