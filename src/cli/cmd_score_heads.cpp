@@ -1,18 +1,24 @@
 // `hydra score-heads MODEL --out scores.json [--method ...] [--tasks ...] [--lengths ...] [--samples N]
-// [--heatmap heads.png]`: scores every query head of the teacher by activation / attribution / path
-// patching and the copy-paste retrieval score on RULER task pairs (interp/score_heads.h), and writes
-// the scores.json that `hydra convert --select scores --scores FILE` reads.
+// [--heatmap heads.png] [--device cpu|cuda]`: scores every query head of the teacher by activation /
+// attribution / path patching and the copy-paste retrieval score on RULER task pairs
+// (interp/score_heads.h), on the CPU or the GPU (a scoring backend: interp/scoring_backend.h,
+// cli/gpu_scoring_backend.h), and writes the scores.json that `hydra convert --select scores --scores
+// FILE` reads. Prints the wall time and where it went (per stage, and the GPU's pass counts).
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/gpu_generator.h"
 #include "cli/model_load_report.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
@@ -20,6 +26,10 @@
 #include "eval/task_common.h"
 #include "eval/task_registry.h"
 #include "interp/score_heads.h"
+
+#ifdef HYDRA_WITH_CUDA
+#include "cli/gpu_scoring_backend.h"
+#endif
 
 namespace hydra::cli {
 
@@ -35,7 +45,8 @@ struct ScoreHeadsCliOptions {
     uint64_t seed = 1;
     int64_t receivers = 8;
     std::string attribution_positions = "answer";
-    int64_t batch = 96;
+    int64_t batch = 0;  // 0: 96 on the CPU, 1024 on the GPU
+    std::string device = "cpu";
     int64_t retrieval_max_new = 64;
     double lambda = 0.5;
     double min_gap = 0.5;
@@ -44,8 +55,19 @@ struct ScoreHeadsCliOptions {
     int threads = 0;
 };
 
-void print_summary(const ScoreReport& r, int64_t H) {
+// GPU batches are wide: a patched row costs little beside a layer call's fixed cost, and all 2 x 270
+// copies of a SmolLM2-135M pair fit one batch.
+constexpr int64_t kCpuBatch = 96, kGpuBatch = 1024;
+
+void print_summary(const ScoreReport& r, int64_t H, double wall) {
     const ScoreSet& s = r.scores;
+    double staged = 0;
+    std::string stages;
+    for (const auto& [stage, sec] : r.seconds) {
+        staged += sec;
+        stages += fmt::format(" {} {:.1f} s ({:.0f}%),", stage, sec, 100.0 * sec / std::max(wall, 1e-9));
+    }
+    fmt::print("time: {:.1f} s wall:{} other {:.1f} s\n", wall, stages, std::max(0.0, wall - staged));
     int64_t used = 0;
     for (const PairRecord& p : r.pairs) used += p.used ? 1 : 0;
     if (!r.pairs.empty()) {
@@ -99,7 +121,11 @@ void register_score_heads(CLI::App& app) {
     cmd->add_option("--attribution-positions", o->attribution_positions,
                     "answer (the patched position, like activation patching) or all positions")
         ->capture_default_str();
-    cmd->add_option("--batch", o->batch, "patched copies per batch")->capture_default_str();
+    cmd->add_option("--batch", o->batch, "patched copies per batch (0: 96 on the CPU, 1024 on the GPU)")
+        ->capture_default_str();
+    cmd->add_option("--device", o->device, "cpu | cuda (the GPU layer, cli/gpu_scoring_backend.h)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_option("--retrieval-max-new", o->retrieval_max_new, "retrieval: decode at most this many tokens")
         ->capture_default_str();
     cmd->add_option("--lambda", o->lambda, "max-aware mean over tasks: lambda max + (1 - lambda) mean")
@@ -122,7 +148,10 @@ void register_score_heads(CLI::App& app) {
                     "--attribution-positions: '{}' is not answer or all", o->attribution_positions);
         so.attribution_positions =
             o->attribution_positions == "all" ? AttributionPositions::All : AttributionPositions::Answer;
-        so.max_batch = o->batch;
+        HYDRA_CHECK(o->batch >= 0, "--batch must be at least 1, or 0 for the device's default (got {})",
+                    o->batch);
+        so.max_batch = o->batch > 0 ? o->batch : (o->device == "cuda" ? kGpuBatch : kCpuBatch);
+        if (o->device == "cuda") require_cuda_build("--device cuda");  // before any model is loaded
         so.retrieval_max_new_tokens = o->retrieval_max_new;
         so.config.lambda = o->lambda;
         so.config.min_gap = o->min_gap;
@@ -153,11 +182,32 @@ void register_score_heads(CLI::App& app) {
         }
 
         const auto t0 = std::chrono::steady_clock::now();
+        std::unique_ptr<ScoringBackend> backend;
+#ifdef HYDRA_WITH_CUDA
+        if (o->device == "cuda") backend = std::make_unique<gpu::GpuScoringBackend>(*m.model);
+#endif
+        if (!backend) backend = std::make_unique<CpuScoringBackend>(*m.model);
+        const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // HYDRA_SCORE_PROFILE=1: GPU time per layer section (events around every op: a little slower)
+        std::map<std::string, double> gpu_ms;
+        std::function<void()> collect_profile = [] {};
+#ifdef HYDRA_WITH_CUDA
+        const char* prof_env = std::getenv("HYDRA_SCORE_PROFILE");
+        if (auto* g = dynamic_cast<gpu::GpuScoringBackend*>(backend.get());
+            g && prof_env && std::string(prof_env) != "0") {
+            g->enable_profile();
+            collect_profile = [g, &gpu_ms] {
+                for (const auto& [k, v] : g->collect_profile()) gpu_ms[k] += v;
+            };
+        }
+#endif
+        fmt::print("scoring on {} (batch {}; setup {:.1f} s)\n", backend->device(), so.max_batch, setup);
         ProgressBar bar("score", 1, "item");
         bool started = false;
         const bool log_lines = !isatty(2);  // the bar is silent off a terminal: log one line per item instead
         ScoreReport report = score_heads(
-            *m.model, ctx->text, tasks, so, [&](int64_t done, int64_t total, const std::string& s) {
+            *backend, ctx->text, tasks, so, [&](int64_t done, int64_t total, const std::string& s) {
+                collect_profile();
                 if (!started) bar = ProgressBar("score", total, "item"), started = true;
                 bar.update(done, s);
                 if (log_lines)
@@ -173,9 +223,18 @@ void register_score_heads(CLI::App& app) {
             write_scores_heatmap(o->heatmap, report.scores.aggregate, c.num_layers, c.num_heads,
                                  fmt::format("head scores: {} ({})", c.name, o->method), "combined score",
                                  (c.num_layers * c.num_heads + 7) / 8);
-        print_summary(report, c.num_heads);
-        fmt::print("wrote {}{} in {:.1f} s\n", o->out, o->heatmap.empty() ? "" : " and " + o->heatmap,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        print_summary(report, c.num_heads, wall);
+#ifdef HYDRA_WITH_CUDA
+        if (const auto* g = dynamic_cast<const gpu::GpuScoringBackend*>(backend.get())) {
+            const auto& n = g->counters();
+            fmt::print(
+                "GPU passes: {} prompt tokens forward, {} backward, {} patched single-token layer rows, {} "
+                "decode steps\n",
+                n.prompt_tokens, n.backward_tokens, n.patched_rows, n.decode_steps);
+        }
+#endif
+        fmt::print("wrote {}{} in {:.1f} s\n", o->out, o->heatmap.empty() ? "" : " and " + o->heatmap, wall);
     });
 }
 

@@ -8,6 +8,7 @@
 #include "gpu/decode_attention.h"
 #include "gpu/head_rmsnorm.h"
 #include "gpu/kv_group_reduce.h"
+#include "gpu/prefix_attention.h"
 #include "model/fusion.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/elementwise.h"
@@ -389,7 +390,12 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
     a.x_in = x_in;
 
     const GpuLayerCache* kc = env.cache;
+    const GpuLayerPrefix* px = env.prefix;
     HYDRA_ASSERT(!kc || (B == 1 && !save), "GPU layer: the cache mode runs one sequence, forward only");
+    HYDRA_ASSERT(
+        !px || (!kc && !save && T == 1 && n_la == 0 && !a.ld_qkv && !w.w_proj),
+        "GPU layer: the shared-prefix mode runs single-token rows of FA-only layers, forward only, on "
+        "packed q / k / v");
     prof.section("rmsnorm");
     cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, w.attn_norm, N, C, eps, st);
     if (w.w_proj) {  // every projection of the layer in one GEMM (the layout's proj block)
@@ -421,6 +427,15 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         }
         if (kc) {
             cached_attention(c, w, l, T, a, *kc, rope_cos, rope_sin, st);
+        } else if (px) {  // B copies at position px->pos over the shared prefix
+            prof.section("rope");
+            if (c.rope_dim > 0) {
+                cuda::rope_forward(a.q, B, 1, n_fa, Dh, c.rope_dim, px->pos, double(c.rope_theta), st);
+                cuda::rope_forward(a.k, B, 1, n_kv, Dh, c.rope_dim, px->pos, double(c.rope_theta), st);
+            }
+            prof.section("attention");
+            prefix_attention(a.o, px->top, a.q, a.k, a.v, px->k, px->v, w.kv_index, B, px->pos, n_fa, n_kv,
+                             Dh, scale, st);
         } else {
             prof.section("rope");
             if (c.rope_dim > 0 && a.ld_qkv) {  // q's and k's heads adjacent in the row: one launch
@@ -492,6 +507,16 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
                                     plan.gdn.norm_eps, st);
         if (n_fa > 0) copy_rows(a.heads + Dfa, HD, a.gn_out, Dla, Dla, N, st);
     }
+    if (const GpuHeadTaps* tp = env.taps) {
+        prof.section("copies");
+        if (tp->capture && tp->capture_rows > 0)
+            CUDA_CHECK(cudaMemcpyAsync(tp->capture, a.heads + tp->capture_row0 * HD,
+                                       size_t(tp->capture_rows * HD) * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                                       st));
+        if (tp->fill && tp->fill_rows > 0)
+            broadcast_rows(a.heads + tp->fill_row0 * HD, tp->fill, tp->fill_rows, HD, st);
+        apply_head_writes(a.heads, H, Dh, tp->writes, tp->n_writes, st);
+    }
     prof.section("fusion_residual");
     if (fusion_active(plan.fusion, n_la))  // into a.mixed (training) or in place (a.mixed == a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(w), eps, st);
@@ -560,6 +585,9 @@ void gpu_layer_backward(const ModelConfig& c, const HybridPlan& plan, const GpuL
         cuda::fusion_backward(dheads, fg, dheads, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(w),
                               eps, st);
     }
+    if (env.taps && env.taps->d_heads)
+        CUDA_CHECK(cudaMemcpyAsync(env.taps->d_heads, dheads, size_t(N * HD) * sizeof(bf16),
+                                   cudaMemcpyDeviceToDevice, st));
     first = true;
     if (n_fa > 0) {
         bf16* d_o = dheads;

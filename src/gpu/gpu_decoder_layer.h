@@ -11,8 +11,11 @@
 // (model/device_layout.h).
 //
 // Modes: forward with save (keeps what the backward reads) or without (teacher, eval, the first pass of
-// recomputation, inference); backward; cache (env.cache); a row subset is the caller's (GpuForward's LM
-// head reads the last rows only).
+// recomputation, inference); backward; cache (env.cache); shared prefix (env.prefix: B independent
+// single-token copies of one sequence over its cached keys/values, head scoring's answer-position re-runs
+// and retrieval decode, cli/gpu_scoring_backend.h); head taps (env.taps: per-head outputs before the
+// fusion and o_proj captured, filled or overwritten, and their gradient captured in the backward); a row
+// subset is the caller's (GpuForward's LM head reads the last rows only).
 //
 // Per layer (N = B * T tokens), forward:
 //   x (N, C) fp32 -> RMSNorm -> xn bf16
@@ -41,6 +44,7 @@
 #include "gpu/decode_step.h"
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_train_model.h"
+#include "gpu/head_taps.h"
 #include "gpu/step_profiler.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cudnn_attention.h"
@@ -163,6 +167,29 @@ class GpuLayerResources {
     virtual cuda::GdnWorkspace& gdn_workspace(int64_t l, int64_t n_la, const GpuLayerShape& s, bool save) = 0;
 };
 
+// The shared-prefix mode (s.T == 1, FA-only layer, packed q / k / v: layout_layer_acts without fused_qkv):
+// the s.B rows are independent copies of one sequence at position `pos`, each attending to the keys /
+// values of [0, pos) here (read-only) plus its own (gpu/prefix_attention.h). The rows' own keys / values
+// are the layer's a.k / a.v (point them into a cache row to append).
+struct GpuLayerPrefix {
+    const bf16* k = nullptr;  // (>= pos, n_kv, Dh) after RoPE
+    const bf16* v = nullptr;
+    int64_t pos = 0;
+    int32_t* top = nullptr;  // (B, n_fa) or null: each head's most-attended position (retrieval score)
+};
+
+// Head taps on heads (N, H, Dh), the per-head mixer outputs before the fusion and o_proj, in this order:
+// capture, fill, writes (gpu/head_taps.h); in the backward, d_heads.
+struct GpuHeadTaps {
+    bf16* capture = nullptr;  // (capture_rows, H, Dh) <- rows [capture_row0, + capture_rows) of heads
+    int64_t capture_row0 = 0, capture_rows = 0;
+    const bf16* fill = nullptr;  // (H, Dh) -> rows [fill_row0, + fill_rows)
+    int64_t fill_row0 = 0, fill_rows = 0;
+    const GpuHeadWrite* writes = nullptr;  // n_writes entries in device memory
+    int64_t n_writes = 0;
+    bf16* d_heads = nullptr;  // backward: (N, H, Dh) OVERWRITTEN with d loss / d heads
+};
+
 struct GpuLayerEnv {
     cudaStream_t stream = nullptr;
     cuda::BlasContext* blas = nullptr;
@@ -171,6 +198,8 @@ struct GpuLayerEnv {
     GpuLayerResources* res = nullptr;
     const float *rope_cos = nullptr, *rope_sin = nullptr;  // (T, rope_dim / 2) for positions pos0..
     const GpuLayerCache* cache = nullptr;                  // inference with the hybrid cache; null: training
+    const GpuLayerPrefix* prefix = nullptr;                // shared-prefix mode (no cache, no save)
+    const GpuHeadTaps* taps = nullptr;
 };
 
 // The activation buffers of layer l for N rows, in allocation order: alloc(bytes) returns memory (or, for a

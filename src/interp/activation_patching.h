@@ -10,6 +10,7 @@
 
 #include "interp/fa_forward.h"
 #include "interp/patching_metric.h"
+#include "interp/scoring_backend.h"
 
 namespace hydra {
 
@@ -18,5 +19,9 @@ namespace hydra {
 template <typename T>
 HeadPatchResult activation_patching(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
                                     const LogitDiff<T>& ld, int64_t max_batch = 96);
+// The same through a scoring backend (its sweep; runs from its forward).
+HeadPatchResult activation_patching(ScoringBackend& backend, const FaRun<float>& clean,
+                                    const FaRun<float>& corrupted, const LogitDiff<float>& ld,
+                                    int64_t max_batch = 96);
 
 }  // namespace hydra

@@ -63,10 +63,15 @@ std::vector<std::vector<T>> all_positions_head_grad(const FaWeights<T>& w, const
     return grads;
 }
 
-template <typename T>
-HeadPatchResult attribution_patching(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
-                                     const LogitDiff<T>& ld, AttributionPositions positions) {
-    const ModelConfig& c = w.config();
+namespace {
+
+// answer_grad(run) / all_grad(run): answer_position_head_grad / all_positions_head_grad of the run's LD;
+// concurrent: the two directions may run as parallel jobs.
+template <typename T, typename AnswerGrad, typename AllGrad>
+HeadPatchResult attribution_patching_with(const ModelConfig& c, const FaRun<T>& clean,
+                                          const FaRun<T>& corrupted, const LogitDiff<T>& ld,
+                                          AttributionPositions positions, AnswerGrad&& answer_grad,
+                                          AllGrad&& all_grad, bool concurrent) {
     const int64_t L = c.num_layers, H = c.num_heads, Dh = c.head_dim, C = c.hidden_size, HDh = H * Dh;
     HYDRA_CHECK(clean.num_tokens == corrupted.num_tokens,
                 "patching pair: the clean prompt has {} tokens, the corrupted one {} (they must be equal)",
@@ -80,7 +85,7 @@ HeadPatchResult attribution_patching(const FaWeights<T>& w, const FaRun<T>& clea
     auto direction = [&](const FaRun<T>& base, const FaRun<T>& source, double ld_base) {
         std::vector<double> est(size_t(L * H), ld_base);
         if (positions == AttributionPositions::Answer) {
-            const std::vector<T> g = answer_position_head_grad(w, base, ld);
+            const std::vector<T> g = answer_grad(base);
             for (int64_t l = 0; l < L; ++l)
                 for (int64_t h = 0; h < H; ++h) {
                     const T* zs = source.heads_last(l, HDh) + h * Dh;
@@ -93,7 +98,7 @@ HeadPatchResult attribution_patching(const FaWeights<T>& w, const FaRun<T>& clea
         } else {
             HYDRA_CHECK(source.saved_from == 0,
                         "attribution over all positions needs runs that kept every position");
-            const auto g = all_positions_head_grad(w, base, ld);
+            const auto g = all_grad(base);
             for (int64_t l = 0; l < L; ++l)
                 for (int64_t h = 0; h < H; ++h) {
                     double s = 0;
@@ -109,14 +114,38 @@ HeadPatchResult attribution_patching(const FaWeights<T>& w, const FaRun<T>& clea
         }
         return est;
     };
-    // The two directions are independent backward passes: one per thread.
-    run_parallel_jobs(2, [&](int64_t d) {
+    auto run = [&](int64_t d) {
         if (d == 0)
             r.ld_noised = direction(clean, corrupted, r.ld_clean);
         else
             r.ld_denoised = direction(corrupted, clean, r.ld_corrupted);
-    });
+    };
+    // The two directions are independent backward passes: one per thread.
+    if (concurrent)
+        run_parallel_jobs(2, run);
+    else
+        run(0), run(1);
     return r;
+}
+
+}  // namespace
+
+template <typename T>
+HeadPatchResult attribution_patching(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
+                                     const LogitDiff<T>& ld, AttributionPositions positions) {
+    return attribution_patching_with(
+        w.config(), clean, corrupted, ld, positions,
+        [&](const FaRun<T>& run) { return answer_position_head_grad(w, run, ld); },
+        [&](const FaRun<T>& run) { return all_positions_head_grad(w, run, ld); }, true);
+}
+
+HeadPatchResult attribution_patching(ScoringBackend& backend, const FaRun<float>& clean,
+                                     const FaRun<float>& corrupted, const LogitDiff<float>& ld,
+                                     AttributionPositions positions) {
+    return attribution_patching_with(
+        backend.weights().config(), clean, corrupted, ld, positions,
+        [&](const FaRun<float>& run) { return backend.answer_head_grad(run, ld); },
+        [&](const FaRun<float>& run) { return backend.all_head_grad(run, ld); }, backend.concurrent());
 }
 
 template std::vector<float> answer_position_head_grad<float>(const FaWeights<float>&, const FaRun<float>&,

@@ -19,6 +19,7 @@
 
 #include "interp/fa_forward.h"
 #include "interp/patching_metric.h"
+#include "interp/scoring_backend.h"
 
 namespace hydra {
 
@@ -38,6 +39,10 @@ std::vector<std::vector<T>> all_positions_head_grad(const FaWeights<T>& w, const
 template <typename T>
 HeadPatchResult attribution_patching(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
                                      const LogitDiff<T>& ld,
+                                     AttributionPositions positions = AttributionPositions::Answer);
+// The same through a scoring backend (its head gradients; runs from its forward).
+HeadPatchResult attribution_patching(ScoringBackend& backend, const FaRun<float>& clean,
+                                     const FaRun<float>& corrupted, const LogitDiff<float>& ld,
                                      AttributionPositions positions = AttributionPositions::Answer);
 
 }  // namespace hydra

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct FaRun {
     std::vector<std::vector<T>> k, v;   // [L] (T, Hkv, Dh): keys after RoPE, values (the KV cache)
     std::vector<std::vector<T>> heads;  // [L] (T - saved_from, H, Dh) per-head outputs before o_proj
     std::vector<T> x_final;  // (T - saved_from, C) residual after the last layer, before the final norm
+    // A scoring backend's own copy of the run (interp/scoring_backend.h), e.g. the keys/values on the GPU;
+    // then k and v may be empty.
+    std::shared_ptr<const void> device;
 
     int64_t answer_pos() const { return num_tokens - 1; }
     int64_t saved_rows() const { return num_tokens - saved_from; }

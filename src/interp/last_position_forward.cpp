@@ -85,11 +85,30 @@ std::vector<T> last_position_sweep(const FaWeights<T>& w, const FaRun<T>& base,
     return out;
 }
 
+template <typename T>
+void answer_position_mixer(const FaWeights<T>& w, const FaRun<T>& base, int64_t layer, const T* X, int64_t n,
+                           T* heads, int64_t max_batch) {
+    const ModelConfig& c = w.config();
+    const int64_t C = c.hidden_size, HDh = c.num_heads * c.head_dim;
+    HYDRA_CHECK(max_batch > 0, "patching batch size must be positive");
+    LayerActs<T> acts;
+    for (int64_t c0 = 0; c0 < n; c0 += max_batch) {
+        const int64_t b = std::min(max_batch, n - c0);
+        decoder_layer_mixer(X + c0 * C, c, w.plan(), w.layer(layer), last_position_run(base, layer, b), acts);
+        std::memcpy(heads + c0 * HDh, acts.heads.data(), size_t(b * HDh) * sizeof(T));
+    }
+}
+
 template struct PatchedCopy<float>;
 template struct PatchedCopy<double>;
 template std::vector<float> last_position_sweep<float>(const FaWeights<float>&, const FaRun<float>&,
                                                        std::span<const PatchedCopy<float>>, int64_t);
 template std::vector<double> last_position_sweep<double>(const FaWeights<double>&, const FaRun<double>&,
                                                          std::span<const PatchedCopy<double>>, int64_t);
+
+template void answer_position_mixer<float>(const FaWeights<float>&, const FaRun<float>&, int64_t,
+                                           const float*, int64_t, float*, int64_t);
+template void answer_position_mixer<double>(const FaWeights<double>&, const FaRun<double>&, int64_t,
+                                            const double*, int64_t, double*, int64_t);
 
 }  // namespace hydra

@@ -57,4 +57,10 @@ template <typename T>
 std::vector<T> last_position_sweep(const FaWeights<T>& w, const FaRun<T>& base,
                                    std::span<const PatchedCopy<T>> copies, int64_t max_batch = 96);
 
+// heads (n, H, Dh) OVERWRITTEN with layer `layer`'s mixer outputs at the answer position of `base` for
+// the n inputs X (n, C), at most max_batch rows per call of the layer.
+template <typename T>
+void answer_position_mixer(const FaWeights<T>& w, const FaRun<T>& base, int64_t layer, const T* X, int64_t n,
+                           T* heads, int64_t max_batch);
+
 }  // namespace hydra

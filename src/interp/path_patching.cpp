@@ -27,12 +27,14 @@ void head_write_delta(const FaWeights<T>& w, int64_t layer, int64_t head, const 
     }
 }
 
-}  // namespace
-
-template <typename T>
-PathPatchResult path_patching(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
-                              const LogitDiff<T>& ld,
-                              const std::vector<std::pair<int64_t, int64_t>>& receivers, int64_t max_batch) {
+// sweep(base, copies): final residuals (last_position_sweep); mixer(base, layer, X, n, heads): the
+// layer's head outputs at the answer position for n inputs (answer_position_mixer); concurrent: the two
+// directions may run as parallel jobs.
+template <typename T, typename Sweep, typename Mixer>
+PathPatchResult path_patching_with(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
+                                   const LogitDiff<T>& ld,
+                                   const std::vector<std::pair<int64_t, int64_t>>& receivers, Sweep&& sweep,
+                                   Mixer&& mixer, bool concurrent) {
     const ModelConfig& c = w.config();
     const int64_t L = c.num_layers, H = c.num_heads, Dh = c.head_dim, C = c.hidden_size, HDh = H * Dh;
     HYDRA_CHECK(clean.num_tokens == corrupted.num_tokens,
@@ -73,25 +75,20 @@ PathPatchResult path_patching(const FaWeights<T>& w, const FaRun<T>& clean, cons
         // (b) receivers' new outputs z'(s, r): (senders, NR, Dh), batched per receiver layer over the
         // senders below it.
         std::vector<T> zr(static_cast<size_t>(L * H * NR * Dh));
-        LayerActs<T> acts;
         for (int64_t R : receiver_layers) {
             const int64_t n = R * H;  // senders in layers 0..R-1
             if (n == 0) continue;
-            std::vector<T> X(size_t(n * C));
+            std::vector<T> X(size_t(n * C)), heads(size_t(n * HDh));
             const T* xin = base.x_in_last(R, C);
             for (int64_t s = 0; s < n; ++s)
                 for (int64_t i = 0; i < C; ++i) X[size_t(s * C + i)] = xin[i] + delta[size_t(s * C + i)];
-            for (int64_t c0 = 0; c0 < n; c0 += max_batch) {
-                const int64_t b = std::min(max_batch, n - c0);
-                decoder_layer_mixer(X.data() + c0 * C, c, w.plan(), w.layer(R), last_position_run(base, R, b),
-                                    acts);
-                for (int64_t k = 0; k < NR; ++k) {
-                    if (receivers[size_t(k)].first != R) continue;
-                    const int64_t rh = receivers[size_t(k)].second;
-                    for (int64_t j = 0; j < b; ++j)
-                        std::memcpy(zr.data() + ((c0 + j) * NR + k) * Dh,
-                                    acts.heads.data() + (j * H + rh) * Dh, size_t(Dh) * sizeof(T));
-                }
+            mixer(base, R, X.data(), n, heads.data());
+            for (int64_t k = 0; k < NR; ++k) {
+                if (receivers[size_t(k)].first != R) continue;
+                const int64_t rh = receivers[size_t(k)].second;
+                for (int64_t j = 0; j < n; ++j)
+                    std::memcpy(zr.data() + (j * NR + k) * Dh, heads.data() + (j * H + rh) * Dh,
+                                size_t(Dh) * sizeof(T));
             }
         }
         std::vector<PatchedCopy<T>> copies(static_cast<size_t>(L * H));
@@ -101,16 +98,51 @@ PathPatchResult path_patching(const FaWeights<T>& w, const FaRun<T>& clean, cons
                     copies[size_t(s)].patches.push_back({receivers[size_t(k)].first,
                                                          receivers[size_t(k)].second,
                                                          zr.data() + (s * NR + k) * Dh});
-        via = ld.rows(last_position_sweep<T>(w, base, copies, max_batch));
+        via = ld.rows(sweep(base, std::span<const PatchedCopy<T>>(copies)));
     };
-    // One direction per thread (each runs its batches single-threaded).
-    run_parallel_jobs(2, [&](int64_t d) {
+    auto run = [&](int64_t d) {
         if (d == 0)
             direction(clean, corrupted, out.direct.ld_noised, out.via_receivers.ld_noised);
         else
             direction(corrupted, clean, out.direct.ld_denoised, out.via_receivers.ld_denoised);
-    });
+    };
+    // One direction per thread (each runs its batches single-threaded).
+    if (concurrent)
+        run_parallel_jobs(2, run);
+    else
+        run(0), run(1);
     return out;
+}
+
+}  // namespace
+
+template <typename T>
+PathPatchResult path_patching(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
+                              const LogitDiff<T>& ld,
+                              const std::vector<std::pair<int64_t, int64_t>>& receivers, int64_t max_batch) {
+    return path_patching_with(
+        w, clean, corrupted, ld, receivers,
+        [&](const FaRun<T>& base, std::span<const PatchedCopy<T>> copies) {
+            return last_position_sweep<T>(w, base, copies, max_batch);
+        },
+        [&](const FaRun<T>& base, int64_t layer, const T* X, int64_t n, T* heads) {
+            answer_position_mixer<T>(w, base, layer, X, n, heads, max_batch);
+        },
+        true);
+}
+
+PathPatchResult path_patching(ScoringBackend& backend, const FaRun<float>& clean,
+                              const FaRun<float>& corrupted, const LogitDiff<float>& ld,
+                              const std::vector<std::pair<int64_t, int64_t>>& receivers, int64_t max_batch) {
+    return path_patching_with(
+        backend.weights(), clean, corrupted, ld, receivers,
+        [&](const FaRun<float>& base, std::span<const PatchedCopy<float>> copies) {
+            return backend.sweep(base, copies, max_batch);
+        },
+        [&](const FaRun<float>& base, int64_t layer, const float* X, int64_t n, float* heads) {
+            backend.answer_mixer(base, layer, X, n, heads, max_batch);
+        },
+        backend.concurrent());
 }
 
 template PathPatchResult path_patching<float>(const FaWeights<float>&, const FaRun<float>&,

@@ -24,6 +24,7 @@
 
 #include "interp/fa_forward.h"
 #include "interp/patching_metric.h"
+#include "interp/scoring_backend.h"
 
 namespace hydra {
 
@@ -37,6 +38,11 @@ struct PathPatchResult {
 template <typename T>
 PathPatchResult path_patching(const FaWeights<T>& w, const FaRun<T>& clean, const FaRun<T>& corrupted,
                               const LogitDiff<T>& ld,
+                              const std::vector<std::pair<int64_t, int64_t>>& receivers,
+                              int64_t max_batch = 96);
+// The same through a scoring backend (its answer_mixer and sweep; runs from its forward).
+PathPatchResult path_patching(ScoringBackend& backend, const FaRun<float>& clean,
+                              const FaRun<float>& corrupted, const LogitDiff<float>& ld,
                               const std::vector<std::pair<int64_t, int64_t>>& receivers,
                               int64_t max_batch = 96);
 

@@ -128,6 +128,15 @@ std::string ScoreTask::key() const {
 
 ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const std::vector<ScoreTask>& tasks,
                         const ScoreHeadsOptions& o, const ScoreProgress& progress) {
+    check_score_options(model.config(), o);
+    HYDRA_CHECK(!tasks.empty(), "--tasks: no task given");
+    CpuScoringBackend backend(model);
+    return score_heads(backend, text, tasks, o, progress);
+}
+
+ScoreReport score_heads(ScoringBackend& backend, const ModelText& text, const std::vector<ScoreTask>& tasks,
+                        const ScoreHeadsOptions& o, const ScoreProgress& progress) {
+    const LlamaModel& model = backend.model();
     const ModelConfig& cfg = model.config();
     check_score_options(cfg, o);
     HYDRA_CHECK(!tasks.empty(), "--tasks: no task given");
@@ -148,7 +157,7 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                 t.generator->name());
     }
 
-    const FaWeights<float> w(model);
+    const FaWeights<float>& w = backend.weights();
     ScoreReport report;
     ScoreSet& set = report.scores;
     set.layers = L, set.heads = H, set.kv_heads = cfg.num_kv_heads, set.config = o.config;
@@ -190,8 +199,8 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                     k.ld = std::make_unique<LogitDiff<float>>(w, pp.answer_token, pp.distractor_token);
                     // The corrupted prompt shares the clean one's prefix up to the first changed token
                     // (the needle for value swaps, the question for key swaps): only the rest is run.
-                    k.clean = fa_forward(w, pp.clean, all_pos);
-                    k.corrupted = fa_forward(w, pp.corrupted, all_pos, {}, &k.clean, pp.clean);
+                    k.clean = backend.forward(pp.clean, all_pos);
+                    k.corrupted = backend.forward(pp.corrupted, all_pos, &k.clean, pp.clean);
                     rec.shared_prefix = k.corrupted.shared_prefix;
                     rec.seconds["forward"] = add_time("forward", sw);
                     rec.ld_clean = (*k.ld)(k.clean.x_final_last(C));
@@ -206,15 +215,16 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                     } else {
                         if (act || path) {
                             sw = Stopwatch();
-                            acc_act.add_pair(activation_patching(w, k.clean, k.corrupted, *k.ld, o.max_batch),
-                                             o.config);
+                            acc_act.add_pair(
+                                activation_patching(backend, k.clean, k.corrupted, *k.ld, o.max_batch),
+                                o.config);
                             rec.seconds["activation"] = add_time("activation", sw);
                         }
                         if (atp) {
                             sw = Stopwatch();
-                            acc_atp.add_pair(
-                                attribution_patching(w, k.clean, k.corrupted, *k.ld, o.attribution_positions),
-                                o.config);
+                            acc_atp.add_pair(attribution_patching(backend, k.clean, k.corrupted, *k.ld,
+                                                                  o.attribution_positions),
+                                             o.config);
                             rec.seconds["attribution"] = add_time("attribution", sw);
                         }
                     }
@@ -236,8 +246,8 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
             report.receivers[key] = receivers;
             for (size_t p = 0; p < kept.size(); ++p) {
                 const Stopwatch sw;
-                const PathPatchResult r =
-                    path_patching(w, kept[p].clean, kept[p].corrupted, *kept[p].ld, receivers, o.max_batch);
+                const PathPatchResult r = path_patching(backend, kept[p].clean, kept[p].corrupted,
+                                                        *kept[p].ld, receivers, o.max_batch);
                 acc_path.add_pair(r.via_receivers, o.config);
                 acc_direct.add_pair(r.direct, o.config);
                 report.pairs[kept_record[p]].seconds["path"] = add_time("path", sw);
@@ -247,6 +257,7 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
             set.methods["path_direct"].tasks[key] = acc_direct.mean();
         }
         if (ret) {
+            const std::unique_ptr<RetrievalDecoder> decoder = backend.decoder();
             for (int64_t length : o.lengths)
                 for (int64_t i = 0; i < o.samples; ++i) {
                     const Stopwatch sw;
@@ -263,11 +274,12 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
                             }
                     }
                     if (spans.empty()) spans = s.needle_spans;
-                    const RetrievalTrial trial = retrieval_trial(
-                        model, s.prompt, spans, std::min(s.max_new_tokens, o.retrieval_max_new_tokens),
-                        text.stop_ids, [&](const std::vector<int32_t>& g) {
-                            return score_output(s, text.decode(g)) >= 1.0;
-                        });
+                    const RetrievalTrial trial =
+                        retrieval_trial(*decoder, model, s.prompt, spans,
+                                        std::min(s.max_new_tokens, o.retrieval_max_new_tokens), text.stop_ids,
+                                        [&](const std::vector<int32_t>& g) {
+                                            return score_output(s, text.decode(g)) >= 1.0;
+                                        });
                     TrialRecord tr;
                     tr.task = key, tr.length = length, tr.index = i;
                     tr.output = text.decode(trial.generated);
@@ -296,6 +308,7 @@ ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const st
     settings["attribution_positions"] =
         o.attribution_positions == AttributionPositions::All ? "all" : "answer";
     settings["patch_position"] = "answer (last prompt token)";
+    settings["device"] = backend.device();
     settings["metric"] = "logit difference logit(answer) - logit(distractor)";
     report.settings = settings;
     return report;

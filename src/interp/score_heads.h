@@ -23,6 +23,7 @@
 #include "eval/task.h"
 #include "interp/attribution_patching.h"
 #include "interp/scores_io.h"
+#include "interp/scoring_backend.h"
 #include "model/llama_model.h"
 
 namespace hydra {
@@ -68,7 +69,11 @@ struct ScoreTask {
 using ScoreProgress = std::function<void(int64_t, int64_t, const std::string&)>;
 
 // The model must be the all-FA teacher. Pairs whose generator cannot make them throw hydra::Error.
+// Runs on the CPU (CpuScoringBackend).
 ScoreReport score_heads(const LlamaModel& model, const ModelText& text, const std::vector<ScoreTask>& tasks,
+                        const ScoreHeadsOptions& options, const ScoreProgress& progress = {});
+// The same on any scoring backend (interp/scoring_backend.h); its model is the one scored.
+ScoreReport score_heads(ScoringBackend& backend, const ModelText& text, const std::vector<ScoreTask>& tasks,
                         const ScoreHeadsOptions& options, const ScoreProgress& progress = {});
 
 }  // namespace hydra
