@@ -107,10 +107,11 @@ void register_convert(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::Range(int64_t(0), int64_t(1) << 16));
     cmd->add_flag("--allow-neg-eigval", o->allow_neg_eigval, "GDN beta = 2 sigmoid(b) (negative eigenvalues)");
-    cmd->add_option("--rope-scaling", o->rope_scaling,
-                    "RoPE scaling of the FA heads, TYPE:FACTOR[,key=value...]: linear, dynamic (NTK), yarn, llama3 "
-                    "(HF semantics; keys as in config.json's rope_scaling, e.g. yarn:4,beta_fast=32), or ntk:ALPHA "
-                    "(static NTK-aware: a larger rope_theta)");
+    cmd->add_option(
+        "--rope-scaling", o->rope_scaling,
+        "RoPE scaling of the FA heads, TYPE:FACTOR[,key=value...]: linear, dynamic (NTK), yarn, llama3 "
+        "(HF semantics; keys as in config.json's rope_scaling, e.g. yarn:4,beta_fast=32), or ntk:ALPHA "
+        "(static NTK-aware: a larger rope_theta)");
     cmd->add_flag("--nope", o->nope, "FA heads without RoPE (NoPE ablation; the GDN heads carry order)");
     cmd->add_option("--out", o->out, "output model directory")->required();
     cmd->add_flag("--force", o->force,

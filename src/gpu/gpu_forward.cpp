@@ -36,7 +36,8 @@ T* data_or_null(const cuda::DeviceBuffer<T>& b) {
 
 }  // namespace
 
-GpuForward::GpuForward(const GpuTrainModel& model) : model_(model), rope_freqs_(gpu_rope_freqs(model.config())) {
+GpuForward::GpuForward(const GpuTrainModel& model)
+    : model_(model), rope_freqs_(gpu_rope_freqs(model.config())) {
     for (int64_t l = 0; l < model.config().num_layers; ++l) weights_.push_back(inference_weights(model, l));
     res_.fwd = this;
     CUDA_CHECK(cudaStreamCreate(&stream_));

@@ -10,10 +10,10 @@
 
 #include "core/error.h"
 #include "gpu/align_loss.h"
+#include "gpu/gpu_rope.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/rmsnorm.h"
-#include "gpu/gpu_rope.h"
 #include "ops/cuda/rope.h"
 
 namespace hydra::gpu {

@@ -76,7 +76,8 @@ const RopeTable<T>& rope_table_for(int64_t S, int64_t pos0, const ModelConfig& c
         t.cos.resize(size_t(S * (cfg.rope_dim / 2)));
         t.sin.resize(size_t(S * (cfg.rope_dim / 2)));
         const RopeFrequencies f = rope_frequencies(cfg, pos0 + S);
-        cpu::rope_table(t.cos.data(), t.sin.data(), S, cfg.rope_dim, pos0, f.inv_freq.data(), f.attention_scale);
+        cpu::rope_table(t.cos.data(), t.sin.data(), S, cfg.rope_dim, pos0, f.inv_freq.data(),
+                        f.attention_scale);
         t.S = S, t.pos0 = pos0, t.dim = cfg.rope_dim, t.theta = cfg.rope_theta;
         t.max_pos = cfg.max_position_embeddings, t.scaling = cfg.rope_scaling;
     }

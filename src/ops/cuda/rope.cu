@@ -21,7 +21,8 @@ __device__ __forceinline__ double inv_freq_at(const RopeFreqs& f, int64_t i, int
     if (f.ntk_factor > 0 && L > f.ntk_original) {
         const double R = double(rope_dim);
         const double base =
-            f.theta * pow(f.ntk_factor * double(L) / double(f.ntk_original) - (f.ntk_factor - 1.0), R / (R - 2.0));
+            f.theta *
+            pow(f.ntk_factor * double(L) / double(f.ntk_original) - (f.ntk_factor - 1.0), R / (R - 2.0));
         return pow(base, -2.0 * double(i) / R);
     }
     return f.inv_freq[i];
@@ -189,9 +190,9 @@ void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t 
             int64_t rope_dim, const float* cos_t, const float* sin_t, int64_t pos0, const RopeFreqs& f,
             bool inverse, cudaStream_t stream, const int32_t* pos_dev = nullptr) {
     if (token_stride == 0) token_stride = H * Dh;
-    HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh &&
-                           rope_dim / 2 <= RopeFreqs::kMaxPairs,
-                       "rope: rope_dim must be even, <= head_dim and <= 2 * RopeFreqs::kMaxPairs, token stride >= H * Dh");
+    HYDRA_CUDA_REQUIRE(
+        rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh && rope_dim / 2 <= RopeFreqs::kMaxPairs,
+        "rope: rope_dim must be even, <= head_dim and <= 2 * RopeFreqs::kMaxPairs, token stride >= H * Dh");
     const int64_t half = rope_dim / 2, rows = num_seqs * T;
     if (rows <= 0 || half <= 0 || H <= 0) return;
     // Widest vector the layout allows: every rotated element offset (row * stride + h * Dh + i, + half) a
@@ -239,8 +240,10 @@ const RopeFreqs kUnused{};
 
 RopeFreqs RopeFreqs::plain(double theta, int64_t rope_dim) {
     RopeFreqs f;
-    HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim / 2 <= kMaxPairs, "rope: rope_dim out of range (even, <= 256)");
-    for (int64_t i = 0; i < rope_dim / 2; ++i) f.inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(rope_dim));
+    HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim / 2 <= kMaxPairs,
+                       "rope: rope_dim out of range (even, <= 256)");
+    for (int64_t i = 0; i < rope_dim / 2; ++i)
+        f.inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(rope_dim));
     return f;
 }
 
@@ -269,8 +272,8 @@ void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
 }
 void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
                   double theta, cudaStream_t stream) {
-    launch(x, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, RopeFreqs::plain(theta, rope_dim), false,
-           stream);
+    launch(x, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, RopeFreqs::plain(theta, rope_dim),
+           false, stream);
 }
 void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
                   const RopeFreqs& f, cudaStream_t stream) {
@@ -278,15 +281,15 @@ void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, i
 }
 void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
                    int64_t pos0, double theta, cudaStream_t stream) {
-    launch(dx, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, RopeFreqs::plain(theta, rope_dim), true,
-           stream);
+    launch(dx, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, RopeFreqs::plain(theta, rope_dim),
+           true, stream);
 }
 void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos, double theta,
                          cudaStream_t stream) {
     rope_forward_decode(x, H, Dh, rope_dim, pos, RopeFreqs::plain(theta, rope_dim), stream);
 }
-void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos, const RopeFreqs& f,
-                         cudaStream_t stream) {
+void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos,
+                         const RopeFreqs& f, cudaStream_t stream) {
     HYDRA_CUDA_REQUIRE(pos != nullptr, "rope_forward_decode: the position pointer is required");
     launch(x, 0, 1, 1, H, Dh, rope_dim, nullptr, nullptr, 0, f, false, stream, pos);
 }

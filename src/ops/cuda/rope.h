@@ -41,7 +41,8 @@ struct RopeFreqs {
 // cos, sin: (T, rope_dim/2) OVERWRITTEN with cos/sin((pos0 + t) * theta^(-2i/rope_dim)), computed in double.
 void rope_table(float* cos, float* sin, int64_t T, int64_t rope_dim, int64_t pos0, double theta,
                 cudaStream_t stream = nullptr);
-// The same from frequencies: scale * cos/sin((pos0 + t) * inv_freq[i]) in double (dynamic NTK at L = pos0 + T).
+// The same from frequencies: scale * cos/sin((pos0 + t) * inv_freq[i]) in double (dynamic NTK at L = pos0 +
+// T).
 void rope_table(float* cos, float* sin, int64_t T, int64_t rope_dim, int64_t pos0, const RopeFreqs& f,
                 cudaStream_t stream = nullptr);
 
@@ -64,8 +65,8 @@ void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const
 // The scaled forms of the two above (decode: L = *pos + 1).
 void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
                   const RopeFreqs& f, cudaStream_t stream = nullptr);
-void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos, const RopeFreqs& f,
-                         cudaStream_t stream = nullptr);
+void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos,
+                         const RopeFreqs& f, cudaStream_t stream = nullptr);
 
 // Strided variants: head h of token (s, t) starts at x + (s * T + t) * token_stride + h * Dh.
 void rope_forward_strided(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
