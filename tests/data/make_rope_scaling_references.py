@@ -8,7 +8,8 @@
 2. tiny_hf/llama3: a tiny random Llama-3-style model (rope_scaling type llama3, head_dim 64 so the GPU
    kernels take it too) saved by transformers, and reference_logits.safetensors with its logits in fp32
    for 64 tokens, plus the logits of the same weights under the configs in rope_variants.json (linear,
-   dynamic, yarn), read by tests/test_rope_scaling.cpp and tests/gpu.
+   dynamic, yarn) and with the rotation replaced by the identity (NoPE), read by tests/test_rope_scaling.cpp
+   and tests/gpu.
 
   python3 tests/data/make_rope_scaling_references.py   (CPU torch + transformers; run from the repo root)
 """
@@ -103,6 +104,12 @@ def tiny_llama3():
     for n, p in model.named_parameters():  # norms start at 1: perturb them so they are really tested
         if "norm" in n:
             p.data.add_(0.1 * torch.randn_like(p))
+        # sharp attention (large q.k) and a wide residual: positions change the logits by tens of percent,
+        # so even the GPU's bf16 tolerance tells the scalings apart
+        if "q_proj" in n or "k_proj" in n:
+            p.data.mul_(6.0)
+        if "embed_tokens" in n or "o_proj" in n or "down_proj" in n:
+            p.data.mul_(10.0)
     d = os.path.join(HERE, "tiny_hf", "llama3")
     os.makedirs(d, exist_ok=True)
     model.save_pretrained(d, safe_serialization=True)
@@ -117,6 +124,14 @@ def tiny_llama3():
             vm = transformers.LlamaForCausalLM(vcfg).float().eval()
             vm.load_state_dict(model.state_dict())
             tensors["logits_" + name] = vm(torch.from_numpy(ids)[None]).logits[0].numpy().astype(np.float32)
+        # NoPE (hydra_fa_nope): the same weights with the rotation replaced by the identity (cos 1, sin 0)
+        rot = model.model.rotary_emb
+        plain = rot.forward
+        rot.forward = lambda x, position_ids, *a, **k: (
+            torch.ones(*position_ids.shape, TINY["head_dim"], dtype=x.dtype),
+            torch.zeros(*position_ids.shape, TINY["head_dim"], dtype=x.dtype))
+        tensors["logits_nope"] = model(torch.from_numpy(ids)[None]).logits[0].numpy().astype(np.float32)
+        rot.forward = plain
     save_file(tensors, os.path.join(d, "reference_logits.safetensors"),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__})
     with open(os.path.join(d, "rope_variants.json"), "w") as f:
