@@ -339,7 +339,11 @@ RopeScaling parse_rope_scaling_spec(const std::string& spec) {
         if (!obj.contains("low_freq_factor")) obj["low_freq_factor"] = 1.0;
         if (!obj.contains("high_freq_factor")) obj["high_freq_factor"] = 4.0;
     }
-    return rope_scaling_from_json(obj, "--rope-scaling " + spec, "rope_scaling");
+    const RopeScaling s = rope_scaling_from_json(obj, "--rope-scaling " + spec, "rope_scaling");
+    // the rest is checked against the model (apply_rope_scaling); a factor below 1 is wrong for any
+    HYDRA_CHECK(s.factor >= 1 && s.factor <= 1e6,
+                "--rope-scaling \"{}\": factor {} out of range (expected 1 .. 1e6)", spec, s.factor);
+    return s;
 }
 
 void apply_rope_scaling(ModelConfig& c, const RopeScaling& s) {
