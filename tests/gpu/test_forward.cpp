@@ -417,7 +417,9 @@ TEST_P(GpuForwardRopeScaling, TinyLlama3MatchesTransformersAndCpu) {
     LoadedModel m = load_model(tv.dir.string());
     const LlamaModel& model = *m.model;
     ASSERT_EQ(model.config().fa_nope, variant == "nope");
-    if (variant != "nope") ASSERT_EQ(rope_type_name(model.config().rope_scaling.type), variant);
+    if (variant != "nope") {
+        ASSERT_EQ(rope_type_name(model.config().rope_scaling.type), variant);
+    }
     SafetensorsFile ref =
         SafetensorsFile::open(test::test_data("tiny_hf/llama3/reference_logits.safetensors"));
     const Tensor ids = ref.copy("ids");
