@@ -37,6 +37,8 @@ struct ConvertOptions {
     int64_t calib_tokens = 1024;
     int64_t calib_skip_bytes = 20000;
     bool allow_neg_eigval = false;
+    std::string rope_scaling;
+    bool nope = false;
     std::string out;
     bool force = false;
     int threads = 0;
@@ -105,6 +107,12 @@ void register_convert(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::Range(int64_t(0), int64_t(1) << 16));
     cmd->add_flag("--allow-neg-eigval", o->allow_neg_eigval, "GDN beta = 2 sigmoid(b) (negative eigenvalues)");
+    cmd->add_option(
+        "--rope-scaling", o->rope_scaling,
+        "RoPE scaling of the FA heads, TYPE:FACTOR[,key=value...]: linear, dynamic (NTK), yarn, llama3 "
+        "(HF semantics; keys as in config.json's rope_scaling, e.g. yarn:4,beta_fast=32), or ntk:ALPHA "
+        "(static NTK-aware: a larger rope_theta)");
+    cmd->add_flag("--nope", o->nope, "FA heads without RoPE (NoPE ablation; the GDN heads carry order)");
     cmd->add_option("--out", o->out, "output model directory")->required();
     cmd->add_flag("--force", o->force,
                   "replace --out even when it is not a hydra model directory (deletes it)");
@@ -141,6 +149,22 @@ void register_convert(CLI::App& app) {
         ConversionOptions copt;
         copt.calibration_tokens = calibration_tokens(*o, m);
         copt.seed = o->seed;
+        copt.fa_nope = o->nope;
+        if (o->rope_scaling.rfind("ntk:", 0) == 0) {
+            const std::string alpha = o->rope_scaling.substr(4);
+            size_t used = 0;
+            double a = 0;
+            try {
+                a = std::stod(alpha, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            HYDRA_CHECK(!alpha.empty() && used == alpha.size(), "--rope-scaling {}: \"{}\" is not a number",
+                        o->rope_scaling, alpha);
+            copt.rope_theta = static_ntk_theta(double(cfg.rope_theta), a, cfg.rope_dim);
+        } else if (!o->rope_scaling.empty()) {
+            copt.rope_scaling = parse_rope_scaling_spec(o->rope_scaling);
+        }
         ConversionStats stats;
         auto hybrid = convert_to_hybrid(*m.model, plan, copt, &stats);
 
@@ -160,6 +184,10 @@ void register_convert(CLI::App& app) {
         fmt::print("FA KV groups {} of {}\n", plan.total_fa_kv_groups(cfg), cfg.num_layers * cfg.num_kv_heads);
         fmt::print("KV cache     {} bytes/token bf16 vs teacher {} ({:.4f}x)\n", kv, kv_t, double(kv) / double(kv_t));
         fmt::print("GDN state    {} bytes per sequence (fp32)\n", plan.state_bytes(cfg));
+        const ModelConfig& hc = hybrid->config();
+        fmt::print("rope         theta {} scaling {}{}; context {}\n", hc.rope_theta,
+                   describe_rope_scaling(hc.rope_scaling, hc.max_position_embeddings),
+                   hc.fa_nope ? "; NoPE (FA heads unrotated)" : "", hc.max_position_embeddings);
         fmt::print("calibration  {} tokens\n", stats.calibration_tokens);
         fmt::print("parameters   {} ({:.1f}M; teacher {:.1f}M)\n", hybrid->params().parameter_count(),
                    double(hybrid->params().parameter_count()) / 1e6, double(m.model->params().parameter_count()) / 1e6);

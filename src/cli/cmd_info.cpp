@@ -29,6 +29,8 @@ void register_info(CLI::App& app) {
                    c.group_size(), c.head_dim);
         fmt::print("vocab        {}\nrope_theta   {}\nrms_eps      {}\ncontext      {}\n", c.vocab_size,
                    c.rope_theta, c.rms_norm_eps, c.max_position_embeddings);
+        fmt::print("rope scaling {}\n", describe_rope_scaling(c.rope_scaling, c.max_position_embeddings));
+        if (c.fa_nope) fmt::print("positions    NoPE: the FA heads rotate nothing\n");
         fmt::print("tied lm_head {}\nqkv bias     {}\nqk norm      {}\n", c.tie_word_embeddings, c.attention_bias,
                    c.qk_norm);
         std::string types;

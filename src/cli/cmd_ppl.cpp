@@ -43,9 +43,12 @@ void register_ppl(CLI::App& app) {
         HYDRA_CHECK(!text.empty(), "{}: the text file is empty", o->text);
         LoadedModel m = load_model_reported(o->model);
         HYDRA_CHECK(m.vocab.has_value(), "{}: the model has no tokenizer", o->model);
-        // Positions past the trained context are extrapolation (and memory): refused unless the
-        // model declares RoPE scaling for them (no supported config does yet).
-        const int64_t trained = m.model->config().max_position_embeddings;
+        // Positions past the model's context are extrapolation (and memory): refused. RoPE scaling declares
+        // the scaled context in max_position_embeddings, except dynamic NTK, which scales past it by factor.
+        const ModelConfig& mc = m.model->config();
+        const int64_t trained = mc.rope_scaling.type == RopeType::Dynamic
+                                    ? int64_t(double(mc.max_position_embeddings) * mc.rope_scaling.factor)
+                                    : mc.max_position_embeddings;
         HYDRA_CHECK(trained <= 0 || o->ctx <= trained,
                     "--ctx {}: above the model's context of {} tokens ({}); use --ctx {} or less", o->ctx,
                     trained, o->model, trained);

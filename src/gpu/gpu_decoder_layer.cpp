@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "gpu/decode_attention.h"
+#include "gpu/gpu_rope.h"
 #include "gpu/head_rmsnorm.h"
 #include "gpu/kv_group_reduce.h"
 #include "gpu/prefix_attention.h"
@@ -163,28 +164,36 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
     bf16* k = a.k;
     const bf16* v = a.v;
     bf16* fa_out = a.o;  // (T, n_fa, Dh)
+    const bool rotate = fa_rotates(c);
+    // the model's frequencies for the on-the-fly angles of one token (the caller's, else computed here)
+    const cuda::RopeFreqs freqs = T == 1 && rotate && !kc.rope ? gpu_rope_freqs(c) : cuda::RopeFreqs{};
+    const cuda::RopeFreqs& rf = kc.rope ? *kc.rope : freqs;
     if (kc.step) {
         HYDRA_ASSERT(T == 1, "graph decode of {} tokens", T);
         const int32_t* pos = &kc.step->pos;
-        if (k == q + n_fa * Dh) {  // k's heads follow q's in the fused row: one launch rotates both
-            cuda::rope_forward_decode(q, n_fa + n_kv, Dh, c.rope_dim, pos, double(c.rope_theta), st);
-        } else {
-            cuda::rope_forward_decode(q, n_fa, Dh, c.rope_dim, pos, double(c.rope_theta), st);
-            cuda::rope_forward_decode(k, n_kv, Dh, c.rope_dim, pos, double(c.rope_theta), st);
+        if (rotate && k == q + n_fa * Dh) {  // k's heads follow q's in the fused row: one launch rotates both
+            cuda::rope_forward_decode(q, n_fa + n_kv, Dh, c.rope_dim, pos, rf, st);
+        } else if (rotate) {
+            cuda::rope_forward_decode(q, n_fa, Dh, c.rope_dim, pos, rf, st);
+            cuda::rope_forward_decode(k, n_kv, Dh, c.rope_dim, pos, rf, st);
         }
         write_kv_row(cache.k(l), cache.v(l), k, v, kvw, kc.step, st);
         decode_attention_dev(fa_out, q, cache.k(l), cache.v(l), w.kv_index, n_fa, n_kv, Dh, &kc.step->kv_len,
                              kc.max_splits, scale, kc.partials, st);
     } else if (T == 1) {
-        cuda::rope_forward(q, 1, 1, n_fa, Dh, c.rope_dim, pos0, double(c.rope_theta), st);
-        cuda::rope_forward(k, 1, 1, n_kv, Dh, c.rope_dim, pos0, double(c.rope_theta), st);
+        if (rotate) {
+            cuda::rope_forward(q, 1, 1, n_fa, Dh, c.rope_dim, pos0, rf, st);
+            cuda::rope_forward(k, 1, 1, n_kv, Dh, c.rope_dim, pos0, rf, st);
+        }
         copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
         copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
         decode_attention(fa_out, q, cache.k(l), cache.v(l), w.kv_index, n_fa, n_kv, Dh, pos0 + 1, scale,
                          kc.partials, st);
     } else {
-        cuda::rope_forward_strided(q, P, 1, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
-        cuda::rope_forward_strided(k, P, 1, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
+        if (rotate) {
+            cuda::rope_forward_strided(q, P, 1, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
+            cuda::rope_forward_strided(k, P, 1, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
+        }
         copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
         copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
         HYDRA_ASSERT(pos0 == 0, "GPU prefill of {} tokens at position {} (only from 0)", T, pos0);
@@ -438,10 +447,10 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
                              Dh, scale, st);
         } else {
             prof.section("rope");
-            if (c.rope_dim > 0 && a.ld_qkv) {  // q's and k's heads adjacent in the row: one launch
+            if (fa_rotates(c) && a.ld_qkv) {  // q's and k's heads adjacent in the row: one launch
                 cuda::rope_forward_strided(a.q, a.ld_qkv, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos,
                                            rope_sin, st);
-            } else if (c.rope_dim > 0) {
+            } else if (fa_rotates(c)) {
                 cuda::rope_forward(a.q, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
                 cuda::rope_forward(a.k, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
             }
@@ -629,9 +638,9 @@ void gpu_layer_backward(const ModelConfig& c, const HybridPlan& plan, const GpuL
             reduce_heads_by_group(dv, dv_att, w.kv_index, N, n_fa, n_kv, Dh, st);
         }
         prof.section("rope");
-        if (c.rope_dim > 0 && ld) {
+        if (fa_rotates(c) && ld) {
             cuda::rope_backward_strided(dq, ld, B, T, n_fa + n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
-        } else if (c.rope_dim > 0) {
+        } else if (fa_rotates(c)) {
             cuda::rope_backward(dq, B, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
             cuda::rope_backward(dk, B, T, n_kv, Dh, c.rope_dim, rope_cos, rope_sin, st);
         }

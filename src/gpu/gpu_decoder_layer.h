@@ -51,6 +51,7 @@
 #include "ops/cuda/device_arena.h"
 #include "ops/cuda/gdn_chunk.h"
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/rope.h"
 
 namespace hydra::gpu {
 
@@ -151,6 +152,8 @@ struct GpuLayerCache {
     float* partials = nullptr;              // decode attention workspace
     bf16* qbuf = nullptr;                   // prefill: (T, n_fa, Dh) packed q
     bf16 *kdup = nullptr, *vdup = nullptr;  // prefill, non-uniform groups: (T, n_fa, Dh) K / V per head
+    const cuda::RopeFreqs* rope = nullptr;  // the model's frequencies (gpu_rope_freqs) for one token's
+                                            // angles; null: computed per call
 };
 
 // What the layer borrows from its caller beside the weights: attention backend and workspaces that outlive

@@ -14,6 +14,7 @@
 #include "gpu/argmax.h"
 #include "gpu/decode_attention.h"
 #include "gpu/decode_graph_policy.h"
+#include "gpu/gpu_rope.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/rmsnorm.h"
@@ -35,7 +36,8 @@ T* data_or_null(const cuda::DeviceBuffer<T>& b) {
 
 }  // namespace
 
-GpuForward::GpuForward(const GpuTrainModel& model) : model_(model) {
+GpuForward::GpuForward(const GpuTrainModel& model)
+    : model_(model), rope_freqs_(gpu_rope_freqs(model.config())) {
     for (int64_t l = 0; l < model.config().num_layers; ++l) weights_.push_back(inference_weights(model, l));
     res_.fwd = this;
     CUDA_CHECK(cudaStreamCreate(&stream_));
@@ -145,6 +147,7 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, cons
     kc.cache = &cache, kc.pos0 = pos0, kc.step = w.step, kc.max_splits = w.max_splits,
     kc.partials = w.partials;
     kc.qbuf = w.qbuf, kc.kdup = w.kdup, kc.vdup = w.vdup;
+    kc.rope = &rope_freqs_;
     GpuLayerEnv env;
     env.stream = stream_, env.blas = blas_.get(), env.prof = &prof_, env.res = &res_, env.cache = &kc;
     if (T > 1) env.rope_cos = w.rope, env.rope_sin = w.rope + T * (c.rope_dim / 2);  // forward_pass's table
@@ -183,9 +186,9 @@ void GpuForward::forward_pass(GpuCache& cache, int64_t T, int64_t pos0, int64_t 
     const ModelConfig& c = model_.config();
     const int64_t C = c.hidden_size, V = c.vocab_size;
     cuda::embedding_forward(w.x, w.ids, model_.p32(model_.embed_offset()), T, V, C, stream_);
-    if (T > 1 && c.rope_dim > 0) {
+    if (T > 1 && fa_rotates(c)) {
         const int64_t half = c.rope_dim / 2;
-        cuda::rope_table(w.rope, w.rope + T * half, T, c.rope_dim, pos0, double(c.rope_theta), stream_);
+        cuda::rope_table(w.rope, w.rope + T * half, T, c.rope_dim, pos0, rope_freqs_, stream_);
     }
     for (int64_t l = 0; l < c.num_layers; ++l) layer(l, cache, T, pos0, w);
     // final norm (bf16, the LM head GEMM's operand) of the last n_logits rows, then the logits in fp32

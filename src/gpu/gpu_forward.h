@@ -131,6 +131,7 @@ private:
     };
 
     const GpuTrainModel& model_;
+    cuda::RopeFreqs rope_freqs_;            // the model's RoPE frequencies (gpu/gpu_rope.h)
     std::vector<GpuLayerWeights> weights_;  // per layer, views of model_ (inference_weights)
     LayerResources res_;
     StepProfiler prof_;  // never enabled: the layer's section marks cost nothing

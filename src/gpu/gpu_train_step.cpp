@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "gpu/align_loss.h"
+#include "gpu/gpu_rope.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/rmsnorm.h"
@@ -307,7 +308,7 @@ std::pair<float*, float*> GpuTrainStep::rope_tables(const ModelConfig& c, int64_
     const int64_t half = std::max<int64_t>(1, c.rope_dim / 2);
     float* cosv = arena_->alloc<float>(T * half);  // (T, rope_dim / 2)
     float* sinv = arena_->alloc<float>(T * half);
-    if (c.rope_dim > 0) cuda::rope_table(cosv, sinv, T, c.rope_dim, 0, double(c.rope_theta), stream_);
+    if (fa_rotates(c)) cuda::rope_table(cosv, sinv, T, c.rope_dim, 0, gpu_rope_freqs(c), stream_);
     return {cosv, sinv};
 }
 

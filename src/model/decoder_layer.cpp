@@ -59,21 +59,27 @@ void fire(const LayerRun<T>& run, std::string_view point, T* data, Shape shape) 
 
 // RoPE factors of positions pos0 .. pos0+S-1, kept per thread and reused while the key is the same (all
 // layers of a step or a decode token, forward and backward). rope_forward with the table is
-// bit-identical to the one computing its angles itself.
+// bit-identical to the one computing its angles itself. The frequencies come from model/rope_scaling
+// for a call reaching length pos0 + S (dynamic NTK reads it; see rope_scaling.h for the cache).
 template <typename T>
 struct RopeTable {
-    int64_t S = -1, pos0 = -1, dim = -1;
+    int64_t S = -1, pos0 = -1, dim = -1, max_pos = -1;
     double theta = 0;
+    RopeScaling scaling;
     std::vector<T> cos, sin;
 };
 template <typename T>
 const RopeTable<T>& rope_table_for(int64_t S, int64_t pos0, const ModelConfig& cfg) {
     static thread_local RopeTable<T> t;
-    if (t.S != S || t.pos0 != pos0 || t.dim != cfg.rope_dim || t.theta != cfg.rope_theta) {
+    if (t.S != S || t.pos0 != pos0 || t.dim != cfg.rope_dim || t.theta != cfg.rope_theta ||
+        t.max_pos != cfg.max_position_embeddings || !(t.scaling == cfg.rope_scaling)) {
         t.cos.resize(size_t(S * (cfg.rope_dim / 2)));
         t.sin.resize(size_t(S * (cfg.rope_dim / 2)));
-        cpu::rope_table(t.cos.data(), t.sin.data(), S, cfg.rope_dim, pos0, cfg.rope_theta);
+        const RopeFrequencies f = rope_frequencies(cfg, pos0 + S);
+        cpu::rope_table(t.cos.data(), t.sin.data(), S, cfg.rope_dim, pos0, f.inv_freq.data(),
+                        f.attention_scale);
         t.S = S, t.pos0 = pos0, t.dim = cfg.rope_dim, t.theta = cfg.rope_theta;
+        t.max_pos = cfg.max_position_embeddings, t.scaling = cfg.rope_scaling;
     }
     return t;
 }
@@ -118,6 +124,7 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
     const int64_t Dfa = n_fa * Dh, Dkv = n_kv * Dh, Dla = n_la * Dh;
     const double eps = cfg.rms_norm_eps, scale = 1.0 / std::sqrt(double(Dh));
     const bool prefix = run.prefix_k != nullptr;
+    const bool rope = !cfg.fa_nope;  // NoPE hybrids: FA heads without positions
     const LayerQuantized* qz = run.quantized;
     HYDRA_ASSERT(N > 0, "decoder layer: no rows");
     HYDRA_ASSERT(!run.cache || B == 1, "decoder layer: a cache holds one sequence, not {}", B);
@@ -156,8 +163,10 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
         if (prefix) {
             // Every row sits at position pos0: rotate them as one token with N*n_fa (N*n_kv) heads.
             const RopeTable<T>& rt = rope_table_for<T>(1, pos0, cfg);
-            cpu::rope_forward(q, 1, N * n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
-            cpu::rope_forward(k, 1, N * n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+            if (rope) {
+                cpu::rope_forward(q, 1, N * n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+                cpu::rope_forward(k, 1, N * n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+            }
             fire(run, "q", q, {N, n_fa, Dh});
             fire(run, "k", k, {N, n_kv, Dh});
             fire(run, "v", v, {N, n_kv, Dh});
@@ -171,8 +180,10 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
                                                                               : nullptr;
             const int32_t* map = w.uniform_groups ? nullptr : w.kv_index.data();
             if (run.cache) {
-                cpu::rope_forward(q, S, n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
-                cpu::rope_forward(k, S, n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+                if (rope) {
+                    cpu::rope_forward(q, S, n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+                    cpu::rope_forward(k, S, n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+                }
                 fire(run, "q", q, {S, n_fa, Dh});
                 fire(run, "k", k, {S, n_kv, Dh});
                 fire(run, "v", v, {S, n_kv, Dh});
@@ -184,10 +195,12 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
                 const bool over_batch = parallel_over_batch(B);
 #pragma omp parallel for schedule(static) if (over_batch)
                 for (int64_t b = 0; b < B; ++b) {
-                    cpu::rope_forward(q + b * S * Dfa, S, n_fa, Dh, cfg.rope_dim, rt.cos.data(),
-                                      rt.sin.data());
-                    cpu::rope_forward(k + b * S * Dkv, S, n_kv, Dh, cfg.rope_dim, rt.cos.data(),
-                                      rt.sin.data());
+                    if (rope) {
+                        cpu::rope_forward(q + b * S * Dfa, S, n_fa, Dh, cfg.rope_dim, rt.cos.data(),
+                                          rt.sin.data());
+                        cpu::rope_forward(k + b * S * Dkv, S, n_kv, Dh, cfg.rope_dim, rt.cos.data(),
+                                          rt.sin.data());
+                    }
                 }
                 fire(run, "q", q, {N, n_fa, Dh});
                 fire(run, "k", k, {N, n_kv, Dh});
@@ -288,6 +301,7 @@ void decoder_layer_backward(T* dx, const ModelConfig& cfg, const HybridPlan& pla
     const int64_t Dfa = n_fa * Dh, Dkv = n_kv * Dh, Dla = n_la * Dh;
     const double eps = cfg.rms_norm_eps, scale = 1.0 / std::sqrt(double(Dh));
     const bool prefix = run.prefix_k != nullptr;
+    const bool rope = !cfg.fa_nope;  // NoPE hybrids: FA heads without positions
     HYDRA_ASSERT(!run.cache, "decoder layer backward: not through a cache");
     HYDRA_ASSERT(int64_t(a.x_in.size()) >= N * C, "decoder layer backward without a saving forward");
     struct Scratch {
@@ -335,8 +349,10 @@ void decoder_layer_backward(T* dx, const ModelConfig& cfg, const HybridPlan& pla
             prefix_attention_backward(dq, dk, dv, dfa, a.probs.data(), a.q.data(), a.k.data(), a.v.data(),
                                       run.prefix_k, run.prefix_v, N, pos0, n_fa, n_kv, Dh, scale);
             const RopeTable<T>& rt = rope_table_for<T>(1, pos0, cfg);
-            cpu::rope_backward(dq, 1, N * n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
-            cpu::rope_backward(dk, 1, N * n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+            if (rope) {
+                cpu::rope_backward(dq, 1, N * n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+                cpu::rope_backward(dk, 1, N * n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+            }
         } else {
             const RopeTable<T>& rt = rope_table_for<T>(S, 0, cfg);
             const bool keep_probs = !run.recompute_attention;
@@ -347,8 +363,10 @@ void decoder_layer_backward(T* dx, const ModelConfig& cfg, const HybridPlan& pla
                 cpu::causal_attention_backward(
                     dq + qo, dk + ko, dv + ko, dfa + qo, a.q.data() + qo, a.k.data() + ko, a.v.data() + ko,
                     keep_probs ? a.probs.data() + b * S * n_fa * S : nullptr, S, n_fa, n_kv, Dh, scale, map);
-                cpu::rope_backward(dq + qo, S, n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
-                cpu::rope_backward(dk + ko, S, n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+                if (rope) {
+                    cpu::rope_backward(dq + qo, S, n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+                    cpu::rope_backward(dk + ko, S, n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
+                }
             }
         }
         if (cfg.qk_norm) {

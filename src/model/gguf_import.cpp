@@ -1,7 +1,11 @@
 // GGUF -> LlamaModel import (see gguf_import.h).
 #include "model/gguf_import.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numbers>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -35,6 +39,109 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 
+// llama.cpp's rope_freqs tensor (Llama 3.x: per pair a divisor of the inverse frequency) as transformers'
+// llama3 parameters. The divisors depend on original_max_position_embeddings only through x = original /
+// wavelength against low/high_freq_factor, so with the original context fixed (the GGUF's, else Llama 3's
+// 8192) the factors follow from the divisors: factor = the largest, and low/high from a line through the
+// blended pairs' smooth values. The recovered parameters must reproduce every divisor, else the file
+// is refused: a table that is not llama3's is not guessed at.
+RopeScaling llama3_from_rope_freqs(const GgufFile& g, const GgufTensorInfo& info, const ModelConfig& c,
+                                   std::optional<int64_t> original) {
+    const int64_t half = c.rope_dim / 2;
+    HYDRA_CHECK(info.numel == half,
+                "{}: tensor 'rope_freqs.weight' has {} values, expected rope_dim / 2 = {}", g.source(),
+                info.numel, half);
+    const GgmlTypeInfo* ti = ggml_type_info(uint32_t(info.type));
+    HYDRA_CHECK(ti && ti->can_dequantize, "{}: tensor 'rope_freqs.weight' cannot be dequantized", g.source());
+    std::vector<float> div(static_cast<size_t>(half));
+    dequantize_row(info.type, g.tensor_data(info), div.data(), half);
+    for (float d : div)
+        HYDRA_CHECK(std::isfinite(d) && d >= 1.0f, "{}: rope_freqs.weight holds {}, expected divisors >= 1",
+                    g.source(), d);
+    RopeScaling s;
+    s.type = RopeType::Llama3;
+    s.factor = double(*std::max_element(div.begin(), div.end()));
+    s.original_max_position_embeddings = original.value_or(8192);
+    const double orig = double(s.original_max_position_embeddings), R = double(c.rope_dim);
+    // smooth value of each blended pair: 1/div = (1 - sm) / factor + sm
+    std::vector<std::pair<double, double>> pts;  // (original / wavelength, smooth)
+    for (int64_t i = 0; i < half; ++i) {
+        const double d = double(div[size_t(i)]);
+        if (d <= 1.0 + 1e-6 || d >= s.factor * (1.0 - 1e-6)) continue;
+        const double wavelen = 2.0 * std::numbers::pi / std::pow(double(c.rope_theta), -2.0 * double(i) / R);
+        pts.push_back({orig / wavelen, (s.factor / d - 1.0) / (s.factor - 1.0)});
+    }
+    HYDRA_CHECK(
+        s.factor > 1.0 && pts.size() >= 2,
+        "{}: rope_freqs.weight is not a Llama 3 frequency table with a blended band ({} blended pairs); "
+        "this RoPE scaling is not supported",
+        g.source(), pts.size());
+    // least squares sm = m x + b; then high - low = 1 / m, low = -b / m
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (auto [x, y] : pts) sx += x, sy += y, sxx += x * x, sxy += x * y;
+    const double n = double(pts.size()), m = (n * sxy - sx * sy) / (n * sxx - sx * sx), b = (sy - m * sx) / n;
+    HYDRA_CHECK(std::isfinite(m) && m > 0, "{}: rope_freqs.weight does not follow Llama 3's blend",
+                g.source());
+    s.low_freq_factor = -b / m;
+    s.high_freq_factor = s.low_freq_factor + 1.0 / m;
+    validate_rope_scaling(s, c.max_position_embeddings, g.source() + ": rope_freqs.weight");
+    const RopeFrequencies plain = rope_frequencies(RopeScaling{}, c.rope_theta, c.rope_dim, 0, 0);
+    const RopeFrequencies fit = rope_frequencies(s, c.rope_theta, c.rope_dim, c.max_position_embeddings, 0);
+    for (int64_t i = 0; i < half; ++i) {
+        const double want = plain.inv_freq[size_t(i)] / double(div[size_t(i)]), got = fit.inv_freq[size_t(i)];
+        HYDRA_CHECK(
+            std::abs(got - want) <= 1e-4 * want,
+            "{}: rope_freqs.weight is not a Llama 3 frequency table (pair {}: {} from the table, {} from the "
+            "recovered llama3 parameters); this RoPE scaling is not supported",
+            g.source(), i, want, got);
+    }
+    return s;
+}
+
+// llama.cpp's rope-scaling metadata with transformers' semantics: `{arch}.rope.scaling.type` none / linear /
+// yarn with .factor, .original_context_length, .yarn_beta_fast / _slow and .attn_factor (llama.cpp multiplies
+// YaRN's 0.1 ln(factor) + 1 by it); the older `{arch}.rope.scale_linear`; Llama 3's rope_freqs tensor.
+RopeScaling rope_scaling_from_gguf(const GgufFile& g, const ModelConfig& c) {
+    const std::string a = c.architecture + ".", p = a + "rope.scaling.";
+    const std::optional<int64_t> original = g.get_int_opt(p + "original_context_length");
+    if (original)
+        HYDRA_CHECK(*original > 0, "{}: '{}original_context_length' = {} must be positive", g.source(), p,
+                    *original);
+    if (const GgufTensorInfo* freqs = g.find_tensor("rope_freqs.weight"))
+        return llama3_from_rope_freqs(g, *freqs, c, original);
+    std::string type = g.get_string_opt(p + "type").value_or("none");
+    std::optional<double> factor = g.get_float_opt(p + "factor");
+    if (type == "none") {
+        if (auto lin = g.get_float_opt(a + "rope.scale_linear"); lin && *lin != 1.0)
+            type = "linear", factor = *lin;
+        else
+            return {};
+    }
+    RopeScaling s;
+    if (type == "linear") {
+        s.type = RopeType::Linear;
+    } else if (type == "yarn") {
+        s.type = RopeType::Yarn;
+        if (original) s.original_max_position_embeddings = *original;
+        if (auto v = g.get_float_opt(p + "yarn_beta_fast"); v && *v > 0) s.beta_fast = *v;
+        if (auto v = g.get_float_opt(p + "yarn_beta_slow"); v && *v > 0) s.beta_slow = *v;
+        if (auto v = g.get_float_opt(p + "yarn_log_multiplier"))
+            HYDRA_CHECK(*v == 0, "{}: '{}yarn_log_multiplier' (DeepSeek's YaRN) is not supported", g.source(),
+                        p);
+        HYDRA_CHECK(factor.has_value(), "{}: '{}factor' is missing for YaRN", g.source(), p);
+        if (auto v = g.get_float_opt(p + "attn_factor"); v && *v != 1.0)
+            s.attention_factor = *v * (*factor > 1 ? 0.1 * std::log(*factor) + 1.0 : 1.0);
+    } else {
+        fail(
+            "{}: RoPE scaling '{}' is not supported (supported: none, linear, yarn, and Llama 3's "
+            "rope_freqs)",
+            g.source(), type);
+    }
+    HYDRA_CHECK(factor.has_value(), "{}: '{}factor' is missing for RoPE scaling '{}'", g.source(), p, type);
+    s.factor = *factor;
+    return s;
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& g) {
@@ -62,8 +169,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     c.rope_theta = float(g.get_float_opt(a + "rope.freq_base").value_or(10000.0));
     c.rms_norm_eps = float(g.get_float(a + "attention.layer_norm_rms_epsilon"));
     c.max_position_embeddings = g.get_int_opt(a + "context_length").value_or(0);
-    if (auto scaling = g.get_string_opt(a + "rope.scaling.type"))
-        HYDRA_CHECK(*scaling == "none", "{}: RoPE scaling '{}' is not supported", g.source(), *scaling);
+    c.rope_scaling = rope_scaling_from_gguf(g, c);
 
     const GgufTensorInfo& embd = g.tensor("token_embd.weight");
     HYDRA_CHECK(embd.dims.size() == 2 && embd.dims[0] == c.hidden_size,

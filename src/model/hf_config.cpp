@@ -103,14 +103,6 @@ class Fields {
     std::string prefix_;
 };
 
-// The RoPE type named by a rope_scaling / rope_parameters object ("rope_type" or legacy "type").
-std::string rope_type_of(const json& obj, const std::string& source, const char* where) {
-    Fields f(obj, source, std::string(where) + ".");
-    if (auto t = f.string_opt("rope_type")) return *t;
-    if (auto t = f.string_opt("type")) return *t;
-    return "default";
-}
-
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& source) {
@@ -180,15 +172,14 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     const std::string act = f.string_opt("hidden_act").value_or("silu");
     HYDRA_CHECK(act == "silu", "{}: hidden_act \"{}\" is not supported (only \"silu\")", source, act);
 
-    // RoPE: rope_theta at the top level (older transformers) or inside rope_parameters (newer).
+    // RoPE: rope_theta at the top level (older transformers) or inside rope_parameters (newer), the scaling
+    // in rope_scaling (older) or rope_parameters (newer); rope_scaling wins when both scale, as in
+    // transformers (`rope_scaling or rope_parameters`).
     std::optional<double> theta = f.number_opt("rope_theta");
     if (const json* params = f.get("rope_parameters")) {
         HYDRA_CHECK(params->is_object(), "{}: \"rope_parameters\" is {}, expected an object", source,
                     json_kind(*params));
-        const std::string type = rope_type_of(*params, source, "rope_parameters");
-        HYDRA_CHECK(type == "default",
-                    "{}: rope_parameters.rope_type \"{}\" is not supported yet (only \"default\")", source,
-                    type);
+        c.rope_scaling = rope_scaling_from_json(*params, source, "rope_parameters");
         if (auto t = Fields(*params, source, "rope_parameters.").number_opt("rope_theta")) theta = *t;
     }
     c.rope_theta = float(theta.value_or(10000.0));
@@ -196,13 +187,11 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     if (const json* scaling = f.get("rope_scaling")) {
         HYDRA_CHECK(scaling->is_object(), "{}: \"rope_scaling\" is {}, expected null or an object", source,
                     json_kind(*scaling));
-        const std::string type = rope_type_of(*scaling, source, "rope_scaling");
-        HYDRA_CHECK(
-            type == "default",
-            "{}: rope_scaling of type \"{}\" is not supported yet (only unscaled RoPE; remove rope_scaling "
-            "or use a model without it)",
-            source, type);
+        const RopeScaling s = rope_scaling_from_json(*scaling, source, "rope_scaling");
+        if (!s.is_default()) c.rope_scaling = s;
     }
+    // hydra's own key (transformers ignores it): the FA heads of a NoPE hybrid rotate nothing
+    c.fa_nope = f.boolean_opt("hydra_fa_nope").value_or(false);
 
     c.tie_word_embeddings = f.boolean_opt("tie_word_embeddings").value_or(false);
     c.bos_token_ids = f.token_ids("bos_token_id");
@@ -251,6 +240,8 @@ nlohmann::json hf_config_to_json(const ModelConfig& c) {
     j["max_position_embeddings"] = c.max_position_embeddings;
     j["rms_norm_eps"] = c.rms_norm_eps;
     j["rope_theta"] = c.rope_theta;
+    if (!c.rope_scaling.is_default()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
+    if (c.fa_nope) j["hydra_fa_nope"] = true;
     j["tie_word_embeddings"] = c.tie_word_embeddings;
     if (type == "llama" || type == "qwen3") j["attention_bias"] = c.attention_bias;
     if (c.bos_token_ids.size() == 1) j["bos_token_id"] = c.bos_token_ids[0];

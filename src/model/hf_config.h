@@ -1,7 +1,8 @@
 // Import of a Hugging Face config.json (model_type llama, qwen2, qwen3) into a ModelConfig, and the
 // inverse. In model/ (not io/) because it produces and reads model/ types; io/ stays below model/.
-// Fields and defaults follow research/engines.md §4; anything we cannot run faithfully (RoPE
-// scaling, sliding windows, MLP biases, activations other than SiLU) is an error, not a guess.
+// Fields and defaults follow research/engines.md §4; RoPE scaling (rope_scaling / rope_parameters) as
+// model/rope_scaling.h reads it; anything we cannot run faithfully (longrope and other RoPE types,
+// sliding windows, MLP biases, activations other than SiLU) is an error, not a guess.
 #pragma once
 
 #include <string>

@@ -84,7 +84,22 @@ std::unique_ptr<LlamaModel> convert_to_hybrid(const LlamaModel& teacher, const H
     const int64_t W = plan.gdn.conv_size;
 
     ConversionStats stats = measure_teacher(teacher, options.calibration_tokens);
-    auto student = std::make_unique<LlamaModel>(cfg, &plan);
+    ModelConfig student_cfg = cfg;
+    if (options.rope_theta) {
+        HYDRA_CHECK(std::isfinite(*options.rope_theta) && *options.rope_theta > 1,
+                    "convert: rope_theta {} out of range", *options.rope_theta);
+        student_cfg.rope_theta = float(*options.rope_theta);
+    }
+    if (options.rope_scaling) apply_rope_scaling(student_cfg, *options.rope_scaling);
+    if (options.fa_nope) {
+        HYDRA_CHECK(
+            !plan.is_all_fa(),
+            "convert: NoPE needs a hybrid (an all-FA model without RoPE would lose every position); choose "
+            "a plan with LA heads");
+        student_cfg.fa_nope = true;
+    }
+    student_cfg.validate("convert");
+    auto student = std::make_unique<LlamaModel>(student_cfg, &plan);
     ParamArena& dst = student->params();
     const ParamArena& src = teacher.params();
 

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "model/hybrid_plan.h"
@@ -28,6 +29,11 @@ namespace hydra {
 struct ConversionOptions {
     std::vector<int32_t> calibration_tokens;  // teacher statistics; empty: RMS 1 and span 64 for every head
     uint64_t seed = 1;                        // g_proj init
+    // Positions of the hybrid's FA heads (the teacher's statistics are measured with its own RoPE):
+    std::optional<RopeScaling>
+        rope_scaling;                  // set: replaces the teacher's (apply_rope_scaling: context grows)
+    std::optional<double> rope_theta;  // set: replaces the teacher's base (static NTK-aware scaling)
+    bool fa_nope = false;              // FA heads without RoPE (needs LA heads to carry order)
 };
 
 // What the calibration measured, per teacher layer and head (original head order).

@@ -23,6 +23,7 @@ void ModelConfig::validate(const std::string& source) const {
                 "{}: rope dimension {} must be even and at most head_dim {}", source, rope_dim, head_dim);
     HYDRA_CHECK(rms_norm_eps > 0 && rms_norm_eps < 1, "{}: rms_norm_eps {} out of range", source, rms_norm_eps);
     HYDRA_CHECK(rope_theta > 1, "{}: rope_theta {} out of range", source, rope_theta);
+    validate_rope_scaling(rope_scaling, max_position_embeddings, source);
 }
 
 }  // namespace hydra

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/rope_scaling.h"
+
 namespace hydra {
 
 struct ModelConfig {
@@ -22,6 +24,8 @@ struct ModelConfig {
     float rms_norm_eps = 1e-5f;
     float rope_theta = 10000.0f;
     int64_t rope_dim = 0;                // rotated dims per head (== head_dim for all supported models)
+    RopeScaling rope_scaling;            // HF rope_scaling of the FA heads (default: none)
+    bool fa_nope = false;  // FA heads without positions (NoPE ablation of a hybrid); GDN carries order
     bool tie_word_embeddings = false;
     bool attention_bias = false;         // q/k/v biases (Qwen2 always)
     bool qk_norm = false;                // per-head RMSNorm on q and k before RoPE (Qwen3)

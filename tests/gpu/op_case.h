@@ -59,6 +59,9 @@ OpCase attention_cudnn_case(int B, int T, int H, int Hkv, int D, bool fused_qkv)
 OpCase embedding_case(int64_t N, int64_t V, int64_t C);
 OpCase rmsnorm_case(int64_t N, int64_t C);
 OpCase rope_case(int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0);
+// RoPE scaling: `spec` as `hydra convert --rope-scaling` takes it, the model's context max_pos.
+OpCase rope_scaled_case(const std::string& spec, int64_t max_pos, int64_t num_seqs, int64_t T, int64_t H,
+                        int64_t Dh, int64_t pos0);
 OpCase swiglu_case(int64_t N, int64_t I);
 OpCase short_conv_case(int64_t B, int64_t T, int64_t D, int64_t W, bool with_prev, int64_t pad);
 OpCase gdn_gates_case(int64_t N, int64_t HV, bool neg);

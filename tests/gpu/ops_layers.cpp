@@ -1,8 +1,8 @@
 // GPU parity of the element-wise and normalisation layer ops against their CPU float references:
-// embedding, RMSNorm, RoPE, SwiGLU, the GDN short conv, GDN gates, gated RMSNorm, head fusion (every
-// FusionKind) and the element-wise helpers, forward and backward. Accumulated (+=) outputs start from
-// random values and are compared as increments. Tolerance 1e-2 where the GPU output is bf16, 1e-5 where
-// it is fp32.
+// embedding, RMSNorm, RoPE (unscaled and with each RoPE scaling's frequencies), SwiGLU, the GDN short conv,
+// GDN gates, gated RMSNorm, head fusion (every FusionKind) and the element-wise helpers, forward and
+// backward. Accumulated (+=) outputs start from random values and are compared as increments. Tolerance 1e-2
+// where the GPU output is bf16, 1e-5 where it is fp32.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,8 +11,11 @@
 #include <vector>
 
 #include "device_io.h"
+#include "gpu/gpu_rope.h"
 #include "model/fusion.h"
 #include "model/hybrid_plan.h"
+#include "model/model_config.h"
+#include "model/rope_scaling.h"
 #include "op_case.h"
 #include "ops/cpu/embedding.h"
 #include "ops/cpu/gated_rmsnorm.h"
@@ -176,6 +179,64 @@ void run_rope(int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_d
         auto e = dev_bf16(buf);
         cu::rope_backward_strided(e.p() + pre, stride, num_seqs, T, H, Dh, rope_dim, c.p(), sn.p());
         expect_rel("rope bwd strided dx", host(e), bw, kTolBf16);
+    }
+}
+
+// RoPE with a scaled model's frequencies (gpu_rope_freqs from model/rope_scaling) against the CPU table of
+// the same call (rope_frequencies at L = pos0 + T): the device table, rotation by it forward and backward,
+// the on-the-fly angles, and the device-position decode form at the last position (L = p + 1: dynamic NTK's
+// base computed in the kernel).
+void run_rope_scaled(const std::string& spec, int64_t max_pos, int64_t num_seqs, int64_t T, int64_t H,
+                     int64_t Dh, int64_t pos0, Rng& rng) {
+    ModelConfig mc;
+    mc.head_dim = mc.rope_dim = Dh;
+    mc.rope_theta = 10000.f;
+    mc.max_position_embeddings = max_pos;
+    mc.rope_scaling = parse_rope_scaling_spec(spec);
+    validate_rope_scaling(mc.rope_scaling, max_pos, spec);
+    const cu::RopeFreqs freqs = gpu::gpu_rope_freqs(mc);
+    const int64_t row = H * Dh, n = num_seqs * T * row, half = Dh / 2;
+    auto cpu_table = [&](int64_t t0, int64_t count, int64_t seq_len, std::vector<float>& cs,
+                         std::vector<float>& sn) {
+        const RopeFrequencies f = rope_frequencies(mc, seq_len);
+        cs.resize(sz(count * half)), sn.resize(sz(count * half));
+        cpu::rope_table<float>(cs.data(), sn.data(), count, Dh, t0, f.inv_freq.data(), f.attention_scale);
+    };
+    std::vector<float> cos_ref, sin_ref;
+    cpu_table(pos0, T, pos0 + T, cos_ref, sin_ref);
+    auto x = bf16_values(sz(n), rng);
+    std::vector<float> f_ref = x, b_ref = x;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        cpu::rope_forward<float>(f_ref.data() + s * T * row, T, H, Dh, Dh, cos_ref.data(), sin_ref.data());
+        cpu::rope_backward<float>(b_ref.data() + s * T * row, T, H, Dh, Dh, cos_ref.data(), sin_ref.data());
+    }
+    Dev<float> c(T * half), sn(T * half);
+    cu::rope_table(c.p(), sn.p(), T, Dh, pos0, freqs);
+    expect_rel(spec + " table cos", host(c), cos_ref, kTolF32);
+    expect_rel(spec + " table sin", host(sn), sin_ref, kTolF32);
+    {
+        auto d = dev_bf16(x);
+        cu::rope_forward(d.p(), num_seqs, T, H, Dh, Dh, c.p(), sn.p());
+        expect_rel(spec + " fwd table x", host(d), f_ref, kTolBf16);
+        auto e = dev_bf16(x);
+        cu::rope_backward(e.p(), num_seqs, T, H, Dh, Dh, c.p(), sn.p());
+        expect_rel(spec + " bwd table dx", host(e), b_ref, kTolBf16);
+    }
+    {
+        auto d = dev_bf16(x);
+        cu::rope_forward(d.p(), num_seqs, T, H, Dh, Dh, pos0, freqs);
+        expect_rel(spec + " fwd angles x", host(d), f_ref, kTolBf16);
+    }
+    {  // one token at the last position, its position read on the device
+        const int64_t p = pos0 + T - 1;
+        std::vector<float> cs, snv, one(x.begin(), x.begin() + row);
+        cpu_table(p, 1, p + 1, cs, snv);
+        std::vector<float> ref = one;
+        cpu::rope_forward<float>(ref.data(), 1, H, Dh, Dh, cs.data(), snv.data());
+        auto d = dev_bf16(one);
+        auto pos = dev_i32({int32_t(p)});
+        cu::rope_forward_decode(d.p(), H, Dh, Dh, pos.p(), freqs);
+        expect_rel(spec + " decode x", host(d), ref, kTolBf16);
     }
 }
 
@@ -486,6 +547,13 @@ OpCase rope_case(int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rop
     return {
         case_name("rope", {{"S", num_seqs}, {"T", T}, {"H", H}, {"Dh", Dh}, {"R", rope_dim}, {"p", pos0}}),
         [=](Rng& r) { run_rope(num_seqs, T, H, Dh, rope_dim, pos0, r); }};
+}
+
+OpCase rope_scaled_case(const std::string& spec, int64_t max_pos, int64_t num_seqs, int64_t T, int64_t H,
+                        int64_t Dh, int64_t pos0) {
+    return {case_name("rope_scaled_" + spec.substr(0, spec.find(':')),
+                      {{"S", num_seqs}, {"T", T}, {"H", H}, {"Dh", Dh}, {"p", pos0}, {"ctx", max_pos}}),
+            [=](Rng& r) { run_rope_scaled(spec, max_pos, num_seqs, T, H, Dh, pos0, r); }};
 }
 
 OpCase swiglu_case(int64_t N, int64_t I) {

@@ -13,7 +13,15 @@
 // (q/k bias, q/k norm), 300 random tokens. GpuForward.RealModel: the model at $HYDRA_MODEL (or the default
 // under .cache; skipped when absent) on 300 tokens of prose. GpuForwardGraphs: the graph check at
 // SmolLM2-135M's shape (random teacher and 7:1 hybrid) and on the real model's 7:1 conversion.
+// GpuForwardRopeScaling: the tiny Llama-3-style model of tests/data/tiny_hf/llama3 (rope_scaling llama3,
+// head dim 64) and its weights under linear, dynamic NTK and YaRN configs and without rotation (NoPE): GPU
+// prefill logits (transformers' differ by 17-25% between these configs) against
+// transformers', GPU decode step by step against the CPU's (dynamic NTK's per-call length rule), graphs
+// against eager; and a YaRN + NoPE hybrid converted from it, GPU against CPU.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -36,11 +44,13 @@
 #include "gpu/gpu_forward.h"
 #include "gpu/gpu_train_model.h"
 #include "gpu_train_common.h"
+#include "io/safetensors.h"
 #include "model/hybrid_conversion.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
+#include "model/rope_scaling.h"
 #include "model_paths.h"
 #include "parity.h"
 #include "serve/sampler.h"
@@ -343,6 +353,110 @@ TEST(GpuForwardGraphs, RealModelHybrid7to1) {
     LoadedModel m = load_model(test::default_model_path());
     if (!m.model->plan().is_all_fa()) GTEST_SKIP() << "the model is already a hybrid";
     graphs_on(*convert_to_hybrid(*m.model, plan_7to1(m.model->config()), ConversionOptions{}));
+}
+
+// ---- RoPE scaling on the tiny Llama-3-style model ----
+
+// The tiny model's directory with config.json's RoPE replaced by `variant` of rope_variants.json (empty: the
+// model's own llama3; "nope": llama3 with hydra_fa_nope), in a temporary directory that lives as long as the
+// object.
+struct TinyVariant {
+    std::filesystem::path dir;
+    explicit TinyVariant(const std::string& variant) {
+        const std::string src = test::test_data("tiny_hf/llama3");
+        dir = std::filesystem::temp_directory_path() /
+              ("hydra_gpu_rope_" + (variant.empty() ? "llama3" : variant) + "_" + std::to_string(::getpid()));
+        std::filesystem::remove_all(dir);
+        std::filesystem::create_directories(dir);
+        nlohmann::json cfg = nlohmann::json::parse(read_text(src + "/config.json"));
+        if (variant == "nope") {
+            cfg["hydra_fa_nope"] = true;
+        } else if (!variant.empty()) {
+            const nlohmann::json v = nlohmann::json::parse(read_text(src + "/rope_variants.json"))[variant];
+            cfg["max_position_embeddings"] = v["max_position_embeddings"];
+            nlohmann::json params = v["rope_parameters"];
+            params["rope_theta"] = 10000.0;
+            cfg["rope_parameters"] = params;
+        }
+        std::ofstream(dir / "config.json") << cfg.dump(1);
+        std::filesystem::copy_file(src + "/model.safetensors", dir / "model.safetensors");
+    }
+    ~TinyVariant() { std::filesystem::remove_all(dir); }
+};
+
+// GPU against CPU, both as a prefill of the first `split` tokens then one token at a time (the same calls, so
+// dynamic NTK sees the same lengths), every position's logits.
+void expect_stepwise_gpu_matches_cpu(const LlamaModel& model, const std::vector<int32_t>& prompt,
+                                     int64_t split) {
+    const int64_t T = int64_t(prompt.size()), V = model.config().vocab_size;
+    ForwardOptions fp32;
+    fp32.quantized_decode = false;
+    KVCache cpu_cache(model, T);
+    gpu::GpuTrainModel gm(model, false);
+    gpu::GpuForward fwd(gm);
+    gpu::GpuCache cache(gm, T);
+    const std::span<const int32_t> all(prompt);
+    const Tensor cpu_first =
+        compute_logits(model, forward_hidden(model, all.first(size_t(split)), cpu_cache, fp32));
+    const std::vector<float> gpu_first = fwd.forward_all_logits(cache, all.first(size_t(split)));
+    double worst = rel(gpu_first.data(), cpu_first.f32(), split * V);
+    for (int64_t t = split; t < T; ++t) {
+        const Tensor c = forward_last_logits(model, all.subspan(size_t(t), 1), cpu_cache, fp32);
+        const std::vector<float> g = fwd.forward_last_logits(cache, all.subspan(size_t(t), 1));
+        worst = std::max(worst, rel(g.data(), c.f32(), V));
+    }
+    std::printf("stepwise GPU vs CPU: worst rel RMS %.3e\n", worst);
+    EXPECT_LT(worst, kTol);
+}
+
+class GpuForwardRopeScaling : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuForwardRopeScaling, TinyLlama3MatchesTransformersAndCpu) {
+    const std::string variant = GetParam();
+    TinyVariant tv(variant == "llama3" ? "" : variant);
+    LoadedModel m = load_model(tv.dir.string());
+    const LlamaModel& model = *m.model;
+    ASSERT_EQ(model.config().fa_nope, variant == "nope");
+    if (variant != "nope") {
+        ASSERT_EQ(rope_type_name(model.config().rope_scaling.type), variant);
+    }
+    SafetensorsFile ref =
+        SafetensorsFile::open(test::test_data("tiny_hf/llama3/reference_logits.safetensors"));
+    const Tensor ids = ref.copy("ids");
+    const Tensor expected = ref.to_f32(variant == "llama3" ? "logits" : "logits_" + variant);
+    const std::vector<int32_t> prompt(ids.data<int32_t>(), ids.data<int32_t>() + ids.numel());
+    const int64_t T = int64_t(prompt.size()), V = model.config().vocab_size;
+
+    gpu::GpuTrainModel gm(model, false);
+    gpu::GpuForward fwd(gm);
+    gpu::GpuCache cache(gm, T + 16);
+    const std::vector<float> logits = fwd.forward_all_logits(cache, prompt);
+    const double r = rel(logits.data(), expected.f32(), T * V);
+    std::printf("%s: GPU prefill against transformers, rel RMS %.3e\n", variant.c_str(), r);
+    EXPECT_LT(r, kTol);
+    expect_stepwise_gpu_matches_cpu(model, prompt, 24);
+    expect_graphs_match_eager(fwd, prompt, 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GpuForwardRopeScaling,
+                         ::testing::Values("llama3", "linear", "dynamic", "yarn"));
+
+TEST(GpuForwardRopeScalingHybrid, YarnNopeHybridMatchesCpu) {
+    LoadedModel teacher = load_model(test::test_data("tiny_hf/llama3"));
+    PlanRequest req;
+    req.select = "random";
+    req.granularity = "head";
+    req.ratio = parse_ratio("1:1", "test");
+    const HybridPlan plan = build_plan(teacher.model->config(), req);
+    for (bool nope : {false, true}) {
+        ConversionOptions opt;
+        opt.rope_scaling = parse_rope_scaling_spec("yarn:4");
+        opt.fa_nope = nope;
+        auto hybrid = convert_to_hybrid(*teacher.model, plan, opt);
+        bench::randomise(*hybrid, 31);  // fresh GDN weights are near zero: make every path count
+        std::printf("yarn hybrid, NoPE %d\n", int(nope));
+        expect_stepwise_gpu_matches_cpu(*hybrid, random_prompt(64, hybrid->config().vocab_size, 5), 40);
+    }
 }
 
 }  // namespace

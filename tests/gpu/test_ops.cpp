@@ -72,8 +72,17 @@ std::vector<OpCase> op_cases() {
     c.push_back(rope_case(2, 41, 4, 64, 24, 3));  // 12 pairs: 4 per thread (8 per thread when half % 8 == 0)
     c.push_back(rope_case(1, 29, 3, 64, 20, 7));  // 10 pairs: 2 per thread
     c.push_back(rope_case(1, 5, 40, 64, 62, 0));  // 40 x 31 pairs per row > 1024 threads: the flat kernel
-    c.push_back(swiglu_case(77, 1536));           // 16-byte path
-    c.push_back(swiglu_case(33, 100));            // element path (rows not a multiple of 8)
+    // RoPE scaling: each type's frequencies, YaRN's scale on cos / sin, dynamic NTK past its context
+    c.push_back(rope_scaled_case("linear:4", 4096, 2, 130, 9, 64, 0));
+    c.push_back(rope_scaled_case("yarn:4,original_max_position_embeddings=256", 1024, 2, 130, 9, 64, 200));
+    c.push_back(rope_scaled_case("yarn:8,beta_fast=16,attention_factor=1.3", 512, 1, 77, 5, 128, 1000));
+    c.push_back(rope_scaled_case("llama3:8,original_max_position_embeddings=64", 512, 2, 130, 9, 64, 0));
+    c.push_back(
+        rope_scaled_case("llama3:8,original_max_position_embeddings=8192", 65536, 1, 33, 4, 128, 9000));
+    c.push_back(rope_scaled_case("dynamic:4", 128, 2, 130, 9, 64, 100));  // L = 230 > 128: base grows
+    c.push_back(rope_scaled_case("dynamic:2", 4096, 1, 37, 5, 128, 0));   // L < context: unscaled
+    c.push_back(swiglu_case(77, 1536));                                   // 16-byte path
+    c.push_back(swiglu_case(33, 100));  // element path (rows not a multiple of 8)
     c.push_back(short_conv_case(2, 130, 576, 4, false, 0));
     c.push_back(short_conv_case(3, 130, 320, 4, true, 96));
     c.push_back(short_conv_case(2, 2, 200, 4, true, 0));  // segment shorter than the window

@@ -56,13 +56,20 @@ void rope_table(T* cos, T* sin, int64_t num_tokens, int64_t rope_dim, int64_t po
     std::vector<double> inv_freq(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i)
         inv_freq[size_t(i)] = std::pow(theta, -2.0 * double(i) / double(rope_dim));
+    rope_table(cos, sin, num_tokens, rope_dim, pos0, inv_freq.data(), 1.0);
+}
+
+template <typename T>
+void rope_table(T* cos, T* sin, int64_t num_tokens, int64_t rope_dim, int64_t pos0, const double* inv_freq,
+                double scale) {
+    const int64_t half = rope_dim / 2;
 #pragma omp parallel for schedule(static) if (num_tokens * half > 8192)
     for (int64_t t = 0; t < num_tokens; ++t) {
         const double pos = double(pos0 + t);
         for (int64_t i = 0; i < half; ++i) {
-            const double angle = pos * inv_freq[size_t(i)];
-            cos[t * half + i] = T(std::cos(angle));
-            sin[t * half + i] = T(std::sin(angle));
+            const double angle = pos * inv_freq[i];
+            cos[t * half + i] = T(scale * std::cos(angle));
+            sin[t * half + i] = T(scale * std::sin(angle));
         }
     }
 }
@@ -95,6 +102,8 @@ template void rope_backward<float>(float*, int64_t, int64_t, int64_t, int64_t, i
 template void rope_backward<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, double);
 template void rope_table<float>(float*, float*, int64_t, int64_t, int64_t, double);
 template void rope_table<double>(double*, double*, int64_t, int64_t, int64_t, double);
+template void rope_table<float>(float*, float*, int64_t, int64_t, int64_t, const double*, double);
+template void rope_table<double>(double*, double*, int64_t, int64_t, int64_t, const double*, double);
 template void rope_forward<float>(float*, int64_t, int64_t, int64_t, int64_t, const float*, const float*);
 template void rope_forward<double>(double*, int64_t, int64_t, int64_t, int64_t, const double*, const double*);
 template void rope_backward<float>(float*, int64_t, int64_t, int64_t, int64_t, const float*, const float*);

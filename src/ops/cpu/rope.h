@@ -24,6 +24,12 @@ void rope_backward(T* dx, int64_t num_tokens, int64_t H, int64_t Dh, int64_t rop
 // OVERWRITTEN with T(cos(angle)), T(sin(angle)) computed in double, the values rope_forward uses.
 template <typename T>
 void rope_table(T* cos, T* sin, int64_t num_tokens, int64_t rope_dim, int64_t pos0, double theta);
+// The same from explicit frequencies (RoPE scaling, model/rope_scaling.h): angle (pos0 + t) * inv_freq[i]
+// in double, cos and sin both multiplied by `scale` (YaRN's attention factor; 1 otherwise). The backward
+// with such a table is the transpose of the scaled rotation, so the gradients stay exact.
+template <typename T>
+void rope_table(T* cos, T* sin, int64_t num_tokens, int64_t rope_dim, int64_t pos0, const double* inv_freq,
+                double scale);
 
 // rope_forward / rope_backward with a table from rope_table: token t uses row t (bit-identical results).
 template <typename T>

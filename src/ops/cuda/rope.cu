@@ -4,6 +4,7 @@
 #include "ops/cuda/rope.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/layer_util.cuh"
@@ -14,23 +15,35 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The inverse frequency of pair i for a call reaching sequence length L (dynamic NTK: see RopeFreqs; the
+// same expressions as model/rope_scaling.cpp's).
+__device__ __forceinline__ double inv_freq_at(const RopeFreqs& f, int64_t i, int64_t L, int64_t rope_dim) {
+    if (f.ntk_factor > 0 && L > f.ntk_original) {
+        const double R = double(rope_dim);
+        const double base =
+            f.theta *
+            pow(f.ntk_factor * double(L) / double(f.ntk_original) - (f.ntk_factor - 1.0), R / (R - 2.0));
+        return pow(base, -2.0 * double(i) / R);
+    }
+    return f.inv_freq[i];
+}
+
 __global__ void k_rope_table(float* __restrict__ cos_t, float* __restrict__ sin_t, int64_t T,
-                             int64_t rope_dim, int64_t pos0, double theta) {
+                             int64_t rope_dim, int64_t pos0, const __grid_constant__ RopeFreqs f) {
     const int64_t half = rope_dim / 2, total = T * half;
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total;
          k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t t = k / half, i = k - t * half;
-        const double inv_freq = pow(theta, -2.0 * double(i) / double(rope_dim));
         double s, c;
-        sincos(double(pos0 + t) * inv_freq, &s, &c);
-        cos_t[k] = float(c);
-        sin_t[k] = float(s);
+        sincos(double(pos0 + t) * inv_freq_at(f, i, pos0 + T, rope_dim), &s, &c);
+        cos_t[k] = float(double(f.scale) * c);
+        sin_t[k] = float(double(f.scale) * s);
     }
 }
 
 // x + (s * T + t) * token_stride + h * Dh is head h of token t of sequence s. Table when cos_t is not
-// null, else angles from pos0 / theta, pos0 read from device memory when pos_dev is not null (decode in a
-// CUDA graph). inverse = rotate by the negative angle (the backward).
+// null, else angles from pos0 and the frequencies f, pos0 read from device memory when pos_dev is not null
+// (decode in a CUDA graph). inverse = rotate by the negative angle (the backward).
 //
 // A work item is a group of P consecutive pairs (i .. i + P - 1, partners i + half ..), read as one
 // P-element bf16 vector (and P-float table vector) when the strides and pointers allow (P = 8, 4 or 2);
@@ -39,9 +52,9 @@ __global__ void k_rope_table(float* __restrict__ cos_t, float* __restrict__ sin_
 // The P angles of pairs i .. i + P - 1 at position t.
 template <int P>
 __device__ __forceinline__ void rope_angles(float (&c)[P], float (&sn)[P], const float* __restrict__ cos_t,
-                                            const float* __restrict__ sin_t, int64_t t, int64_t half,
-                                            int64_t i, int64_t pos0, double theta, int64_t rope_dim,
-                                            bool inverse) {
+                                            const float* __restrict__ sin_t, int64_t t, int64_t T,
+                                            int64_t half, int64_t i, int64_t pos0, const RopeFreqs& f,
+                                            int64_t rope_dim, bool inverse) {
     if (cos_t) {
         const float* cp = cos_t + t * half + i;
         const float* sp = sin_t + t * half + i;
@@ -62,11 +75,10 @@ __device__ __forceinline__ void rope_angles(float (&c)[P], float (&sn)[P], const
     } else {
 #pragma unroll
         for (int e = 0; e < P; ++e) {
-            const double inv_freq = pow(theta, -2.0 * double(i + e) / double(rope_dim));
             double sd, cd;
-            sincos(double(pos0 + t) * inv_freq, &sd, &cd);
-            c[e] = float(cd);
-            sn[e] = float(sd);
+            sincos(double(pos0 + t) * inv_freq_at(f, i + e, pos0 + T, rope_dim), &sd, &cd);
+            c[e] = float(double(f.scale) * cd);
+            sn[e] = float(double(f.scale) * sd);
         }
     }
 #pragma unroll
@@ -140,7 +152,8 @@ __device__ __forceinline__ void rope_rotate(bf16* v, int64_t i, int64_t half, co
 template <int P>
 __global__ void k_rope_rows(bf16* x, int64_t token_stride, int rows, int T, int Dh, int rope_dim,
                             const float* __restrict__ cos_t, const float* __restrict__ sin_t, int64_t pos0,
-                            const int32_t* __restrict__ pos_dev, double theta, bool inverse) {
+                            const int32_t* __restrict__ pos_dev, const __grid_constant__ RopeFreqs f,
+                            bool inverse) {
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;
     const int half = rope_dim / 2, groups = half / P, u = threadIdx.x, h = u / groups,
@@ -148,7 +161,7 @@ __global__ void k_rope_rows(bf16* x, int64_t token_stride, int rows, int T, int 
     const int t = row % T;
     if (pos_dev) pos0 = int64_t(*pos_dev);
     float c[P], sn[P];
-    rope_angles<P>(c, sn, cos_t, sin_t, t, half, i, pos0, theta, rope_dim, inverse);
+    rope_angles<P>(c, sn, cos_t, sin_t, t, T, half, i, pos0, f, rope_dim, inverse);
     rope_rotate<P>(x + int64_t(row) * token_stride + int64_t(h) * Dh, i, half, c, sn);
 }
 
@@ -156,7 +169,8 @@ __global__ void k_rope_rows(bf16* x, int64_t token_stride, int rows, int T, int 
 __global__ void k_rope_flat(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
                             int64_t rope_dim, const float* __restrict__ cos_t,
                             const float* __restrict__ sin_t, int64_t pos0,
-                            const int32_t* __restrict__ pos_dev, double theta, bool inverse) {
+                            const int32_t* __restrict__ pos_dev, const __grid_constant__ RopeFreqs f,
+                            bool inverse) {
     const int64_t half = rope_dim / 2, total = num_seqs * T * H * half;
     if (pos_dev) pos0 = int64_t(*pos_dev);
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total;
@@ -167,17 +181,18 @@ __global__ void k_rope_flat(bf16* x, int64_t token_stride, int64_t num_seqs, int
         r /= H;
         const int64_t t = r % T, s = r / T;
         float c[1], sn[1];
-        rope_angles<1>(c, sn, cos_t, sin_t, t, half, i, pos0, theta, rope_dim, inverse);
+        rope_angles<1>(c, sn, cos_t, sin_t, t, T, half, i, pos0, f, rope_dim, inverse);
         rope_rotate<1>(x + (s * T + t) * token_stride + h * Dh, i, half, c, sn);
     }
 }
 
 void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
-            int64_t rope_dim, const float* cos_t, const float* sin_t, int64_t pos0, double theta,
+            int64_t rope_dim, const float* cos_t, const float* sin_t, int64_t pos0, const RopeFreqs& f,
             bool inverse, cudaStream_t stream, const int32_t* pos_dev = nullptr) {
     if (token_stride == 0) token_stride = H * Dh;
-    HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh,
-                       "rope: rope_dim must be even and <= head_dim, token stride >= H * Dh");
+    HYDRA_CUDA_REQUIRE(
+        rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh && rope_dim / 2 <= RopeFreqs::kMaxPairs,
+        "rope: rope_dim must be even, <= head_dim and <= 2 * RopeFreqs::kMaxPairs, token stride >= H * Dh");
     const int64_t half = rope_dim / 2, rows = num_seqs * T;
     if (rows <= 0 || half <= 0 || H <= 0) return;
     // Widest vector the layout allows: every rotated element offset (row * stride + h * Dh + i, + half) a
@@ -197,66 +212,94 @@ void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t 
         const unsigned grid = unsigned((rows + R - 1) / R);
         if (P == 8)
             k_rope_rows<8><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
                                                        inverse);
         else if (P == 4)
             k_rope_rows<4><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
                                                        inverse);
         else if (P == 2)
             k_rope_rows<2><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
                                                        inverse);
         else
             k_rope_rows<1><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, theta,
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
                                                        inverse);
     } else {
         k_rope_flat<<<detail::grid_for(rows * H * half, kThreads), kThreads, 0, stream>>>(
-            x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, pos_dev, theta, inverse);
+            x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, pos_dev, f, inverse);
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
+// The table kernels never read the frequencies.
+const RopeFreqs kUnused{};
+
 }  // namespace
+
+RopeFreqs RopeFreqs::plain(double theta, int64_t rope_dim) {
+    RopeFreqs f;
+    HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim / 2 <= kMaxPairs,
+                       "rope: rope_dim out of range (even, <= 256)");
+    for (int64_t i = 0; i < rope_dim / 2; ++i)
+        f.inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(rope_dim));
+    return f;
+}
 
 void rope_table(float* cos, float* sin, int64_t T, int64_t rope_dim, int64_t pos0, double theta,
                 cudaStream_t stream) {
+    rope_table(cos, sin, T, rope_dim, pos0, RopeFreqs::plain(theta, rope_dim), stream);
+}
+
+void rope_table(float* cos, float* sin, int64_t T, int64_t rope_dim, int64_t pos0, const RopeFreqs& f,
+                cudaStream_t stream) {
     const int64_t total = T * (rope_dim / 2);
     if (total <= 0) return;
-    k_rope_table<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(cos, sin, T, rope_dim, pos0,
-                                                                             theta);
+    HYDRA_CUDA_REQUIRE(rope_dim % 2 == 0 && rope_dim / 2 <= RopeFreqs::kMaxPairs,
+                       "rope_table: rope_dim out of range (even, <= 256)");
+    k_rope_table<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(cos, sin, T, rope_dim, pos0, f);
     CUDA_CHECK(cudaGetLastError());
 }
 
 void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
                   const float* cos, const float* sin, cudaStream_t stream) {
-    launch(x, 0, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, 0.0, false, stream);
+    launch(x, 0, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, kUnused, false, stream);
 }
 void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
                    const float* cos, const float* sin, cudaStream_t stream) {
-    launch(dx, 0, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, 0.0, true, stream);
+    launch(dx, 0, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, kUnused, true, stream);
 }
 void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
                   double theta, cudaStream_t stream) {
-    launch(x, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, theta, false, stream);
+    launch(x, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, RopeFreqs::plain(theta, rope_dim),
+           false, stream);
+}
+void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim, int64_t pos0,
+                  const RopeFreqs& f, cudaStream_t stream) {
+    launch(x, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, f, false, stream);
 }
 void rope_backward(bf16* dx, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, int64_t rope_dim,
                    int64_t pos0, double theta, cudaStream_t stream) {
-    launch(dx, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, theta, true, stream);
+    launch(dx, 0, num_seqs, T, H, Dh, rope_dim, nullptr, nullptr, pos0, RopeFreqs::plain(theta, rope_dim),
+           true, stream);
 }
 void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos, double theta,
                          cudaStream_t stream) {
+    rope_forward_decode(x, H, Dh, rope_dim, pos, RopeFreqs::plain(theta, rope_dim), stream);
+}
+void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos,
+                         const RopeFreqs& f, cudaStream_t stream) {
     HYDRA_CUDA_REQUIRE(pos != nullptr, "rope_forward_decode: the position pointer is required");
-    launch(x, 0, 1, 1, H, Dh, rope_dim, nullptr, nullptr, 0, theta, false, stream, pos);
+    launch(x, 0, 1, 1, H, Dh, rope_dim, nullptr, nullptr, 0, f, false, stream, pos);
 }
 void rope_forward_strided(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
                           int64_t rope_dim, const float* cos, const float* sin, cudaStream_t stream) {
-    launch(x, token_stride, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, 0.0, false, stream);
+    launch(x, token_stride, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, kUnused, false, stream);
 }
 void rope_backward_strided(bf16* dx, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
                            int64_t rope_dim, const float* cos, const float* sin, cudaStream_t stream) {
-    launch(dx, token_stride, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, 0.0, true, stream);
+    launch(dx, token_stride, num_seqs, T, H, Dh, rope_dim, cos, sin, 0, kUnused, true, stream);
 }
 
 }  // namespace hydra::cuda
