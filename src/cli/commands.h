@@ -24,6 +24,7 @@ void register_demo(CLI::App& app);
 DataLoader::Generator synthetic_rows_for(const TrainConfig& config);
 void register_score_heads(CLI::App& app);
 void register_eval(CLI::App& app);
+void register_corpus(CLI::App& app);
 
 // The MODEL argument's default: $HYDRA_MODEL, else the default model fetched by tools/setup.sh.
 std::string default_model_path();

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     hydra::cli::register_demo(app);
     hydra::cli::register_score_heads(app);
     hydra::cli::register_eval(app);
+    hydra::cli::register_corpus(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
