@@ -178,6 +178,7 @@ TEST(CorpusMarkup, StripsEachFormat) {
     EXPECT_EQ(info.find("*****"), std::string::npos);
     EXPECT_EQ(info.find("Tag Table"), std::string::npos);
     EXPECT_NE(info.find("Text here."), std::string::npos);
+    EXPECT_EQ(strip_info(std::string("A\0\b[index\0\b]\nB\n", 15)), "A\nB\n");
 
     EXPECT_EQ(strip_fortune("one\n%\ntwo\n"), "one\n\n\ntwo\n");
     EXPECT_EQ(strip_wordnet("  1 This software and database\n00001740 03 n 02 entity 0 thing 1 003 | that which exists\n"),

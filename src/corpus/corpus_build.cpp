@@ -120,7 +120,8 @@ CorpusBuildReport build_corpus(const std::vector<SourceSpec>& sources, const std
                         file_state[i] = 2;
                         continue;
                     }
-                    if (looks_like_garbage(raw, text)) {
+                    // Info files hold NUL bytes in makeinfo's index markers (stripped above).
+                    if (looks_like_garbage(src.format == TextFormat::kInfo ? std::string_view() : raw, text)) {
                         file_state[i] = 1;
                         continue;
                     }

@@ -16,7 +16,7 @@ namespace {
 std::vector<std::string_view> lines_of(std::string_view text) {
     std::vector<std::string_view> out;
     size_t b = 0;
-    while (b <= text.size()) {
+    while (b < text.size()) {  // a final '\n' ends the last line; it does not start an empty one
         size_t e = text.find('\n', b);
         if (e == std::string_view::npos) e = text.size();
         std::string_view line = text.substr(b, e - b);
@@ -505,7 +505,21 @@ std::string strip_roff(std::string_view text) {
     return out;
 }
 
-std::string strip_info(std::string_view text) {
+std::string strip_info(std::string_view raw) {
+    // makeinfo marks index entries and images with "\0\b[index\0\b]"-style brackets: dropped whole.
+    std::string unmarked;
+    unmarked.reserve(raw.size());
+    for (size_t i = 0; i < raw.size();) {
+        if (raw.compare(i, 3, std::string_view("\0\b[", 3)) == 0) {
+            const size_t close = raw.find(std::string_view("\0\b]", 3), i + 3);
+            if (close != std::string_view::npos) {
+                i = close + 3;
+                continue;
+            }
+        }
+        unmarked += raw[i++];
+    }
+    const std::string_view text = unmarked;
     std::string out;
     out.reserve(text.size());
     bool after_sep = false, in_tag_table = false;
