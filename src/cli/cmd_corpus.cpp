@@ -80,7 +80,9 @@ void register_corpus(CLI::App& app) {
     build->add_option("--seed", o->build.seed, "seed of the split and the document order");
     build->add_option("--heldout-fraction", o->build.heldout_fraction, "fraction of documents held out")
         ->check(CLI::Range(0.0, 1.0));
-    build->add_option("--max-doc-bytes", o->build.max_doc_bytes, "documents longer than this are cut into parts")
+    build
+        ->add_option("--max-doc-bytes", o->build.max_doc_bytes,
+                     "documents longer than this are cut into parts")
         ->check(at_least(256));
     build->add_option("--near-jaccard", o->build.near_threshold, "near-duplicate threshold (MinHash Jaccard)")
         ->check(CLI::Range(0.01, 1.0));
@@ -89,7 +91,8 @@ void register_corpus(CLI::App& app) {
     build->callback([o] {
         apply_threads(o->threads);
         const std::vector<SourceSpec> sources = selected_sources(o->sources);
-        const std::vector<FetchedPackage> fetched = read_fetched_packages(catalog_packages(sources), o->cache);
+        const std::vector<FetchedPackage> fetched =
+            read_fetched_packages(catalog_packages(sources), o->cache);
         std::optional<TokenizerVocab> vocab = load_vocab(o->model);
         HYDRA_CHECK(vocab.has_value(), "--model {}: no tokenizer in it", o->model);
         Tokenizer tok(*vocab, o->model);
@@ -100,14 +103,16 @@ void register_corpus(CLI::App& app) {
         b.force = o->force;
         const CorpusBuildReport r = build_corpus(sources, fetched, encoder, b);
         const auto& t = r.manifest["totals"];
-        fmt::print("corpus: {} train tokens ({} documents), {} held-out tokens ({} documents); removed {} exact and "
-                   "{} near duplicates; {:.0f} s -> {}\n",
-                   t["train_tokens"].get<int64_t>(), t["train_documents"].get<int64_t>(),
-                   t["heldout_tokens"].get<int64_t>(), t["heldout_documents"].get<int64_t>(),
-                   t["exact_duplicates"].get<int64_t>(), t["near_duplicates"].get<int64_t>(), r.seconds, b.out_dir);
+        fmt::print(
+            "corpus: {} train tokens ({} documents), {} held-out tokens ({} documents); removed {} exact and "
+            "{} near duplicates; {:.0f} s -> {}\n",
+            t["train_tokens"].get<int64_t>(), t["train_documents"].get<int64_t>(),
+            t["heldout_tokens"].get<int64_t>(), t["heldout_documents"].get<int64_t>(),
+            t["exact_duplicates"].get<int64_t>(), t["near_duplicates"].get<int64_t>(), r.seconds, b.out_dir);
     });
 
-    auto* pack = cmd->add_subcommand("pack", "Write a compressed subset of a corpus (train by the mix + all held-out)");
+    auto* pack = cmd->add_subcommand(
+        "pack", "Write a compressed subset of a corpus (train by the mix + all held-out)");
     pack->add_option("--corpus", o->corpus, "corpus directory (default: <cache>/build)");
     pack->add_option("--cache", o->cache, "corpus cache directory (default: .cache/corpus)");
     pack->add_option("--tokens", o->tokens, "train tokens to take")->required()->check(at_least(1));
@@ -129,7 +134,8 @@ void register_corpus(CLI::App& app) {
     unpack->add_flag("--force", o->force, "replace --out even when it is not a corpus");
     unpack->callback([o] {
         const PackReport r = unpack_corpus(o->file, o->out, o->force);
-        fmt::print("unpacked {} train + {} held-out tokens into {}\n", r.train_tokens, r.heldout_tokens, o->out);
+        fmt::print("unpacked {} train + {} held-out tokens into {}\n", r.train_tokens, r.heldout_tokens,
+                   o->out);
     });
 }
 

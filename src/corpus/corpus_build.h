@@ -46,7 +46,8 @@ struct CorpusBuildReport {
 
 // `fetched[i]` is the package catalog_packages(sources)[i]. Throws hydra::Error for bad options, an
 // unreadable file (naming it), a source left with no documents, or an unwritable out_dir.
-CorpusBuildReport build_corpus(const std::vector<SourceSpec>& sources, const std::vector<FetchedPackage>& fetched,
-                               const TextEncoder& encoder, const CorpusBuildOptions& options);
+CorpusBuildReport build_corpus(const std::vector<SourceSpec>& sources,
+                               const std::vector<FetchedPackage>& fetched, const TextEncoder& encoder,
+                               const CorpusBuildOptions& options);
 
 }  // namespace hydra

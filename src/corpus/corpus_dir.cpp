@@ -21,10 +21,11 @@ void write_corpus_dir_atomically(const std::string& dir_arg, bool force, const s
     std::error_code ec;
     if (fs::exists(dir, ec)) {
         const bool empty_dir = fs::is_directory(dir, ec) && fs::is_empty(dir, ec);
-        HYDRA_CHECK(empty_dir || is_corpus_dir(dir.string()) || force,
-                    "{} {} exists and is not a hydra corpus (no manifest.json of format hydra-corpus); refusing to "
-                    "replace it (pass --force to delete it)",
-                    option, dir.string());
+        HYDRA_CHECK(
+            empty_dir || is_corpus_dir(dir.string()) || force,
+            "{} {} exists and is not a hydra corpus (no manifest.json of format hydra-corpus); refusing to "
+            "replace it (pass --force to delete it)",
+            option, dir.string());
     }
     const fs::path tmp = fs::path(dir.string() + fmt::format(".tmp-{}", getpid()));
     const fs::path old = fs::path(dir.string() + fmt::format(".old-{}", getpid()));
@@ -48,7 +49,8 @@ void write_corpus_dir_atomically(const std::string& dir_arg, bool force, const s
     if (ec) {
         const std::string why = ec.message();
         if (fs::exists(old)) fs::rename(old, dir, ec);
-        fail("{}: cannot rename the new corpus into place: {} (it is kept at {})", dir.string(), why, tmp.string());
+        fail("{}: cannot rename the new corpus into place: {} (it is kept at {})", dir.string(), why,
+             tmp.string());
     }
     fs::remove_all(old, ec);
 }

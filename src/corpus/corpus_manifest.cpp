@@ -27,8 +27,8 @@ std::pair<int64_t, int64_t> get_span(const json& o, const char* key, const std::
                 "{}: field spans.{} must be [begin, end]", where, key);
     const json& a = o.at(key);
     for (const json& x : a)
-        HYDRA_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0, "{}: spans.{} must hold non-negative integers",
-                    where, key);
+        HYDRA_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0,
+                    "{}: spans.{} must hold non-negative integers", where, key);
     const int64_t b = a[0].get<int64_t>(), e = a[1].get<int64_t>();
     HYDRA_CHECK(b <= e, "{}: spans.{} = [{}, {}] ends before it begins", where, key, b, e);
     return {b, e};
@@ -38,7 +38,8 @@ std::pair<int64_t, int64_t> get_span(const json& o, const char* key, const std::
 
 CorpusManifest parse_corpus_manifest(const json& j, const std::string& where) {
     HYDRA_CHECK(j.is_object(), "{}: top level must be an object", where);
-    HYDRA_CHECK(j.value("format", "") == kCorpusFormat, "{}: field format must be \"{}\"", where, kCorpusFormat);
+    HYDRA_CHECK(j.value("format", "") == kCorpusFormat, "{}: field format must be \"{}\"", where,
+                kCorpusFormat);
     HYDRA_CHECK(get_int(j, "version", where) == 1, "{}: field version must be 1", where);
     CorpusManifest m;
     HYDRA_CHECK(j.contains("tokenizer") && j["tokenizer"].is_string(), "{}: field tokenizer must be a string",
@@ -55,7 +56,8 @@ CorpusManifest parse_corpus_manifest(const json& j, const std::string& where) {
     for (size_t i = 0; i < j["sources"].size(); ++i) {
         const json& s = j["sources"][i];
         const std::string w = fmt::format("{}: sources[{}]", where, i);
-        HYDRA_CHECK(s.is_object() && s.contains("name") && s["name"].is_string(), "{}: field name must be a string", w);
+        HYDRA_CHECK(s.is_object() && s.contains("name") && s["name"].is_string(),
+                    "{}: field name must be a string", w);
         CorpusSourceEntry e;
         e.name = s["name"].get<std::string>();
         HYDRA_CHECK(s.contains("weight") && s["weight"].is_number() && s["weight"].get<double>() >= 0,
@@ -65,8 +67,8 @@ CorpusManifest parse_corpus_manifest(const json& j, const std::string& where) {
         std::tie(e.train_begin, e.train_end) = get_span(s["spans"], "train", w);
         std::tie(e.heldout_begin, e.heldout_end) = get_span(s["spans"], "heldout", w);
         HYDRA_CHECK(e.train_begin == next_train && e.heldout_begin == next_heldout,
-                    "{} ({}): spans must follow the previous source's (train from {}, held-out from {})", w, e.name,
-                    next_train, next_heldout);
+                    "{} ({}): spans must follow the previous source's (train from {}, held-out from {})", w,
+                    e.name, next_train, next_heldout);
         next_train = e.train_end;
         next_heldout = e.heldout_end;
         for (const CorpusSourceEntry& o : m.sources)
@@ -81,8 +83,8 @@ CorpusManifest parse_corpus_manifest(const json& j, const std::string& where) {
 
 CorpusManifest read_corpus_manifest(const std::string& dir) {
     const fs::path p = fs::path(dir) / "manifest.json";
-    HYDRA_CHECK(fs::is_regular_file(p), "{}: missing; not a corpus directory (build one with `hydra corpus build`)",
-                p.string());
+    HYDRA_CHECK(fs::is_regular_file(p),
+                "{}: missing; not a corpus directory (build one with `hydra corpus build`)", p.string());
     json j;
     try {
         j = json::parse(read_text_file(p));

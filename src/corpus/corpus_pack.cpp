@@ -87,9 +87,10 @@ PackReport pack_corpus(const std::string& corpus_dir, const std::string& mix_pat
     const CorpusManifest m = read_corpus_manifest(corpus_dir);
     const TokenShards shards = open_token_shards(corpus_dir);
     HYDRA_CHECK(shards.train.size() == m.train_tokens && shards.heldout.size() == m.heldout_tokens,
-                "{}: manifest.json says {} / {} tokens but the shards hold {} / {}", corpus_dir, m.train_tokens,
-                m.heldout_tokens, shards.train.size(), shards.heldout.size());
-    const std::vector<double> w = mix_path.empty() ? default_mix_weights(corpus_dir, m) : read_mix_weights(mix_path, m);
+                "{}: manifest.json says {} / {} tokens but the shards hold {} / {}", corpus_dir,
+                m.train_tokens, m.heldout_tokens, shards.train.size(), shards.heldout.size());
+    const std::vector<double> w =
+        mix_path.empty() ? default_mix_weights(corpus_dir, m) : read_mix_weights(mix_path, m);
     // Each source's share of the budget by weight; a source smaller than its share gives the rest to the
     // others, until no share exceeds its source.
     const size_t S = m.sources.size();
@@ -135,7 +136,8 @@ PackReport pack_corpus(const std::string& corpus_dir, const std::string& mix_pat
         train.insert(train.end(), buf.begin(), buf.end());
         json& e = manifest["sources"][i];
         e["spans"]["train"] = {b, int64_t(train.size())};
-        e["packed"] = {{"train_tokens", int64_t(buf.size())}, {"of_train_tokens", avail[i]}, {"weight", w[i]}};
+        e["packed"] = {
+            {"train_tokens", int64_t(buf.size())}, {"of_train_tokens", avail[i]}, {"weight", w[i]}};
         e["spans"]["heldout"] = {heldout_at, heldout_at + (s.heldout_end - s.heldout_begin)};
         heldout_at += s.heldout_end - s.heldout_begin;
     }
@@ -153,12 +155,8 @@ PackReport pack_corpus(const std::string& corpus_dir, const std::string& mix_pat
     const std::string planes[2] = {to_planes(train, tb), to_planes(heldout, tb)};
     std::string blobs[2];
     for (int s = 0; s < 2; ++s) blobs[s] = compress(planes[s], level);
-    json header = {{"format", "hydra-corpus-pack"},
-                   {"version", 1},
-                   {"token_bytes", tb},
-                   {"manifest", manifest},
-                   {"mix", mix},
-                   {"blobs", json::array()}};
+    json header = {{"format", "hydra-corpus-pack"}, {"version", 1}, {"token_bytes", tb},
+                   {"manifest", manifest},          {"mix", mix},   {"blobs", json::array()}};
     const char* names[2] = {"train", "heldout"};
     for (int s = 0; s < 2; ++s)
         header["blobs"].push_back({{"split", names[s]},
@@ -218,8 +216,8 @@ PackReport unpack_corpus(const std::string& pack_file, const std::string& out_di
                     header["blobs"].is_array() && header["blobs"].size() == 2,
                 "{}: header needs manifest, mix and two blobs", pack_file);
     const CorpusManifest m = parse_corpus_manifest(header["manifest"], pack_file + ": manifest");
-    HYDRA_CHECK((m.vocab_size <= 65536 ? 2 : 4) == tb, "{}: token_bytes {} does not fit vocab_size {}", pack_file,
-                tb, m.vocab_size);
+    HYDRA_CHECK((m.vocab_size <= 65536 ? 2 : 4) == tb, "{}: token_bytes {} does not fit vocab_size {}",
+                pack_file, tb, m.vocab_size);
     std::vector<int32_t> splits[2];
     uint64_t at = 16 + hlen;
     for (int s = 0; s < 2; ++s) {
@@ -232,17 +230,19 @@ PackReport unpack_corpus(const std::string& pack_file, const std::string& out_di
         HYDRA_CHECK(bytes <= data.size() - at, "{}: truncated ({} bytes announced, {} left)", where, bytes,
                     data.size() - at);
         HYDRA_CHECK(n <= (uint64_t(1) << 40), "{}: {} tokens is not plausible", where, n);
-        const std::string planes = decompress(std::string_view(data).substr(at, bytes), n * uint64_t(tb), where);
+        const std::string planes =
+            decompress(std::string_view(data).substr(at, bytes), n * uint64_t(tb), where);
         HYDRA_CHECK(sha256_hex(planes) == b["sha256"].get<std::string>(), "{}: checksum mismatch", where);
         splits[s] = from_planes(planes, tb);
         for (int32_t id : splits[s])
-            HYDRA_CHECK(id >= 0 && id < m.vocab_size, "{}: token id {} outside [0, {})", where, id, m.vocab_size);
+            HYDRA_CHECK(id >= 0 && id < m.vocab_size, "{}: token id {} outside [0, {})", where, id,
+                        m.vocab_size);
         at += bytes;
     }
     HYDRA_CHECK(at == data.size(), "{}: {} bytes after the last blob", pack_file, data.size() - at);
     HYDRA_CHECK(int64_t(splits[0].size()) == m.train_tokens && int64_t(splits[1].size()) == m.heldout_tokens,
-                "{}: blobs hold {} / {} tokens, the manifest {} / {}", pack_file, splits[0].size(), splits[1].size(),
-                m.train_tokens, m.heldout_tokens);
+                "{}: blobs hold {} / {} tokens, the manifest {} / {}", pack_file, splits[0].size(),
+                splits[1].size(), m.train_tokens, m.heldout_tokens);
     write_corpus_dir_atomically(out_dir, force, "--out", [&](const fs::path& tmp) {
         json index_splits = json::object();
         const char* names[2] = {"train", "heldout"};
@@ -254,14 +254,20 @@ PackReport unpack_corpus(const std::string& pack_file, const std::string& out_di
             for (int32_t id : splits[s]) docs += id == m.eos_id;
             index_splits[names[s]] = {{"chunks", docs}, {"tokens", w.total()}, {"shards", w.shards()}};
         }
-        const json build = {{"tokenizer", m.tokenizer}, {"vocab_size", m.vocab_size}, {"eos_id", m.eos_id},
-                            {"token_bytes", tb},        {"seed", header["manifest"].value("seed", 0)},
+        const json build = {{"tokenizer", m.tokenizer},
+                            {"vocab_size", m.vocab_size},
+                            {"eos_id", m.eos_id},
+                            {"token_bytes", tb},
+                            {"seed", header["manifest"].value("seed", 0)},
                             {"heldout_fraction", header["manifest"].value("heldout_fraction", 0.0)},
-                            {"shard_tokens", int64_t(1) << 24}, {"chunk_bytes", 0},
-                            {"split_by", "document"},   {"sources", json::array()}};
-        write_text_file(tmp / "index.json",
-                        json{{"format", "hydra-token-shards"}, {"version", 1}, {"build", build}, {"splits", index_splits}}
-                            .dump(1));
+                            {"shard_tokens", int64_t(1) << 24},
+                            {"chunk_bytes", 0},
+                            {"split_by", "document"},
+                            {"sources", json::array()}};
+        write_text_file(
+            tmp / "index.json",
+            json{{"format", "hydra-token-shards"}, {"version", 1}, {"build", build}, {"splits", index_splits}}
+                .dump(1));
         write_text_file(tmp / "manifest.json", header["manifest"].dump(1));
         write_text_file(tmp / "mix.json", header["mix"].dump(1));
         open_token_shards(tmp.string());

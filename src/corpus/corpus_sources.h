@@ -12,15 +12,15 @@ namespace hydra {
 
 // How a file's bytes are turned into plain text (corpus/markup.h).
 enum class TextFormat {
-    kPlain,     // prose or text documentation: whitespace normalised only
-    kRst,       // reStructuredText (Sphinx _sources, kernel Documentation)
-    kPod,       // Perl POD
-    kHtml,      // HTML: tags, scripts and styles dropped, entities decoded
-    kRoff,      // man pages (man(7) macros)
-    kInfo,      // GNU info: node headers and separators dropped
-    kCode,      // source code: kept as is (tabs and indentation included)
-    kFortune,   // fortune files: records between "%" lines
-    kWordnet,   // WordNet data.* files: "lemma: gloss" lines
+    kPlain,    // prose or text documentation: whitespace normalised only
+    kRst,      // reStructuredText (Sphinx _sources, kernel Documentation)
+    kPod,      // Perl POD
+    kHtml,     // HTML: tags, scripts and styles dropped, entities decoded
+    kRoff,     // man pages (man(7) macros)
+    kInfo,     // GNU info: node headers and separators dropped
+    kCode,     // source code: kept as is (tabs and indentation included)
+    kFortune,  // fortune files: records between "%" lines
+    kWordnet,  // WordNet data.* files: "lemma: gloss" lines
 };
 
 const char* format_name(TextFormat f);
@@ -37,9 +37,9 @@ struct FileRule {
 };
 
 struct SourceSpec {
-    std::string name;      // [a-z0-9-]+, unique
-    std::string kind;      // "prose" | "docs" | "code" (reporting only)
-    std::string license;   // as the package's debian/copyright states it
+    std::string name;     // [a-z0-9-]+, unique
+    std::string kind;     // "prose" | "docs" | "code" (reporting only)
+    std::string license;  // as the package's debian/copyright states it
     TextFormat format = TextFormat::kPlain;
     std::vector<FileRule> rules;
     // Prose already extracted by tools/fetch_prose.py (R data files need R's unserialiser): file names in

@@ -86,8 +86,8 @@ std::string trim_line(std::string s) {
 
 }  // namespace
 
-std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packages, const std::string& cache_dir,
-                                           bool offline) {
+std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packages,
+                                           const std::string& cache_dir, bool offline) {
     const fs::path cache = fs::absolute(cache_dir);
     const fs::path debs = cache / "debs", extract = cache / "extract";
     std::error_code ec;
@@ -99,17 +99,20 @@ std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packa
     for (const PackageSpec& p : packages) {
         std::string deb = find_deb(debs, p.name);
         if (deb.empty()) {
-            HYDRA_CHECK(!offline, "{}: no cached .deb of {} in {}; run `hydra corpus fetch` with network", p.name,
-                        p.name, debs.string());
+            HYDRA_CHECK(!offline, "{}: no cached .deb of {} in {}; run `hydra corpus fetch` with network",
+                        p.name, p.name, debs.string());
             fmt::print(stderr, "[corpus] apt-get download {}\n", p.name);
             // apt-get downloads into the working directory: run it through `sh -c 'cd DIR && ...'`
             // with the names passed as positional arguments, never spliced into the script.
-            const int rc = run_command({"sh", "-c", "cd \"$1\" && apt-get download -q \"$2\"", "sh", debs.string(),
-                                        p.name});
-            HYDRA_CHECK(rc == 0, "apt-get download {} failed (exit {}): is the package in the apt lists (apt-get "
-                                 "update)?", p.name, rc);
+            const int rc = run_command(
+                {"sh", "-c", "cd \"$1\" && apt-get download -q \"$2\"", "sh", debs.string(), p.name});
+            HYDRA_CHECK(rc == 0,
+                        "apt-get download {} failed (exit {}): is the package in the apt lists (apt-get "
+                        "update)?",
+                        p.name, rc);
             deb = find_deb(debs, p.name);
-            HYDRA_CHECK(!deb.empty(), "apt-get download {} left no {}_*.deb in {}", p.name, p.name, debs.string());
+            HYDRA_CHECK(!deb.empty(), "apt-get download {} left no {}_*.deb in {}", p.name, p.name,
+                        debs.string());
         }
         const fs::path deb_path = debs / deb;
         FetchedPackage f;
@@ -118,9 +121,10 @@ std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packa
         f.deb_bytes = int64_t(fs::file_size(deb_path, ec));
         std::string version;
         const int vrc = run_command({"dpkg-deb", "-f", deb_path.string(), "Version"}, &version);
-        HYDRA_CHECK(vrc == 0 && !trim_line(version).empty(),
-                    "{}: dpkg-deb cannot read it (exit {}): a corrupt or truncated .deb; delete it and fetch again",
-                    deb_path.string(), vrc);
+        HYDRA_CHECK(
+            vrc == 0 && !trim_line(version).empty(),
+            "{}: dpkg-deb cannot read it (exit {}): a corrupt or truncated .deb; delete it and fetch again",
+            deb_path.string(), vrc);
         f.version = trim_line(version);
         f.deb_sha256 = file_sha256(deb_path);
         const fs::path dir = extract / p.name;
@@ -132,8 +136,10 @@ std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packa
             const int rc = run_command({"dpkg-deb", "-x", deb_path.string(), tmp.string()});
             if (rc != 0) {
                 fs::remove_all(tmp, ec);
-                fail("{}: dpkg-deb -x failed (exit {}): a corrupt or truncated .deb; delete it and fetch again",
-                     deb_path.string(), rc);
+                fail(
+                    "{}: dpkg-deb -x failed (exit {}): a corrupt or truncated .deb; delete it and fetch "
+                    "again",
+                    deb_path.string(), rc);
             }
             if (!p.tarball.empty()) {
                 const fs::path tarball = tmp / p.tarball;
@@ -153,7 +159,10 @@ std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packa
     }
     json j = json::array();
     for (const FetchedPackage& f : out)
-        j.push_back({{"package", f.name}, {"version", f.version}, {"deb", f.deb_file}, {"sha256", f.deb_sha256},
+        j.push_back({{"package", f.name},
+                     {"version", f.version},
+                     {"deb", f.deb_file},
+                     {"sha256", f.deb_sha256},
                      {"bytes", f.deb_bytes}});
     // Merge with what an earlier fetch of other packages recorded.
     const fs::path record = cache / "fetch.json";
@@ -163,7 +172,8 @@ std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packa
             if (old.is_object() && old.contains("packages") && old["packages"].is_array())
                 for (const json& e : old["packages"])
                     if (e.is_object() && e.contains("package") &&
-                        std::none_of(out.begin(), out.end(), [&](const FetchedPackage& f) { return e["package"] == f.name; }))
+                        std::none_of(out.begin(), out.end(),
+                                     [&](const FetchedPackage& f) { return e["package"] == f.name; }))
                         j.push_back(e);
         } catch (const std::exception&) {
             // unreadable: replaced below

@@ -25,8 +25,8 @@ struct FetchedPackage {
 // unpacks what is not unpacked yet (into a temporary directory renamed into place, so an interrupted
 // fetch never leaves a half tree). Throws hydra::Error naming the .deb for a file dpkg-deb rejects
 // (corrupt or truncated download) and naming the command for a failed apt-get or tar.
-std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packages, const std::string& cache_dir,
-                                           bool offline);
+std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packages,
+                                           const std::string& cache_dir, bool offline);
 
 // What fetch_packages recorded in <cache>/fetch.json, for the build: every listed package must be there
 // and unpacked. Throws naming the package and `hydra corpus fetch` otherwise.

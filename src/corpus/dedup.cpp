@@ -5,8 +5,8 @@
 #include <cctype>
 #include <cstring>
 
-#include "corpus/text_normalize.h"
 #include "core/error.h"
+#include "corpus/text_normalize.h"
 
 namespace hydra {
 
@@ -91,8 +91,8 @@ TextHash128 exact_text_hash(std::string_view text) {
 }
 
 DuplicateFilter::DuplicateFilter(double near_threshold) : threshold_(near_threshold) {
-    HYDRA_CHECK(near_threshold > 0 && near_threshold <= 1, "near-duplicate threshold must be in (0, 1] (got {})",
-                near_threshold);
+    HYDRA_CHECK(near_threshold > 0 && near_threshold <= 1,
+                "near-duplicate threshold must be in (0, 1] (got {})", near_threshold);
 }
 
 DuplicateFilter::Verdict DuplicateFilter::add(const TextHash128& exact, const MinHashSignature& sig) {

@@ -50,7 +50,9 @@ class DuplicateFilter {
 
   private:
     struct HashOf {
-        size_t operator()(const TextHash128& h) const { return size_t(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull)); }
+        size_t operator()(const TextHash128& h) const {
+            return size_t(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull));
+        }
     };
     double threshold_;
     std::unordered_set<TextHash128, HashOf> exact_;

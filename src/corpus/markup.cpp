@@ -77,8 +77,8 @@ std::string rst_inline(std::string_view s) {
         // A role prefix ":name:" directly before a backquote.
         if (s[i] == ':' && (i == 0 || !std::isalnum(static_cast<unsigned char>(s[i - 1])))) {
             size_t j = i + 1;
-            while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == ':' || s[j] == '-' ||
-                                    s[j] == '_' || s[j] == '.'))
+            while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == ':' ||
+                                    s[j] == '-' || s[j] == '_' || s[j] == '.'))
                 ++j;
             if (j > i + 1 && j < s.size() && s[j] == '`' && s[j - 1] == ':') {
                 i = j;
@@ -189,10 +189,14 @@ std::string strip_pod(std::string_view text) {
                     const size_t close = line.find('>', i + 2);
                     if (close != std::string_view::npos) {
                         const std::string_view name = line.substr(i + 2, close - i - 2);
-                        if (name == "gt") l += '>';
-                        else if (name == "lt") l += '<';
-                        else if (name == "sol") l += '/';
-                        else if (name == "verbar") l += '|';
+                        if (name == "gt")
+                            l += '>';
+                        else if (name == "lt")
+                            l += '<';
+                        else if (name == "sol")
+                            l += '/';
+                        else if (name == "verbar")
+                            l += '|';
                         else if (!name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
                             append_utf8(l, uint32_t(std::strtoul(std::string(name).c_str(), nullptr, 0)));
                         i = close;
@@ -242,15 +246,15 @@ std::string strip_pod(std::string_view text) {
 std::string strip_html(std::string_view text) {
     std::string out;
     out.reserve(text.size() / 2);
-    static const char* const kBlock[] = {"p",  "div", "br",  "h1", "h2", "h3", "h4",    "h5",    "h6",
-                                         "li", "tr",  "pre", "dt", "dd", "table", "section", "blockquote",
-                                         "ul", "ol",  "dl",  "title", "td", "th"};
+    static const char* const kBlock[] = {"p",          "div", "br", "h1",  "h2",    "h3", "h4",    "h5",
+                                         "h6",         "li",  "tr", "pre", "dt",    "dd", "table", "section",
+                                         "blockquote", "ul",  "ol", "dl",  "title", "td", "th"};
     static const std::array<std::pair<const char*, uint32_t>, 24> kEntities = {{
-        {"amp", '&'},     {"lt", '<'},       {"gt", '>'},       {"quot", '"'},     {"apos", '\''},
-        {"nbsp", ' '},    {"mdash", 0x2014}, {"ndash", 0x2013}, {"rsquo", 0x2019}, {"lsquo", 0x2018},
-        {"ldquo", 0x201C}, {"rdquo", 0x201D}, {"hellip", 0x2026}, {"copy", 0xA9},  {"reg", 0xAE},
-        {"trade", 0x2122}, {"para", 0xB6},   {"sect", 0xA7},    {"times", 0xD7},   {"rarr", 0x2192},
-        {"larr", 0x2190}, {"bull", 0x2022},  {"middot", 0xB7},  {"shy", 0},
+        {"amp", '&'},      {"lt", '<'},       {"gt", '>'},        {"quot", '"'},     {"apos", '\''},
+        {"nbsp", ' '},     {"mdash", 0x2014}, {"ndash", 0x2013},  {"rsquo", 0x2019}, {"lsquo", 0x2018},
+        {"ldquo", 0x201C}, {"rdquo", 0x201D}, {"hellip", 0x2026}, {"copy", 0xA9},    {"reg", 0xAE},
+        {"trade", 0x2122}, {"para", 0xB6},    {"sect", 0xA7},     {"times", 0xD7},   {"rarr", 0x2192},
+        {"larr", 0x2190},  {"bull", 0x2022},  {"middot", 0xB7},   {"shy", 0},
     }};
     size_t i = 0;
     auto lower_eq = [&](size_t pos, std::string_view word) {
@@ -338,9 +342,21 @@ namespace {
 // roff escapes in one line of text.
 std::string roff_inline(std::string_view s) {
     static const std::array<std::pair<const char*, const char*>, 16> kNamed = {{
-        {"em", "\xE2\x80\x94"}, {"en", "\xE2\x80\x93"}, {"aq", "'"},  {"dq", "\""}, {"bu", "\xE2\x80\xA2"},
-        {"lq", "\xE2\x80\x9C"}, {"rq", "\xE2\x80\x9D"}, {"oq", "'"},  {"cq", "'"},  {"co", "\xC2\xA9"},
-        {"mi", "-"},            {"hy", "-"},            {"ti", "~"},  {"ha", "^"},  {"rs", "\\"},
+        {"em", "\xE2\x80\x94"},
+        {"en", "\xE2\x80\x93"},
+        {"aq", "'"},
+        {"dq", "\""},
+        {"bu", "\xE2\x80\xA2"},
+        {"lq", "\xE2\x80\x9C"},
+        {"rq", "\xE2\x80\x9D"},
+        {"oq", "'"},
+        {"cq", "'"},
+        {"co", "\xC2\xA9"},
+        {"mi", "-"},
+        {"hy", "-"},
+        {"ti", "~"},
+        {"ha", "^"},
+        {"rs", "\\"},
         {"ga", "`"},
     }};
     std::string out;
@@ -353,22 +369,38 @@ std::string roff_inline(std::string_view s) {
         const char e = s[++i];
         switch (e) {
             case 'f':  // font: \fB \fI \fR \fP \f(CW \f[...]
-                if (i + 1 < s.size() && s[i + 1] == '(') i += 3;
+                if (i + 1 < s.size() && s[i + 1] == '(')
+                    i += 3;
                 else if (i + 1 < s.size() && s[i + 1] == '[') {
                     const size_t c = s.find(']', i);
                     i = c == std::string_view::npos ? s.size() : c;
-                } else ++i;
+                } else
+                    ++i;
                 break;
             case 's':  // size: \s0 \s+1 \s-1
                 if (i + 1 < s.size() && (s[i + 1] == '+' || s[i + 1] == '-')) ++i;
                 while (i + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1]))) ++i;
                 break;
-            case '-': out += '-'; break;
-            case 'e': case '\\': out += '\\'; break;
-            case ' ': case '~': out += ' '; break;
-            case '&': case '|': case '^': case 'c': case ')': break;
-            case '"': return out;  // comment to end of line
-            case '(': {            // \(xx
+            case '-':
+                out += '-';
+                break;
+            case 'e':
+            case '\\':
+                out += '\\';
+                break;
+            case ' ':
+            case '~':
+                out += ' ';
+                break;
+            case '&':
+            case '|':
+            case '^':
+            case 'c':
+            case ')':
+                break;
+            case '"':
+                return out;  // comment to end of line
+            case '(': {      // \(xx
                 const std::string_view nm = s.substr(i + 1, 2);
                 for (const auto& [k, v] : kNamed)
                     if (nm == k) {
@@ -392,9 +424,12 @@ std::string roff_inline(std::string_view s) {
             case '*': {  // string: \*(lq \*(rq \*x \*[name]
                 if (i + 1 < s.size() && s[i + 1] == '(') {
                     const std::string_view nm = s.substr(i + 2, 2);
-                    if (nm == "lq") out += "\xE2\x80\x9C";
-                    else if (nm == "rq") out += "\xE2\x80\x9D";
-                    else if (nm == "Tm") out += "\xE2\x84\xA2";
+                    if (nm == "lq")
+                        out += "\xE2\x80\x9C";
+                    else if (nm == "rq")
+                        out += "\xE2\x80\x9D";
+                    else if (nm == "Tm")
+                        out += "\xE2\x84\xA2";
                     i += 3;
                 } else if (i + 1 < s.size() && s[i + 1] == '[') {
                     const size_t c = s.find(']', i);
@@ -404,12 +439,19 @@ std::string roff_inline(std::string_view s) {
                 }
                 break;
             }
-            case 'n': case 'w': case 'h': case 'v': case 'k': case 'o': case 'z': {
+            case 'n':
+            case 'w':
+            case 'h':
+            case 'v':
+            case 'k':
+            case 'o':
+            case 'z': {
                 // register / width / motion escapes with an argument: skip it
                 if (i + 1 < s.size() && (s[i + 1] == '\'' || s[i + 1] == '[' || s[i + 1] == '(')) {
                     const char open = s[i + 1];
                     const char close = open == '[' ? ']' : open;
-                    if (open == '(') i += 3;
+                    if (open == '(')
+                        i += 3;
                     else {
                         const size_t c = s.find(close, i + 2);
                         i = c == std::string_view::npos ? s.size() : c;
@@ -419,7 +461,9 @@ std::string roff_inline(std::string_view s) {
                 }
                 break;
             }
-            default: out += e; break;
+            default:
+                out += e;
+                break;
         }
     }
     return out;
@@ -494,8 +538,8 @@ std::string strip_roff(std::string_view text) {
             }
             continue;  // .TH .nf .fi .RS .RE .in .ad .\" ... and unknown requests
         }
-        if (in_table && (line.find("tab(") != std::string_view::npos || line.find_first_not_of("lcrnsLCRNS|. ") ==
-                                                                               std::string_view::npos))
+        if (in_table && (line.find("tab(") != std::string_view::npos ||
+                         line.find_first_not_of("lcrnsLCRNS|. ") == std::string_view::npos))
             continue;  // tbl format lines
         std::string l = roff_inline(line);
         if (in_table) std::replace(l.begin(), l.end(), '\t', ' ');
@@ -596,15 +640,23 @@ std::string strip_wordnet(std::string_view text) {
 
 std::string strip_markup(std::string_view text, TextFormat format) {
     switch (format) {
-        case TextFormat::kRst: return strip_rst(text);
-        case TextFormat::kPod: return strip_pod(text);
-        case TextFormat::kHtml: return strip_html(text);
-        case TextFormat::kRoff: return strip_roff(text);
-        case TextFormat::kInfo: return strip_info(text);
-        case TextFormat::kFortune: return strip_fortune(text);
-        case TextFormat::kWordnet: return strip_wordnet(text);
+        case TextFormat::kRst:
+            return strip_rst(text);
+        case TextFormat::kPod:
+            return strip_pod(text);
+        case TextFormat::kHtml:
+            return strip_html(text);
+        case TextFormat::kRoff:
+            return strip_roff(text);
+        case TextFormat::kInfo:
+            return strip_info(text);
+        case TextFormat::kFortune:
+            return strip_fortune(text);
+        case TextFormat::kWordnet:
+            return strip_wordnet(text);
         case TextFormat::kPlain:
-        case TextFormat::kCode: break;
+        case TextFormat::kCode:
+            break;
     }
     return std::string(text);
 }

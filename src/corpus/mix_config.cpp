@@ -1,12 +1,12 @@
 // Mix config parsing (see mix_config.h).
 #include "corpus/mix_config.h"
 
+#include <toml++/toml.h>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
@@ -15,7 +15,8 @@ namespace hydra {
 
 namespace fs = std::filesystem;
 
-std::vector<double> parse_mix_weights(std::string_view text, const std::string& where, const CorpusManifest& m) {
+std::vector<double> parse_mix_weights(std::string_view text, const std::string& where,
+                                      const CorpusManifest& m) {
     std::map<std::string, double> named;
     size_t first = text.find_first_not_of(" \t\r\n");
     if (first != std::string_view::npos && text[first] == '{') {
@@ -25,7 +26,8 @@ std::vector<double> parse_mix_weights(std::string_view text, const std::string& 
         } catch (const nlohmann::json::exception& e) {
             fail("{}: not valid JSON: {}", where, e.what());
         }
-        HYDRA_CHECK(j.contains("weights") && j["weights"].is_object(), "{}: needs an object \"weights\"", where);
+        HYDRA_CHECK(j.contains("weights") && j["weights"].is_object(), "{}: needs an object \"weights\"",
+                    where);
         for (const auto& [k, v] : j["weights"].items()) {
             HYDRA_CHECK(v.is_number(), "{}: weights.{} must be a number", where, k);
             named[k] = v.get<double>();
@@ -49,7 +51,8 @@ std::vector<double> parse_mix_weights(std::string_view text, const std::string& 
     }
     std::vector<double> out(m.sources.size(), 0.0);
     for (const auto& [k, v] : named) {
-        HYDRA_CHECK(std::isfinite(v) && v >= 0, "{}: weights.{} = {} must be a finite number >= 0", where, k, v);
+        HYDRA_CHECK(std::isfinite(v) && v >= 0, "{}: weights.{} = {} must be a finite number >= 0", where, k,
+                    v);
         size_t i = 0;
         while (i < m.sources.size() && m.sources[i].name != k) ++i;
         HYDRA_CHECK(i < m.sources.size(), "{}: weights.{}: the corpus has no source of that name", where, k);

@@ -14,7 +14,8 @@
 namespace hydra {
 
 // Weights aligned with manifest.sources. The format is told by the content (JSON starts with '{').
-std::vector<double> parse_mix_weights(std::string_view text, const std::string& where, const CorpusManifest& manifest);
+std::vector<double> parse_mix_weights(std::string_view text, const std::string& where,
+                                      const CorpusManifest& manifest);
 std::vector<double> read_mix_weights(const std::string& path, const CorpusManifest& manifest);
 // <dir>/mix.json when it exists, else the manifest's default weights.
 std::vector<double> default_mix_weights(const std::string& dir, const CorpusManifest& manifest);

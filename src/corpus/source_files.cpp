@@ -77,8 +77,10 @@ std::vector<SourceFile> list_source_files(const SourceSpec& source, const std::v
     if (!source.prose_cache_files.empty()) {
         for (const std::string& f : source.prose_cache_files) {
             const fs::path p = fs::path(prose_dir) / f;
-            HYDRA_CHECK(fs::is_regular_file(p), "{}: missing (corpus source {}); run tools/setup.sh --no-build, "
-                                                "which fills the prose cache", p.string(), source.name);
+            HYDRA_CHECK(fs::is_regular_file(p),
+                        "{}: missing (corpus source {}); run tools/setup.sh --no-build, "
+                        "which fills the prose cache",
+                        p.string(), source.name);
             out.push_back({p.string(), source.rules[0].package + "/" + f, source.rules[0].package});
         }
         return out;
@@ -86,20 +88,22 @@ std::vector<SourceFile> list_source_files(const SourceSpec& source, const std::v
     for (const FileRule& r : source.rules) {
         size_t k = 0;
         while (k < packages.size() && packages[k].name != r.package) ++k;
-        HYDRA_CHECK(k < packages.size() && k < extract_dirs.size(), "corpus source {}: package {} not fetched",
-                    source.name, r.package);
+        HYDRA_CHECK(k < packages.size() && k < extract_dirs.size(),
+                    "corpus source {}: package {} not fetched", source.name, r.package);
         const fs::path root = fs::path(extract_dirs[k]);
         const fs::path dir = root / r.dir;
         std::error_code ec;
-        HYDRA_CHECK(fs::is_directory(dir, ec), "{}: missing or not a directory (corpus source {}, package {})",
-                    dir.string(), source.name, r.package);
+        HYDRA_CHECK(fs::is_directory(dir, ec),
+                    "{}: missing or not a directory (corpus source {}, package {})", dir.string(),
+                    source.name, r.package);
         auto consider = [&](const fs::directory_entry& e) {
             std::error_code ec2;
             if (!e.is_regular_file(ec2) || e.is_symlink(ec2)) return;
             const std::string full = e.path().string();
             const std::string fname = e.path().filename().string();
             if (!r.suffixes.empty() &&
-                std::none_of(r.suffixes.begin(), r.suffixes.end(), [&](const std::string& s) { return ends_with(fname, s); }))
+                std::none_of(r.suffixes.begin(), r.suffixes.end(),
+                             [&](const std::string& s) { return ends_with(fname, s); }))
                 return;
             const std::string rel = fs::relative(e.path(), root, ec2).string();
             if (std::any_of(r.exclude.begin(), r.exclude.end(),
@@ -118,7 +122,8 @@ std::vector<SourceFile> list_source_files(const SourceSpec& source, const std::v
             for (const auto& e : it) consider(e);
         }
     }
-    std::sort(out.begin(), out.end(), [](const SourceFile& a, const SourceFile& b) { return a.name < b.name; });
+    std::sort(out.begin(), out.end(),
+              [](const SourceFile& a, const SourceFile& b) { return a.name < b.name; });
     return out;
 }
 

@@ -11,8 +11,8 @@
 namespace hydra {
 
 struct SourceFile {
-    std::string path;     // absolute
-    std::string name;     // stable document name: "<package>/<path inside the package>"
+    std::string path;  // absolute
+    std::string name;  // stable document name: "<package>/<path inside the package>"
     std::string package;
 };
 

@@ -15,10 +15,14 @@ size_t utf8_len(std::string_view s, size_t i) {
     if (c < 0x80) return 1;
     size_t n;
     uint32_t cp;
-    if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07;
-    else return 0;
+    if ((c & 0xE0) == 0xC0)
+        n = 2, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+        n = 3, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+        n = 4, cp = c & 0x07;
+    else
+        return 0;
     if (i + n > s.size()) return 0;
     for (size_t k = 1; k < n; ++k) {
         if ((b(i + k) & 0xC0) != 0x80) return 0;
@@ -44,8 +48,10 @@ std::string normalize_text(std::string_view text, bool is_code) {
             continue;
         }
         if (c < 0x80) {
-            if (c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f)) u += char(c);
-            else if (c == '\f' || c == '\v') u += '\n';
+            if (c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f))
+                u += char(c);
+            else if (c == '\f' || c == '\v')
+                u += '\n';
             ++i;
             continue;
         }
@@ -59,7 +65,8 @@ std::string normalize_text(std::string_view text, bool is_code) {
             continue;
         }
         // C1 controls (U+0080..U+009F) are dropped like C0 ones.
-        if (!(n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0)) u.append(text.substr(i, n));
+        if (!(n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0))
+            u.append(text.substr(i, n));
         i += n;
     }
     // 2. Lines: trailing whitespace removed; prose has inner runs of blanks collapsed and leading blanks

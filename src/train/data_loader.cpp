@@ -97,8 +97,9 @@ DataCursor DataCursor::from_json(const json& j, const std::string& source) {
         HYDRA_CHECK(st->is_array(), "{}: field sources must be an array of [epoch, position]", source);
         for (size_t i = 0; i < st->size(); ++i) {
             const json& e = (*st)[i];
-            HYDRA_CHECK(e.is_array() && e.size() == 2 && e[0].is_number_unsigned() && e[1].is_number_unsigned(),
-                        "{}: field sources[{}] must be [epoch, position] (unsigned integers)", source, i);
+            HYDRA_CHECK(
+                e.is_array() && e.size() == 2 && e[0].is_number_unsigned() && e[1].is_number_unsigned(),
+                "{}: field sources[{}] must be [epoch, position] (unsigned integers)", source, i);
             c.sources.push_back({e[0].get<uint64_t>(), e[1].get<uint64_t>()});
         }
     }
@@ -126,9 +127,10 @@ DataLoader::DataLoader(const TokenSplit& split, const std::vector<WeightedSpan>&
     for (size_t s = 0; s < spans.size(); ++s) {
         const WeightedSpan& sp = spans[s];
         HYDRA_CHECK(sp.begin >= prev_end && sp.begin <= sp.end && sp.end <= split.size(),
-                    "DataLoader: source span {} = [{}, {}) is out of order or outside the split's {} tokens", s,
-                    sp.begin, sp.end, split.size());
-        HYDRA_CHECK(sp.weight >= 0 && std::isfinite(sp.weight), "DataLoader: source {} has weight {}", s, sp.weight);
+                    "DataLoader: source span {} = [{}, {}) is out of order or outside the split's {} tokens",
+                    s, sp.begin, sp.end, split.size());
+        HYDRA_CHECK(sp.weight >= 0 && std::isfinite(sp.weight), "DataLoader: source {} has weight {}", s,
+                    sp.weight);
         prev_end = sp.end;
         Stream st;
         st.begin = sp.begin;
@@ -140,10 +142,11 @@ DataLoader::DataLoader(const TokenSplit& split, const std::vector<WeightedSpan>&
         windows_ += st.windows;
         streams_.push_back(std::move(st));
     }
-    HYDRA_CHECK(cum > 0,
-                "DataLoader: no source with a window of seq_len + 1 = {} tokens has a weight above 0 (use more text, "
-                "a shorter seq_len or other weights)",
-                seq_len + 1);
+    HYDRA_CHECK(
+        cum > 0,
+        "DataLoader: no source with a window of seq_len + 1 = {} tokens has a weight above 0 (use more text, "
+        "a shorter seq_len or other weights)",
+        seq_len + 1);
     for (size_t s = 0; s < streams_.size(); ++s)
         streams_[s].order = permutation(stream_seed(s), 0, streams_[s].windows);
     rows_source_.assign(streams_.size(), 0);
@@ -261,11 +264,12 @@ void DataLoader::restore(const DataCursor& c) {
                 c.position, windows_);
     HYDRA_CHECK(!all_zero(c.rng), "data cursor: rng state is all zero");
     HYDRA_CHECK(c.sources.size() == streams_.size(),
-                "data cursor: saved over {} sources, this loader has {} (different corpus or mix?)", c.sources.size(),
-                streams_.size());
+                "data cursor: saved over {} sources, this loader has {} (different corpus or mix?)",
+                c.sources.size(), streams_.size());
     for (size_t s = 0; s < streams_.size(); ++s)
-        HYDRA_CHECK(c.sources[s][1] <= streams_[s].windows, "data cursor: source {} position {} is past its {} windows",
-                    s, c.sources[s][1], streams_[s].windows);
+        HYDRA_CHECK(c.sources[s][1] <= streams_[s].windows,
+                    "data cursor: source {} position {} is past its {} windows", s, c.sources[s][1],
+                    streams_[s].windows);
     if (!streams_.empty()) {
         seed_ = c.seed;
         rng_.set_state(c.rng);

@@ -59,7 +59,8 @@ class DataLoader {
     // Mixed: windows lie inside one span each (a span shorter than seq_len + 1 has none). Throws
     // hydra::Error for a span outside the split, overlapping spans, a negative weight, or when no span
     // with windows has a weight above 0.
-    DataLoader(const TokenSplit& split, const std::vector<WeightedSpan>& spans, int64_t seq_len, uint64_t seed);
+    DataLoader(const TokenSplit& split, const std::vector<WeightedSpan>& spans, int64_t seq_len,
+               uint64_t seed);
 
     // rows: (B, T+1), row-major.
     void next_rows(int64_t batch, std::vector<int32_t>& rows);
