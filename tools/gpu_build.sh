@@ -6,7 +6,7 @@
 #
 # Here (Debian 12, apt works):
 #   tools/gpu_build.sh fetch   into .devdeps/ (git-ignored):
-#     gpu/sysroot.tar.xz  the -dev and runtime packages of OpenBLAS (+ gfortran, quadmath), fmt, PCRE2,
+#     gpu/sysroot.tar.xz  the -dev and runtime packages of OpenBLAS (+ gfortran, quadmath), fmt, PCRE2, zlib, zstd,
 #                         CLI11, nlohmann-json, toml++, stb, pkgconf and GoogleTest (apt-get download,
 #                         dpkg -x, docs and static archives dropped except GoogleTest's)
 #     gpu/data.tar.xz     eval data: the prose cache, WordNet's index.{noun,verb,adj}, the wamerican list
@@ -34,7 +34,8 @@ PACKAGES=(libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtomlplusplus3 libpcre2-dev libpcre2-8-0 libstb-dev
   pkgconf pkgconf-bin libpkgconf3 libgtest-dev
   libplplot-dev libplplot17 libltdl7 libshp2 libcsirocsa0 libcsironn0 libqhull-r8.0 libqsastime0 libfreetype6 libpng16-16
-  libbrotli1)
+  libbrotli1
+  zlib1g-dev zlib1g libzstd-dev libzstd1)
 ARCH=x86_64-linux-gnu
 mode="${1:-}"
 

@@ -1,6 +1,7 @@
 // DataLoader, DataCursor and HeldoutIterator (see data_loader.h).
 #include "train/data_loader.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -69,8 +70,10 @@ uint64_t u64_field(const json& j, const char* key, const std::string& source) {
 }  // namespace
 
 json DataCursor::to_json() const {
-    return {{"seed", seed}, {"epoch", epoch},     {"position", position},
-            {"rng", rng},   {"seq_len", seq_len}, {"windows", windows}};
+    json j = {{"seed", seed}, {"epoch", epoch},     {"position", position},
+              {"rng", rng},   {"seq_len", seq_len}, {"windows", windows}};
+    if (!sources.empty()) j["sources"] = sources;
+    return j;
 }
 
 DataCursor DataCursor::from_json(const json& j, const std::string& source) {
@@ -90,6 +93,16 @@ DataCursor DataCursor::from_json(const json& j, const std::string& source) {
         c.rng[i] = (*it)[i].get<uint64_t>();
     }
     HYDRA_CHECK(!all_zero(c.rng), "{}: field rng is all zero, not a valid generator state", source);
+    if (auto st = j.find("sources"); st != j.end()) {
+        HYDRA_CHECK(st->is_array(), "{}: field sources must be an array of [epoch, position]", source);
+        for (size_t i = 0; i < st->size(); ++i) {
+            const json& e = (*st)[i];
+            HYDRA_CHECK(
+                e.is_array() && e.size() == 2 && e[0].is_number_unsigned() && e[1].is_number_unsigned(),
+                "{}: field sources[{}] must be [epoch, position] (unsigned integers)", source, i);
+            c.sources.push_back({e[0].get<uint64_t>(), e[1].get<uint64_t>()});
+        }
+    }
     return c;
 }
 
@@ -104,17 +117,76 @@ DataLoader::DataLoader(const TokenSplit& split, int64_t seq_len, uint64_t seed)
     make_permutation();
 }
 
+DataLoader::DataLoader(const TokenSplit& split, const std::vector<WeightedSpan>& spans, int64_t seq_len,
+                       uint64_t seed)
+    : split_(split), seq_len_(seq_len), seed_(seed), windows_(0), rng_(mixer_seed(seed)) {
+    HYDRA_CHECK(seq_len >= 1, "DataLoader: seq_len must be >= 1 (got {})", seq_len);
+    HYDRA_CHECK(!spans.empty(), "DataLoader: no source spans");
+    double cum = 0;
+    int64_t prev_end = 0;
+    for (size_t s = 0; s < spans.size(); ++s) {
+        const WeightedSpan& sp = spans[s];
+        HYDRA_CHECK(sp.begin >= prev_end && sp.begin <= sp.end && sp.end <= split.size(),
+                    "DataLoader: source span {} = [{}, {}) is out of order or outside the split's {} tokens",
+                    s, sp.begin, sp.end, split.size());
+        HYDRA_CHECK(sp.weight >= 0 && std::isfinite(sp.weight), "DataLoader: source {} has weight {}", s,
+                    sp.weight);
+        prev_end = sp.end;
+        Stream st;
+        st.begin = sp.begin;
+        st.windows = sp.end - sp.begin >= seq_len + 1 ? uint64_t((sp.end - sp.begin - 1) / seq_len) : 0;
+        HYDRA_CHECK(st.windows <= UINT32_MAX, "DataLoader: source {} has {} windows; at most 2^32 - 1", s,
+                    st.windows);
+        if (st.windows > 0) cum += sp.weight;
+        st.cum_weight = cum;
+        windows_ += st.windows;
+        streams_.push_back(std::move(st));
+    }
+    HYDRA_CHECK(
+        cum > 0,
+        "DataLoader: no source with a window of seq_len + 1 = {} tokens has a weight above 0 (use more text, "
+        "a shorter seq_len or other weights)",
+        seq_len + 1);
+    for (size_t s = 0; s < streams_.size(); ++s)
+        streams_[s].order = permutation(stream_seed(s), 0, streams_[s].windows);
+    rows_source_.assign(streams_.size(), 0);
+}
+
+uint64_t DataLoader::stream_seed(size_t s) const {
+    return splitmix64(seed_ ^ splitmix64(0x736f75726365ull + s));  // "source"
+}
+
+void DataLoader::mixed_row(int32_t* row) {
+    const double total = streams_.back().cum_weight;
+    const double x = rng_.uniform() * total;
+    size_t s = 0;
+    while (s + 1 < streams_.size() && (streams_[s].windows == 0 || x >= streams_[s].cum_weight)) ++s;
+    while (streams_[s].windows == 0) --s;  // x rounded up to the total: the last source with windows
+    Stream& st = streams_[s];
+    if (st.position == st.windows) {
+        ++st.epoch;
+        st.position = 0;
+        st.order = permutation(stream_seed(s), st.epoch, st.windows);
+    }
+    const uint64_t w = st.order[st.position++];
+    split_.read(st.begin + int64_t(w) * seq_len_, seq_len_ + 1, row);
+    ++rows_prose_;
+    ++rows_source_[s];
+}
+
 void DataLoader::make_permutation() {
     order_ = permutation(seed_, epoch_, windows_);
 }
 
 uint64_t DataLoader::window_at(uint64_t epoch, uint64_t k) const {
+    HYDRA_CHECK(streams_.empty(), "DataLoader::window_at: not defined for a mixed loader");
     HYDRA_ASSERT(k < windows_, "k {} of {}", k, windows_);
     if (epoch == epoch_) return order_[k];
     return permutation(seed_, epoch, windows_)[k];
 }
 
 void DataLoader::prose_row(int32_t* row) {
+    if (!streams_.empty()) return mixed_row(row);
     if (position_ == windows_) {
         ++epoch_;
         position_ = 0;
@@ -200,6 +272,7 @@ DataCursor DataLoader::cursor() const {
     c.rng = rng_.state();
     c.seq_len = seq_len_;
     c.windows = windows_;
+    for (const Stream& st : streams_) c.sources.push_back({st.epoch, st.position});
     return c;
 }
 
@@ -212,6 +285,24 @@ void DataLoader::restore(const DataCursor& c) {
     HYDRA_CHECK(c.position <= windows_, "data cursor: position {} is past the {} windows of an epoch",
                 c.position, windows_);
     HYDRA_CHECK(!all_zero(c.rng), "data cursor: rng state is all zero");
+    HYDRA_CHECK(c.sources.size() == streams_.size(),
+                "data cursor: saved over {} sources, this loader has {} (different corpus or mix?)",
+                c.sources.size(), streams_.size());
+    for (size_t s = 0; s < streams_.size(); ++s)
+        HYDRA_CHECK(c.sources[s][1] <= streams_[s].windows,
+                    "data cursor: source {} position {} is past its {} windows", s, c.sources[s][1],
+                    streams_[s].windows);
+    if (!streams_.empty()) {
+        seed_ = c.seed;
+        rng_.set_state(c.rng);
+        for (size_t s = 0; s < streams_.size(); ++s) {
+            Stream& st = streams_[s];
+            st.epoch = c.sources[s][0];
+            st.position = c.sources[s][1];
+            st.order = permutation(stream_seed(s), st.epoch, st.windows);
+        }
+        return;
+    }
     const bool same_order = c.seed == seed_ && c.epoch == epoch_;
     seed_ = c.seed;
     epoch_ = c.epoch;

@@ -3,6 +3,10 @@
 // every token is a target once), visited in a fresh seeded permutation each epoch. A DataCursor holds
 // the whole state, so a run resumed from a saved cursor sees exactly the batches it would have seen.
 // Optionally a fraction of the rows comes from a synthetic-task generator instead of the prose.
+// With source spans (a corpus built by `hydra corpus`, corpus/corpus_manifest.h) each prose row first
+// picks a source with probability proportional to its weight (one rng.uniform() draw), then takes that
+// source's next window; every source has its own windows (inside its span) and its own seeded
+// permutation, so a small source repeats while a large one is still in its first epoch.
 // HeldoutIterator walks a split's windows in order, unshuffled, for evaluation.
 #pragma once
 
@@ -27,11 +31,20 @@ struct DataCursor {
     // Checked on restore so a cursor is never applied to a different split or window length.
     int64_t seq_len = 0;
     uint64_t windows = 0;
+    // Per source of a mixed loader: (epoch, position); empty for a single-stream loader.
+    std::vector<std::array<uint64_t, 2>> sources;
 
-    // {"seed", "epoch", "position", "rng": [4 x u64], "seq_len", "windows"}.
+    // {"seed", "epoch", "position", "rng": [4 x u64], "seq_len", "windows"} (+ "sources": [[epoch,
+    // position], ...] for a mixed loader).
     nlohmann::json to_json() const;
     // Throws hydra::Error naming `source` and the field for a missing or mistyped field.
     static DataCursor from_json(const nlohmann::json& j, const std::string& source = "data cursor");
+};
+
+// One source of a mixed split: the token range [begin, end) it occupies and its mix weight (>= 0).
+struct WeightedSpan {
+    int64_t begin = 0, end = 0;
+    double weight = 0;
 };
 
 class DataLoader {
@@ -43,6 +56,11 @@ class DataLoader {
     // `split` must outlive the loader. Throws hydra::Error when seq_len < 1 or the split holds fewer
     // than seq_len + 1 tokens.
     DataLoader(const TokenSplit& split, int64_t seq_len, uint64_t seed);
+    // Mixed: windows lie inside one span each (a span shorter than seq_len + 1 has none). Throws
+    // hydra::Error for a span outside the split, overlapping spans, a negative weight, or when no span
+    // with windows has a weight above 0.
+    DataLoader(const TokenSplit& split, const std::vector<WeightedSpan>& spans, int64_t seq_len,
+               uint64_t seed);
 
     // rows: (B, T+1), row-major.
     void next_rows(int64_t batch, std::vector<int32_t>& rows);
@@ -75,12 +93,23 @@ class DataLoader {
     // Rows served since construction (not part of the cursor).
     int64_t rows_from_prose() const { return rows_prose_; }
     int64_t rows_from_mixer() const { return rows_mixer_; }
+    // Mixed loader: prose rows served from each span since construction (empty otherwise).
+    const std::vector<int64_t>& rows_per_source() const { return rows_source_; }
 
   private:
+    struct Stream {  // one source of a mixed loader
+        int64_t begin = 0;
+        uint64_t windows = 0;
+        double cum_weight = 0;  // cumulative weight up to and including this source
+        uint64_t epoch = 0, position = 0;
+        std::vector<uint32_t> order;
+    };
     void make_permutation();
     void split_rows(const std::vector<int32_t>& rows, int64_t batch, int first, int stride,
                     std::vector<int32_t>& inputs, std::vector<int32_t>& targets) const;
     void prose_row(int32_t* row);
+    void mixed_row(int32_t* row);
+    uint64_t stream_seed(size_t s) const;
 
     const TokenSplit& split_;
     int64_t seq_len_;
@@ -93,6 +122,8 @@ class DataLoader {
     double fraction_ = 0;
     std::vector<int32_t> sample_;
     int64_t rows_prose_ = 0, rows_mixer_ = 0;
+    std::vector<Stream> streams_;  // empty: single stream over the whole split
+    std::vector<int64_t> rows_source_;
 };
 
 // In-order walk over all windows of a split (or the first max_windows), for evaluation.

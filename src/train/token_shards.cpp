@@ -128,72 +128,6 @@ std::string shard_name(int split, size_t index) {
     return fmt::format("{}_{:05}.bin", kSplitNames[split], index);
 }
 
-// Accumulates one split's token stream and writes it out in shards of shard_tokens.
-class ShardWriter {
-  public:
-    ShardWriter(std::string dir, int split, int64_t shard_tokens, int token_bytes, int32_t vocab_size,
-                int32_t eos_id, const std::string& tokenizer)
-        : dir_(std::move(dir)),
-          split_(split),
-          shard_tokens_(shard_tokens),
-          token_bytes_(token_bytes),
-          vocab_size_(vocab_size),
-          eos_id_(eos_id),
-          tokenizer_(tokenizer) {}
-
-    void add(const std::vector<int32_t>& tokens) {
-        buffer_.insert(buffer_.end(), tokens.begin(), tokens.end());
-        total_ += int64_t(tokens.size());
-        while (int64_t(buffer_.size()) >= shard_tokens_) flush(size_t(shard_tokens_));
-    }
-    void finish() {
-        if (!buffer_.empty()) flush(buffer_.size());
-    }
-    int64_t total() const { return total_; }
-    json shards() const { return shards_; }
-
-  private:
-    void flush(size_t n) {
-        const size_t index = shards_.size();
-        const std::string name = shard_name(split_, index);
-        std::array<char, kShardHeaderBytes> header{};
-        std::memcpy(header.data(), kMagic, 8);
-        const uint32_t version = kVersion, tb = uint32_t(token_bytes_), split = uint32_t(split_),
-                       number = uint32_t(index);
-        const uint64_t count = n;
-        std::memcpy(header.data() + 8, &version, 4);
-        std::memcpy(header.data() + 12, &tb, 4);
-        std::memcpy(header.data() + 16, &count, 8);
-        std::memcpy(header.data() + 24, &vocab_size_, 4);
-        std::memcpy(header.data() + 28, &eos_id_, 4);
-        std::memcpy(header.data() + 32, &split, 4);
-        std::memcpy(header.data() + 36, &number, 4);
-        std::memcpy(header.data() + 40, tokenizer_.data(), tokenizer_.size());
-        std::string body(n * size_t(token_bytes_), '\0');
-        if (token_bytes_ == 2) {
-            for (size_t i = 0; i < n; ++i) {
-                const uint16_t v = uint16_t(buffer_[i]);
-                std::memcpy(body.data() + 2 * i, &v, 2);
-            }
-        } else {
-            std::memcpy(body.data(), buffer_.data(), n * 4);
-        }
-        write_atomically(dir_ + "/" + name, {std::string_view(header.data(), header.size()), body});
-        shards_.push_back({{"file", name}, {"tokens", int64_t(n)}});
-        buffer_.erase(buffer_.begin(), buffer_.begin() + long(n));
-    }
-
-    std::string dir_;
-    int split_;
-    int64_t shard_tokens_;
-    int token_bytes_;
-    int32_t vocab_size_, eos_id_;
-    std::string tokenizer_;
-    std::vector<int32_t> buffer_;
-    int64_t total_ = 0;
-    json shards_ = json::array();
-};
-
 // ---- index.json field access with messages that name the file and the field ----
 
 const json& member(const json& obj, const std::string& key, const std::string& file,
@@ -340,6 +274,70 @@ std::vector<std::string_view> split_text_chunks(std::string_view doc, int64_t ch
     return chunks;
 }
 
+// ---- TokenShardWriter ----
+
+TokenShardWriter::TokenShardWriter(std::string dir, int split, int64_t shard_tokens, int token_bytes,
+                                   int32_t vocab_size, int32_t eos_id, const std::string& tokenizer)
+    : dir_(std::move(dir)),
+      split_(split),
+      shard_tokens_(shard_tokens),
+      token_bytes_(token_bytes),
+      vocab_size_(vocab_size),
+      eos_id_(eos_id),
+      tokenizer_(tokenizer),
+      shards_(std::make_unique<json>(json::array())) {}
+
+TokenShardWriter::~TokenShardWriter() = default;
+TokenShardWriter::TokenShardWriter(TokenShardWriter&&) noexcept = default;
+
+void TokenShardWriter::add(const std::vector<int32_t>& tokens) {
+    buffer_.insert(buffer_.end(), tokens.begin(), tokens.end());
+    total_ += int64_t(tokens.size());
+    while (int64_t(buffer_.size()) >= shard_tokens_) flush(size_t(shard_tokens_));
+}
+
+void TokenShardWriter::finish() {
+    if (!buffer_.empty()) flush(buffer_.size());
+}
+
+const nlohmann::json& TokenShardWriter::shards() const {
+    return *shards_;
+}
+
+void TokenShardWriter::flush(size_t n) {
+    const size_t index = shards_->size();
+    const std::string name = shard_name(split_, index);
+    std::array<char, kShardHeaderBytes> header{};
+    std::memcpy(header.data(), kMagic, 8);
+    const uint32_t version = kVersion, tb = uint32_t(token_bytes_), split = uint32_t(split_),
+                   number = uint32_t(index);
+    const uint64_t count = n;
+    std::memcpy(header.data() + 8, &version, 4);
+    std::memcpy(header.data() + 12, &tb, 4);
+    std::memcpy(header.data() + 16, &count, 8);
+    std::memcpy(header.data() + 24, &vocab_size_, 4);
+    std::memcpy(header.data() + 28, &eos_id_, 4);
+    std::memcpy(header.data() + 32, &split, 4);
+    std::memcpy(header.data() + 36, &number, 4);
+    std::memcpy(header.data() + 40, tokenizer_.data(), tokenizer_.size());
+    std::string body(n * size_t(token_bytes_), '\0');
+    if (token_bytes_ == 2) {
+        for (size_t i = 0; i < n; ++i) {
+            const uint16_t v = uint16_t(buffer_[i]);
+            std::memcpy(body.data() + 2 * i, &v, 2);
+        }
+    } else {
+        std::memcpy(body.data(), buffer_.data(), n * 4);
+    }
+    write_atomically(dir_ + "/" + name, {std::string_view(header.data(), header.size()), body});
+    shards_->push_back({{"file", name}, {"tokens", int64_t(n)}});
+    buffer_.erase(buffer_.begin(), buffer_.begin() + long(n));
+}
+
+std::string token_shard_name(int split, size_t index) {
+    return shard_name(split, index);
+}
+
 // ---- building ----
 
 ShardBuildReport build_token_shards(const std::vector<std::string>& text_files, const TextEncoder& encoder,
@@ -415,9 +413,9 @@ ShardBuildReport build_token_shards(const std::vector<std::string>& text_files, 
             fs::remove(entry.path(), ec);
     }
 
-    ShardWriter writers[2] = {
-        ShardWriter(out_dir, 0, shard_tokens, token_bytes, vocab_size, eos_id, tokenizer),
-        ShardWriter(out_dir, 1, shard_tokens, token_bytes, vocab_size, eos_id, tokenizer)};
+    TokenShardWriter writers[2] = {
+        TokenShardWriter(out_dir, 0, shard_tokens, token_bytes, vocab_size, eos_id, tokenizer),
+        TokenShardWriter(out_dir, 1, shard_tokens, token_bytes, vocab_size, eos_id, tokenizer)};
     int64_t chunk_counts[2] = {0, 0};
     for (size_t f = 0; f < text_files.size(); ++f) {
         const std::string& path = text_files[f];

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,39 @@ ShardBuildReport build_token_shards(const std::vector<std::string>& text_files, 
 // window, else at a UTF-8 character boundary; its pieces are trimmed of line breaks at both ends.
 // Only blank lines and line breaks at cuts are dropped. Whitespace-only documents give no chunks.
 std::vector<std::string_view> split_text_chunks(std::string_view doc, int64_t chunk_bytes);
+
+// One split's token stream written out as shards `<split>_<NNNNN>.bin` of at most shard_tokens tokens
+// each (format above), every file through "<name>.tmp" and a rename. The caller writes index.json with
+// shards() once every split is finished. split: 0 train, 1 heldout.
+class TokenShardWriter {
+  public:
+    TokenShardWriter(std::string dir, int split, int64_t shard_tokens, int token_bytes, int32_t vocab_size,
+                     int32_t eos_id, const std::string& tokenizer);
+    ~TokenShardWriter();
+    TokenShardWriter(TokenShardWriter&&) noexcept;
+
+    void add(const std::vector<int32_t>& tokens);
+    void finish();  // writes the last, partial shard
+    int64_t total() const { return total_; }
+    // [{"file", "tokens"}] of the shards written so far.
+    const nlohmann::json& shards() const;
+
+  private:
+    void flush(size_t n);
+
+    std::string dir_;
+    int split_;
+    int64_t shard_tokens_;
+    int token_bytes_;
+    int32_t vocab_size_, eos_id_;
+    std::string tokenizer_;
+    std::vector<int32_t> buffer_;
+    int64_t total_ = 0;
+    std::unique_ptr<nlohmann::json> shards_;
+};
+
+// "train_00003.bin" for (0, 3).
+std::string token_shard_name(int split, size_t index);
 
 // The split decision: a 64-bit hash of (seed, chunk bytes) compared with heldout_fraction * 2^64.
 bool chunk_is_heldout(std::string_view chunk, double heldout_fraction, uint64_t seed);
