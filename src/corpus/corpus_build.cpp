@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "corpus/corpus_dir.h"
-#include "corpus/corpus_manifest.h"
+#include "train/corpus_manifest.h"
 #include "corpus/dedup.h"
 #include "corpus/markup.h"
 #include "corpus/source_files.h"

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "corpus/corpus_manifest.h"
+#include "train/corpus_manifest.h"
 #include "io/dir_kind.h"
 #include "io/dir_lock.h"
 

@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "core/threading.h"
 #include "corpus/corpus_dir.h"
-#include "corpus/corpus_manifest.h"
-#include "corpus/mix_config.h"
+#include "train/corpus_manifest.h"
+#include "train/mix_config.h"
 #include "io/atomic_dir.h"
 #include "train/token_shards.h"
 

@@ -3,7 +3,7 @@
 // every token is a target once), visited in a fresh seeded permutation each epoch. A DataCursor holds
 // the whole state, so a run resumed from a saved cursor sees exactly the batches it would have seen.
 // Optionally a fraction of the rows comes from a synthetic-task generator instead of the prose.
-// With source spans (a corpus built by `hydra corpus`, corpus/corpus_manifest.h) each prose row first
+// With source spans (a corpus built by `hydra corpus`, train/corpus_manifest.h) each prose row first
 // picks a source with probability proportional to its weight (one rng.uniform() draw), then takes that
 // source's next window; every source has its own windows (inside its span) and its own seeded
 // permutation, so a small source repeats while a large one is still in its first epoch.

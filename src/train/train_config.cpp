@@ -33,8 +33,8 @@ KeyDef field(V TrainConfig::*member) {
         } else if constexpr (std::is_integral_v<V>) {
             HYDRA_CHECK(v.is_number_integer(), "{}: expected an integer, found {}", where, json_kind(v));
             if constexpr (std::is_unsigned_v<V>) {
-                HYDRA_CHECK(v.get<int64_t>() >= 0 || v.is_number_unsigned(), "{}: expected a non-negative integer",
-                            where);
+                HYDRA_CHECK(v.get<int64_t>() >= 0 || v.is_number_unsigned(),
+                            "{}: expected a non-negative integer", where);
             }
             c.*member = v.get<V>();
         } else if constexpr (std::is_floating_point_v<V>) {
@@ -47,8 +47,8 @@ KeyDef field(V TrainConfig::*member) {
             HYDRA_CHECK(v.is_array(), "{}: expected a list of strings, found {}", where, json_kind(v));
             V out;
             for (const auto& e : v) {
-                HYDRA_CHECK(e.is_string(), "{}: expected a list of strings, found an element that is {}", where,
-                            json_kind(e));
+                HYDRA_CHECK(e.is_string(), "{}: expected a list of strings, found an element that is {}",
+                            where, json_kind(e));
                 out.push_back(e.get<std::string>());
             }
             c.*member = out;
@@ -72,6 +72,8 @@ const std::map<std::string, KeyDef>& key_table() {
         {"data.sources", field(&TrainConfig::sources)},
         {"data.prose_dir", field(&TrainConfig::prose_dir)},
         {"data.shard_dir", field(&TrainConfig::shard_dir)},
+        {"data.corpus", field(&TrainConfig::corpus)},
+        {"data.mix", field(&TrainConfig::mix)},
         {"data.heldout_fraction", field(&TrainConfig::heldout_fraction)},
         {"data.seq_len", field(&TrainConfig::seq_len)},
         {"data.batch_size", field(&TrainConfig::batch_size)},
@@ -126,7 +128,8 @@ void TrainConfig::set(const std::string& key, const json& value, const std::stri
 }
 
 void TrainConfig::apply(const json& object, const std::string& origin) {
-    HYDRA_CHECK(object.is_object(), "{}: expected an object of settings, found {}", origin, json_kind(object));
+    HYDRA_CHECK(object.is_object(), "{}: expected an object of settings, found {}", origin,
+                json_kind(object));
     // Keys are section.name, so objects nest two levels; a deeper object is an unknown key, found
     // here without recursing once per level of untrusted input.
     constexpr int kMaxKeyParts = 4;
@@ -158,7 +161,9 @@ void TrainConfig::apply_override(const std::string& assignment) {
 }
 
 void TrainConfig::validate() const {
-    auto positive = [](int64_t v, const char* key) { HYDRA_CHECK(v > 0, "config: {} must be positive (got {})", key, v); };
+    auto positive = [](int64_t v, const char* key) {
+        HYDRA_CHECK(v > 0, "config: {} must be positive (got {})", key, v);
+    };
     positive(hidden_size, "model.hidden_size");
     positive(num_layers, "model.num_layers");
     positive(num_heads, "model.num_heads");
@@ -183,34 +188,40 @@ void TrainConfig::validate() const {
     HYDRA_CHECK(weight_decay >= 0, "config: optim.weight_decay must be >= 0 (got {})", weight_decay);
     HYDRA_CHECK(decay_fraction >= 0 && decay_fraction <= 1,
                 "config: optim.decay_fraction {} out of range [0, 1]", decay_fraction);
-    HYDRA_CHECK(hidden_size % num_heads == 0, "config: model.hidden_size {} is not a multiple of model.num_heads {}",
-                hidden_size, num_heads);
+    HYDRA_CHECK(hidden_size % num_heads == 0,
+                "config: model.hidden_size {} is not a multiple of model.num_heads {}", hidden_size,
+                num_heads);
     HYDRA_CHECK((hidden_size / num_heads) % 2 == 0, "config: head size {} must be even for RoPE",
                 hidden_size / num_heads);
-    HYDRA_CHECK(num_heads % num_kv_heads == 0, "config: model.num_heads {} is not a multiple of model.num_kv_heads {}",
-                num_heads, num_kv_heads);
+    HYDRA_CHECK(num_heads % num_kv_heads == 0,
+                "config: model.num_heads {} is not a multiple of model.num_kv_heads {}", num_heads,
+                num_kv_heads);
     HYDRA_CHECK(lr > 0 && lr < 1, "config: optim.lr {} out of range (0, 1)", lr);
     HYDRA_CHECK(stage == "pretrain" || stage == "align" || stage == "distill" || stage == "longctx",
                 "config: stage.kind '{}' is not pretrain, align, distill or longctx", stage);
-    HYDRA_CHECK(stage == "pretrain" || !init.empty(),
-                "config: stage.kind {} needs stage.init (the converted hybrid or the previous stage's output)", stage);
+    HYDRA_CHECK(
+        stage == "pretrain" || !init.empty(),
+        "config: stage.kind {} needs stage.init (the converted hybrid or the previous stage's output)",
+        stage);
     HYDRA_CHECK(!(stage == "align" || stage == "distill" || kl_weight > 0) || !teacher.empty(),
                 "config: stage.kind {} needs stage.teacher (the full-attention model)", stage);
     HYDRA_CHECK(ce_weight >= 0 && kl_weight >= 0 && ce_weight + kl_weight > 0,
-                "config: loss.ce_weight {} and loss.kl_weight {} must be >= 0 and not both 0", ce_weight, kl_weight);
+                "config: loss.ce_weight {} and loss.kl_weight {} must be >= 0 and not both 0", ce_weight,
+                kl_weight);
     HYDRA_CHECK(device == "cpu" || device == "cuda", "config: run.device '{}' is not cpu or cuda", device);
-    HYDRA_CHECK(temperature > 0 && temperature < 100, "config: loss.temperature {} out of range (0, 100)", temperature);
+    HYDRA_CHECK(temperature > 0 && temperature < 100, "config: loss.temperature {} out of range (0, 100)",
+                temperature);
     HYDRA_CHECK(mixer_lr_scale > 0 && mixer_lr_scale <= 1000, "config: stage.mixer_lr_scale {} out of range",
                 mixer_lr_scale);
-    HYDRA_CHECK(synthetic_fraction >= 0 && synthetic_fraction < 1, "config: data.synthetic_fraction {} not in [0, 1)",
-                synthetic_fraction);
+    HYDRA_CHECK(synthetic_fraction >= 0 && synthetic_fraction < 1,
+                "config: data.synthetic_fraction {} not in [0, 1)", synthetic_fraction);
     HYDRA_CHECK(kl_max_position >= 0, "config: loss.kl_max_position must be >= 0");
     HYDRA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "config: optim.min_lr_ratio {} out of range [0, 1]",
                 min_lr_ratio);
     HYDRA_CHECK(schedule == "constant" || schedule == "cosine" || schedule == "wsd",
                 "config: optim.schedule '{}' is not one of constant, cosine, wsd", schedule);
-    HYDRA_CHECK(heldout_fraction > 0 && heldout_fraction < 0.5, "config: data.heldout_fraction {} out of range (0, 0.5)",
-                heldout_fraction);
+    HYDRA_CHECK(heldout_fraction > 0 && heldout_fraction < 0.5,
+                "config: data.heldout_fraction {} out of range (0, 0.5)", heldout_fraction);
     HYDRA_CHECK(!sources.empty(), "config: data.sources is empty");
     HYDRA_CHECK(grad_clip >= 0, "config: optim.grad_clip must be >= 0 (0 disables clipping)");
     HYDRA_CHECK(init_std > 0, "config: model.init_std must be positive");
@@ -271,7 +282,9 @@ TrainConfig TrainConfig::preset(const std::string& name) {
     fail("unknown preset '{}' (presets: {})", name, names);
 }
 
-std::vector<std::string> TrainConfig::preset_names() { return {"tiny-cpu", "test-micro"}; }
+std::vector<std::string> TrainConfig::preset_names() {
+    return {"tiny-cpu", "test-micro"};
+}
 
 std::vector<std::string> TrainConfig::keys() {
     std::vector<std::string> out;

@@ -25,10 +25,12 @@ struct TrainConfig {
     bool tie_word_embeddings = true;
     double init_std = 0.02;
     // data
-    std::string tokenizer = "byte";                 // "byte" or a model path whose tokenizer is used
+    std::string tokenizer = "byte";  // "byte" or a model path whose tokenizer is used
     std::vector<std::string> sources = {"austen_*.txt", "mobydick.txt"};  // files in the prose cache
-    std::string prose_dir;                          // default: <repo>/.cache/prose
-    std::string shard_dir;                          // default: <repo>/.cache/shards/<tokenizer>
+    std::string prose_dir;                                                // default: <repo>/.cache/prose
+    std::string shard_dir;  // default: <repo>/.cache/shards/<tokenizer>
+    std::string corpus;     // a `hydra corpus` directory: its shards replace data.sources / data.shard_dir
+    std::string mix;  // with data.corpus: a mix file (JSON/TOML weights per source); "" = the corpus's mix
     double heldout_fraction = 0.02;
     int64_t seq_len = 256;
     int64_t batch_size = 8;
@@ -41,22 +43,24 @@ struct TrainConfig {
     // The LR schedule's horizon. Independent of run.steps (where one invocation stops), so a run cut
     // into pieces and resumed follows exactly the schedule of an uninterrupted run.
     int64_t schedule_steps = 1000;
-    double decay_fraction = 0.2;      // wsd: fraction of steps spent decaying
+    double decay_fraction = 0.2;  // wsd: fraction of steps spent decaying
     double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
     double grad_clip = 1.0;
     // stage (HydraHead transfer, methods.md §4): pretrain trains `model.*` from scratch; align,
     // distill and longctx start from stage.init (a converted hybrid or an earlier stage) and learn
     // from stage.teacher.
-    std::string stage = "pretrain";           // pretrain | align | distill | longctx
-    std::string init;                         // model directory the student starts from
-    std::string teacher;                      // teacher model (align, distill; longctx when loss.kl_weight > 0)
-    std::vector<std::string> trainable;       // globs of trainable parameters (empty: all)
-    double mixer_lr_scale = 1.0;              // lr multiplier of attention-mixer parameters (self_attn, linear_attn, fusion)
-    double ce_weight = 1.0;                   // loss = ce_weight * CE + kl_weight * KL(teacher || student)
+    std::string stage = "pretrain";      // pretrain | align | distill | longctx
+    std::string init;                    // model directory the student starts from
+    std::string teacher;                 // teacher model (align, distill; longctx when loss.kl_weight > 0)
+    std::vector<std::string> trainable;  // globs of trainable parameters (empty: all)
+    double mixer_lr_scale =
+        1.0;                 // lr multiplier of attention-mixer parameters (self_attn, linear_attn, fusion)
+    double ce_weight = 1.0;  // loss = ce_weight * CE + kl_weight * KL(teacher || student)
     double kl_weight = 0.0;
     double temperature = 1.0;
-    int64_t kl_max_position = 0;              // KL only at positions < this (0: everywhere; longctx: the teacher's window)
-    double synthetic_fraction = 0.0;          // share of rows drawn from synthetic retrieval tasks (longctx)
+    int64_t kl_max_position =
+        0;  // KL only at positions < this (0: everywhere; longctx: the teacher's window)
+    double synthetic_fraction = 0.0;  // share of rows drawn from synthetic retrieval tasks (longctx)
     std::vector<std::string> synthetic_tasks = {"passkey", "niah_single_1", "niah_multikey_1"};
     // run
     int64_t steps = 200;
@@ -65,9 +69,9 @@ struct TrainConfig {
     int64_t eval_batches = 8;
     int64_t save_every = 50;
     uint64_t seed = 0;
-    int64_t max_bad_steps = 5;        // consecutive non-finite steps before the run stops
-    bool recompute = false;           // recompute attention probabilities in the backward
-    std::string device = "cpu";       // cpu | cuda (the GPU step of src/gpu, -DHYDRA_CUDA=ON builds)
+    int64_t max_bad_steps = 5;   // consecutive non-finite steps before the run stops
+    bool recompute = false;      // recompute attention probabilities in the backward
+    std::string device = "cpu";  // cpu | cuda (the GPU step of src/gpu, -DHYDRA_CUDA=ON builds)
     int threads = 0;
 
     // Applies one key from a JSON value; throws naming `origin` and the key.

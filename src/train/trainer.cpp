@@ -32,9 +32,11 @@
 #include "train/adamw.h"
 #include "train/byte_tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/corpus_manifest.h"
 #include "train/cpu_train_engine.h"
 #include "train/data_loader.h"
 #include "train/lr_schedule.h"
+#include "train/mix_config.h"
 #include "train/param_groups.h"
 #include "train/token_shards.h"
 
@@ -122,6 +124,7 @@ std::unique_ptr<TextEncoder> make_encoder(const TrainConfig& c, std::unique_ptr<
 // index does not match, then opened and checked against the encoder.
 TokenShards build_and_open_shards(const TrainConfig& cfg, const std::string& prose_dir,
                                   const TextEncoder& encoder) {
+    if (!cfg.corpus.empty()) return open_token_shards(cfg.corpus, &encoder);  // built by `hydra corpus`
     const std::string shard_dir =
         cfg.shard_dir.empty()
             ? default_cache("shards/" + fmt::format("{}-{:x}", encoder.name() == "byte" ? "byte" : "bpe",
@@ -130,6 +133,17 @@ TokenShards build_and_open_shards(const TrainConfig& cfg, const std::string& pro
     build_token_shards(expand_sources(cfg, prose_dir), encoder, shard_dir, 1 << 22, cfg.heldout_fraction,
                        cfg.data_seed);
     return open_token_shards(shard_dir, &encoder);
+}
+
+// The corpus's sources as training spans weighted by data.mix (or the corpus's own mix).
+std::vector<WeightedSpan> corpus_train_spans(const TrainConfig& cfg) {
+    const CorpusManifest m = read_corpus_manifest(cfg.corpus);
+    const std::vector<double> w =
+        cfg.mix.empty() ? default_mix_weights(cfg.corpus, m) : read_mix_weights(cfg.mix, m);
+    std::vector<WeightedSpan> spans;
+    for (size_t i = 0; i < m.sources.size(); ++i)
+        spans.push_back({m.sources[i].train_begin, m.sources[i].train_end, w[i]});
+    return spans;
 }
 
 double heldout_loss(const TokenSplit& split, const TrainConfig& c, TrainEngine& engine) {
@@ -239,7 +253,11 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg,
     if (dist) dist->barrier();
     if (!root) opened.emplace(build_and_open_shards(cfg, prose_dir, *encoder));
     TokenShards shards = std::move(*opened);
-    DataLoader loader(shards.train, cfg.seq_len, cfg.data_seed);
+    HYDRA_CHECK(cfg.mix.empty() || !cfg.corpus.empty(),
+                "data.mix needs data.corpus (a `hydra corpus` directory)");
+    DataLoader loader = cfg.corpus.empty()
+                            ? DataLoader(shards.train, cfg.seq_len, cfg.data_seed)
+                            : DataLoader(shards.train, corpus_train_spans(cfg), cfg.seq_len, cfg.data_seed);
     HYDRA_CHECK(cfg.synthetic_fraction == 0 || bool(synthetic),
                 "data.synthetic_fraction = {} needs the synthetic task generator (run through `hydra train`, "
                 "`hydra distill` or `hydra pipeline`)",
@@ -252,8 +270,9 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg,
         const std::string where = *resume_dir + "/config.json";
         const ModelConfig mc = parse_hf_config(saved.dump(), where);
         check_weights_cover_config(mc, SafetensorsShards::open_dir(*resume_dir), where);  // before allocating
-        const HybridPlan plan = HybridPlan::from_json(saved["hydra"].value("plan", nlohmann::json::object({{"kind", "teacher"}})),
-                                                      mc, where + ": hydra.plan");
+        const HybridPlan plan =
+            HybridPlan::from_json(saved["hydra"].value("plan", nlohmann::json::object({{"kind", "teacher"}})),
+                                  mc, where + ": hydra.plan");
         model_holder = std::make_unique<LlamaModel>(mc, &plan);
     } else if (cfg.stage != "pretrain") {
         LoadedModel init = load_model(cfg.init);

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "corpus/corpus_manifest.h"
+#include "train/corpus_manifest.h"
 
 namespace hydra {
 

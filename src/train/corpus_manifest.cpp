@@ -1,5 +1,5 @@
 // Reading and checking a corpus manifest (see corpus_manifest.h).
-#include "corpus/corpus_manifest.h"
+#include "train/corpus_manifest.h"
 
 #include <filesystem>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // Mix config parsing (see mix_config.h).
-#include "corpus/mix_config.h"
+#include "train/mix_config.h"
 
 #include <toml++/toml.h>
 #include <cmath>
