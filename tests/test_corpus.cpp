@@ -16,14 +16,14 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "corpus/corpus_build.h"
-#include "corpus/corpus_manifest.h"
 #include "corpus/corpus_pack.h"
 #include "corpus/deb_fetch.h"
 #include "corpus/dedup.h"
 #include "corpus/markup.h"
-#include "corpus/mix_config.h"
 #include "corpus/text_normalize.h"
+#include "train/corpus_manifest.h"
 #include "train/data_loader.h"
+#include "train/mix_config.h"
 #include "train/token_shards.h"
 
 namespace hydra {
