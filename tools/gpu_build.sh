@@ -7,17 +7,19 @@
 # Here (Debian 12, apt works):
 #   tools/gpu_build.sh fetch   into .devdeps/ (git-ignored):
 #     gpu/sysroot.tar.xz  the -dev and runtime packages of OpenBLAS (+ gfortran, quadmath), fmt, PCRE2, zlib, zstd,
-#                         CLI11, nlohmann-json, toml++, stb, pkgconf and GoogleTest (apt-get download,
+#                         CLI11, nlohmann-json, toml++, stb, pkgconf, GoogleTest, PLplot and cpp-httplib (apt-get download,
 #                         dpkg -x, docs and static archives dropped except GoogleTest's)
 #     gpu/data.tar.xz     eval data: the prose cache, WordNet's index.{noun,verb,adj}, the wamerican list
-#     gguf_a/, gguf_b/    the default GGUF, xz -1 compressed and split: call 1 carries the sysroot, the
-#                         data and part a; call 2 carries part b only, so part b is the larger
-# There, two calls in a row (a machine stays warm ~30 s after a call and keeps /tmp and ignored files):
-#   call 1, carry .devdeps/gpu .devdeps/gguf_a:  tools/gpu_build.sh build && tools/gpu_build.sh stash
-#       -> /tmp/hydra_gpu/{sysroot,data,build/hydra,build/hydra_gpu_tests,env.sh}, part a kept
+#     gguf_1/, gguf_2/, ...  the default GGUF, xz -1 compressed and split so that call 1 carries the
+#                         sysroot, the data and part 1, and each later call one more part (each call also
+#                         carries the working tree; CARRY_RESERVE=BYTES leaves room per call for more)
+# There, calls in a row (a machine stays warm ~30 s after a call and keeps /tmp and ignored files):
+#   call 1, carry .devdeps/gpu .devdeps/gguf_1:  tools/gpu_build.sh build && tools/gpu_build.sh stash
+#       -> /tmp/hydra_gpu/{sysroot,data,build/hydra,build/hydra_gpu_tests,env.sh}, part 1 kept
 #       (tools/gpu_test.sh runs the GPU test suite on top of this build)
-#   call 2, carry .devdeps/gguf_b:               tools/gpu_build.sh model
-#       -> /tmp/hydra_gpu/models/SmolLM2-135M-Instruct.Q4_1.gguf (sha256 checked); exit 3 when part a or
+#   call i, carry .devdeps/gguf_i:               tools/gpu_build.sh stash   (each middle part)
+#   last call, carry the last part:              tools/gpu_build.sh model
+#       -> /tmp/hydra_gpu/models/SmolLM2-135M-Instruct.Q4_1.gguf (sha256 checked); exit 3 when a part or
 #          the build did not survive (the machine went cold: start again with call 1)
 #   source /tmp/hydra_gpu/env.sh: PATH, LD_LIBRARY_PATH, HYDRA_CACHE, HYDRA_WORDNET_DIR, HYDRA_DICT,
 #   HYDRA_MODEL (the GGUF).
@@ -33,6 +35,7 @@ CARRY_LIMIT=$((64 * 1024 * 1024))
 PACKAGES=(libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5 libquadmath0 libfmt-dev libfmt9
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtomlplusplus3 libpcre2-dev libpcre2-8-0 libstb-dev
   pkgconf pkgconf-bin libpkgconf3 libgtest-dev
+  libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libbrotli-dev
   libplplot-dev libplplot17 libltdl7 libshp2 libcsirocsa0 libcsironn0 libqhull-r8.0 libqsastime0 libfreetype6 libpng16-16
   libbrotli1
   zlib1g-dev zlib1g libzstd-dev libzstd1)
@@ -52,8 +55,8 @@ untar_xz() {  # untar_xz FILE DIR
 
 case "$mode" in
 fetch)
-  rm -rf "$DEPS/gpu" "$DEPS/gguf_a" "$DEPS/gguf_b"
-  mkdir -p "$DEPS/gpu" "$DEPS/gguf_a" "$DEPS/gguf_b" "$DEPS/debs_gpu"
+  rm -rf "$DEPS/gpu"
+  mkdir -p "$DEPS/gpu" "$DEPS/debs_gpu"
   (cd "$DEPS/debs_gpu" && apt-get download "${PACKAGES[@]}")
   stage="$(mktemp -d)"
   trap 'rm -rf "$stage"' EXIT
@@ -72,18 +75,25 @@ fetch)
   [[ -f "$model" ]] || { echo "[gpu_build] $model missing: run tools/setup.sh --no-build" >&2; exit 1; }
   xzm="$DEPS/model.gguf.xz"  # kept: compressing takes minutes on a busy 2-core machine
   [[ -f "$xzm" && "$xzm" -nt "$model" ]] || xz -T"${JOBS:-2}" -1 -c "$model" > "$xzm"
-  # the working tree travels with every call (tracked + untracked-not-ignored files), plus 1 MiB margin
+  # the working tree travels with every call (tracked + untracked-not-ignored files), plus 1 MiB margin;
+  # CARRY_RESERVE bytes per call are left free for other payloads (a peer's binaries)
   tree=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1)
   size=$(stat -c %s "$xzm")
-  b=$((CARRY_LIMIT - tree - 1024 * 1024))
-  a=$((size - b))
   gpu=$(du -cb "$DEPS/gpu" | tail -1 | cut -f1)
-  (( a > 0 && tree + gpu + a + 1024 * 1024 <= CARRY_LIMIT )) || {
-    echo "[gpu_build] does not fit: tree $tree + gpu $gpu + part a $a bytes > 64 MiB" >&2; exit 1; }
-  head -c "$a" "$xzm" > "$DEPS/gguf_a/part"
-  tail -c +"$((a + 1))" "$xzm" > "$DEPS/gguf_b/part"
-  echo "[gpu_build] call 1 carries $(( (tree + gpu + a) / 1048576 )) MiB, call 2 $(( (tree + size - a) / 1048576 )) MiB"
-  du -sh "$DEPS/gpu"/* "$DEPS/gguf_a/part" "$DEPS/gguf_b/part"
+  room=$((CARRY_LIMIT - tree - 1024 * 1024 - ${CARRY_RESERVE:-0}))
+  first=$((room - gpu))
+  (( first > 0 && room > 0 )) || { echo "[gpu_build] does not fit: tree $tree + gpu $gpu bytes" >&2; exit 1; }
+  rm -rf "$DEPS"/gguf_[0-9]*
+  n=1 off=0 take=$first
+  while (( off < size )); do
+    mkdir -p "$DEPS/gguf_$n"
+    tail -c +"$((off + 1))" "$xzm" | head -c "$take" > "$DEPS/gguf_$n/part"
+    off=$((off + take)); take=$room; n=$((n + 1))
+  done
+  parts=$((n - 1))
+  for i in $(seq 1 "$parts"); do echo "$parts" > "$DEPS/gguf_$i/of"; done
+  echo "[gpu_build] the model travels in $parts parts: call 1 carries .devdeps/gpu .devdeps/gguf_1, call i .devdeps/gguf_i"
+  du -sh "$DEPS/gpu"/* "$DEPS"/gguf_[0-9]*/part
   ;;
 build)
   for f in sysroot.tar.xz data.tar.xz; do
@@ -126,18 +136,21 @@ EOF
   echo "[gpu_build] built $targets in $PREFIX/build in $(( $(date +%s) - start )) s"
   ;;
 stash)
+  # every model part this call carries is kept for the calls after it
   mkdir -p "$PREFIX/gguf_parts"
-  cp "$DEPS/gguf_a/part" "$PREFIX/gguf_parts/a"
-  echo "[gpu_build] first part of the model kept in $PREFIX/gguf_parts for the next call"
+  for d in "$DEPS"/gguf_[0-9]*; do [[ -f "$d/part" ]] && cp "$d/part" "$PREFIX/gguf_parts/${d##*_}" && cp "$d/of" "$PREFIX/gguf_parts/of"; done
+  echo "[gpu_build] kept model parts: $(ls "$PREFIX/gguf_parts" | tr '\n' ' ')"
   ;;
 model)
-  a=""
-  for f in "$PREFIX/gguf_parts/a" "$DEPS/gguf_a/part"; do [[ -f "$f" ]] && { a="$f"; break; }; done
-  [[ -n "$a" && -f "$DEPS/gguf_b/part" && -x "$PREFIX/build/hydra" ]] || {
-    echo "[gpu_build] part a ('$a'), part b or the build is missing: run call 1 again, then carry .devdeps/gguf_b at once" >&2
+  "$0" stash >/dev/null
+  of=$(cat "$PREFIX/gguf_parts/of" 2>/dev/null || echo 0)
+  missing=""
+  for i in $(seq 1 "$of"); do [[ -f "$PREFIX/gguf_parts/$i" ]] || missing="$missing $i"; done
+  [[ "$of" -gt 0 && -z "$missing" && -x "$PREFIX/build/hydra" ]] || {
+    echo "[gpu_build] model parts missing ($missing of $of) or no build: the machine went cold; start again with call 1" >&2
     exit 3; }
   mkdir -p "$PREFIX/models"
-  cat "$a" "$DEPS/gguf_b/part" | unxz_to "$PREFIX/models/$GGUF_NAME"
+  for i in $(seq 1 "$of"); do cat "$PREFIX/gguf_parts/$i"; done | unxz_to "$PREFIX/models/$GGUF_NAME"
   echo "$GGUF_SHA256  $PREFIX/models/$GGUF_NAME" | sha256sum -c --quiet - \
     || { echo "[gpu_build] checksum mismatch for the reassembled $GGUF_NAME" >&2; exit 1; }
   echo "[gpu_build] model: $PREFIX/models/$GGUF_NAME"

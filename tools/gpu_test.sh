@@ -8,8 +8,9 @@
 # here, once:  tools/gpu_build.sh fetch            (.devdeps/gpu: the sysroot with GoogleTest, the data)
 # there, one call, carry .devdeps/gpu:             tools/gpu_test.sh [ctest arguments, e.g. -R GpuOps]
 # with the real model, two calls in a row (a warm machine keeps /tmp for ~30 s):
-#   call 1, carry .devdeps/gpu .devdeps/gguf_a:    tools/gpu_test.sh   (keeps part a of the model too)
-#   call 2, carry .devdeps/gguf_b:                 tools/gpu_test.sh   (assembles the model, reuses the build)
+#   call 1, carry .devdeps/gpu .devdeps/gguf_1:    tools/gpu_test.sh   (keeps part 1 of the model too)
+#   call i, carry .devdeps/gguf_i:                 tools/gpu_test.sh   (keeps part i; the call with the last
+#                                                  part assembles the model; reuses the build)
 # CTEST_JOBS: tests at once on the one GPU (default 8; each CPU reference gets nproc / CTEST_JOBS OpenMP
 # threads). Logs go to $OUT (or ./gpu_test_results): build.log and ctest's LastTest.log.
 # Exit status: ctest's (0: every test passed or was skipped), 3 when the build failed.
@@ -41,9 +42,11 @@ else
 fi
 tail -1 "$RES/build.log"
 
-# the model, when its parts come along (tools/gpu_build.sh: part a with call 1, part b with call 2)
-[[ -f .devdeps/gguf_a/part ]] && tools/gpu_build.sh stash
-[[ -f .devdeps/gguf_b/part ]] && { tools/gpu_build.sh model || echo "[gpu_test] the model did not assemble: its cases will be skipped"; }
+# the model, when its parts come along (tools/gpu_build.sh: part 1 with call 1, one part per later call)
+if compgen -G ".devdeps/gguf_[0-9]*/part" >/dev/null; then
+  tools/gpu_build.sh stash
+  tools/gpu_build.sh model 2>/dev/null || echo "[gpu_test] the model is not complete yet: its cases will be skipped"
+fi
 
 # shellcheck disable=SC1091
 source "$PREFIX/env.sh"

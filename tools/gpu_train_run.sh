@@ -2,7 +2,7 @@
 # GPU training on the offline GPU machine, in the two calls the default model needs (tools/gpu_build.sh
 # explains the split: the 94 MiB GGUF goes over as two parts, part a with the first call).
 #
-# here, once:  tools/gpu_build.sh fetch (.devdeps/gpu, gguf_a, gguf_b); optionally tools/gpu_train_run.sh pack
+# here, once:  tools/gpu_build.sh fetch (.devdeps/gpu, gguf_1, gguf_2, ...); optionally tools/gpu_train_run.sh pack
 #   (.devdeps/gpu_train/bin.tar.xz: hydra, the GPU tests and the benchmarks from build-cuda-train2, configured with
 #   -DHYDRA_CUDA=ON -DHYDRA_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3, so no build is needed there)
 # here, before the calls: tools/gpu_train_run.sh split (.devdeps/gguf_train_{a,b}: the model split for the
