@@ -81,20 +81,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-json read_json_or(const fs::path& p, json fallback) {
-    if (!fs::exists(p)) return fallback;
-    json j = json::parse(read_text_file(p), nullptr, false);
-    return j.is_discarded() ? fallback : j;
-}
-
-void write_json(const fs::path& p, const json& j) {
-    write_text_file(p, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
-}
-
 // First and last training loss and the steps of a stage, from its log.jsonl.
 json stage_summary(const fs::path& dir, const TrainConfig& tc) {
     json s = {{"steps", tc.steps}, {"tokens", tc.steps * tc.batch_size * tc.seq_len}};
@@ -159,7 +145,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     ctx->options = training_task_options(text);
     const std::string data_tokenizer = text.name() == "byte-v1" ? "byte" : cfg.teacher;
     const int64_t L = tcfg.num_layers, H = tcfg.num_heads;
-    if (!timings.contains("load")) record("load", since(t_load));
+    if (!timings.contains("load")) record("load", seconds_since(t_load));
 
     // 1. Head scores: the fast screen.
     const fs::path scores_path = out / "scores.json";
@@ -195,7 +181,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
                                  "head scores: attribution patching", "combined score", (L * H + 7) / 8);
         });
         write_scores_json(scores_path.string(), tcfg, report);  // last: marks the step done
-        record("score", since(t0));
+        record("score", seconds_since(t0));
     }
     const HeadScoreTable scores = load_head_scores(scores_path.string(), tcfg);
     std::vector<double> aggregate;
@@ -245,7 +231,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
             [&](const std::string& label, int64_t d, int64_t n) { progress("ablation " + label, d, n, ""); });
         write_json(ablation_path, ablation);
         fs::remove(partial_path);
-        record("ablation", since(t0));
+        record("ablation", seconds_since(t0));
     }
     say(ablation_summary(ablation));
 
@@ -274,7 +260,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
             teacher.model->config().vocab_size);
         agreement[key] = heldout_metrics_json(hm);
         write_json(agreement_path, agreement);
-        record("kl/" + key, since(t0));
+        record("kl/" + key, seconds_since(t0));
         say(fmt::format(
             "held-out KL(t||s) {}: {:.4f} nats/token, top-1 agreement {:.3f}, ppl {:.2f} ({} tokens)", key,
             agreement[key]["kl"].get<double>(), agreement[key]["top1_agreement"].get<double>(),
@@ -327,7 +313,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
                       {"parameters_hybrid", hybrid->params().parameter_count()},
                       {"calibration_tokens", stats.calibration_tokens}};
         write_json(out / "conversion.json", conversion);  // last: marks the step done
-        record("convert", since(t0));
+        record("convert", seconds_since(t0));
     }
     say(fmt::format("convert: {}; KV cache {} -> {} bytes/token (bf16, {:.3f}x)",
                     conversion["plan"].get<std::string>(),
@@ -371,7 +357,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
                              fmt::format("loss {:.4f} {:.1f} tok/s", s.loss, s.tokens_per_second));
                 },
                 synthetic, on_device ? hooks.train_engine : TrainEngineFactory{});
-            record(kind, since(t0));
+            record(kind, seconds_since(t0));
         }
         stages[kind] = stage_summary(dir, tc);
         measure(kind, dir.string());
@@ -391,7 +377,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     ri.gpu_report = latest_gpu_report(std::string(HYDRA_SOURCE_DIR) + "/docs/results");
     DemoResult r;
     r.report_path = write_demo_report(ri);
-    r.seconds = since(t_start);
+    r.seconds = seconds_since(t_start);
     const json& before = agreement["converted"];
     const json& after = agreement["distill"];
     r.summary = fmt::format(

@@ -49,21 +49,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-json read_json_or(const fs::path& p, json fallback) {
-    if (!fs::exists(p)) return fallback;
-    json j = json::parse(read_text_file(p), nullptr, false);
-    return j.is_discarded() ? fallback : j;
-}
-
-// `replace`: eval results carry model outputs, which may hold invalid UTF-8 (a character cut by the budget).
-void write_json(const fs::path& p, const json& j) {
-    write_text_file(p, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
-}
-
 }  // namespace
 
 PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_dir, const std::string& from,
@@ -119,7 +104,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                                    fmt::format("loss {:.4f} {:.0f} tok/s", s.loss, s.tokens_per_second));
             },
             synthetic, on_device ? hooks.train_engine : TrainEngineFactory{});
-        record(label, since(t0), tc.steps * tc.batch_size * tc.seq_len);
+        record(label, seconds_since(t0), tc.steps * tc.batch_size * tc.seq_len);
     };
 
     // 1. Teacher.
@@ -179,7 +164,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                                      (tcfg.num_layers * tcfg.num_heads + 7) / 8);
             });
             write_text_file(scores_path, read_text_file(cfg.score_file));  // last: marks the step done
-            record("score/ablation", since(t0), 0);
+            record("score/ablation", seconds_since(t0), 0);
             say(ablation_summary(ab));
         } else {
             say(fmt::format("score: {} on {} x {} lengths x {} pairs", fmt::join(cfg.score_methods, "+"),
@@ -209,7 +194,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                                      tcfg.num_heads, "head scores (aggregate)", "combined score",
                                      (tcfg.num_layers * tcfg.num_heads + 7) / 8);
             });
-            record("score", since(t0), 0);
+            record("score", seconds_since(t0), 0);
             // Causality check of the scores by ablation (written next to them).
             const auto t1 = Clock::now();
             std::vector<const TaskGenerator*> ptrs;
@@ -218,7 +203,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                 ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, report.scores.aggregate,
                                cfg.score_lengths[0], cfg.ablation_samples, {1, 2, 3}, ablation_generator);
             write_json(out / "ablation.json", ab);
-            record("score/ablation", since(t1), 0);
+            record("score/ablation", seconds_since(t1), 0);
             say(ablation_summary(ab));
         }
     }
@@ -263,7 +248,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                     files[f] = read_text_file(fs::path(teacher_path) / f);
             save_model_directory(converted.string(), *hybrid, extra, files);
             say(fmt::format("{}: convert: {}", v.name, plan.ratio_summary()));
-            record(v.name + "/convert", since(t0), stats.calibration_tokens);
+            record(v.name + "/convert", seconds_since(t0), stats.calibration_tokens);
         }
         fs::path previous = converted;
         for (const auto& [kind, base] : {std::pair<std::string, const TrainConfig*>{"align", &cfg.align},
@@ -392,7 +377,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         write_json(eval_dir / "agreement.json", agreement);
         write_json(result_file, j);
         record("eval/" + name, r.seconds, 0);
-        record("eval/" + name + "/heldout", since(t0), hm.tokens);
+        record("eval/" + name + "/heldout", seconds_since(t0), hm.tokens);
         results.push_back(std::move(r));
     }
     draw_figure((out / "score_vs_length.png").string(),
@@ -434,7 +419,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     const ReportOutput ro = write_pipeline_report(ri);
     result.report_path = ro.path;
     result.table = ro.table;
-    result.seconds = since(t_start);
+    result.seconds = seconds_since(t_start);
     return result;
 }
 

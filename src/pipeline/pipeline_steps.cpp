@@ -148,4 +148,18 @@ std::string ablation_summary(const json& ab) {
         ab["none"].get<double>(), ab["top_scored"].get<double>(), random);
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+json read_json_or(const fs::path& path, json fallback) {
+    if (!fs::exists(path)) return fallback;
+    json j = json::parse(read_text_file(path), nullptr, false);
+    return j.is_discarded() ? fallback : j;
+}
+
+void write_json(const fs::path& path, const json& j) {
+    write_text_file(path, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+}
+
 }  // namespace hydra

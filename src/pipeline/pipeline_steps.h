@@ -3,6 +3,8 @@
 // no stage trains on, a resumable transfer stage, and the causality check of head scores by ablation.
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -79,5 +81,13 @@ nlohmann::json ablation_check(const LlamaModel& teacher, const ModelText& text,
 
 // One line: intact, top-scored and random accuracies.
 std::string ablation_summary(const nlohmann::json& ablation);
+
+// Seconds since t0 on the steady clock (a step's timing in timings.json).
+double seconds_since(std::chrono::steady_clock::time_point t0);
+// A step's JSON record, or `fallback` when the file is missing or unreadable (the step then runs again).
+nlohmann::json read_json_or(const std::filesystem::path& path, nlohmann::json fallback);
+// Atomic write of a step's record. `replace`: eval results carry model outputs, which may hold invalid
+// UTF-8 (a character cut by the token budget).
+void write_json(const std::filesystem::path& path, const nlohmann::json& j);
 
 }  // namespace hydra
