@@ -82,8 +82,8 @@ void run(const PipelineConfig& config, const std::string& out_arg, const std::st
     hooks.generator = [](const LlamaModel& m, const ModelText& t, int64_t capacity, int64_t context_limit) {
         return gpu_generator(m, t, capacity, context_limit);
     };
-    hooks.logits = [](const LlamaModel& m, int64_t max_positions) {
-        return gpu::make_gpu_logits_fn(m, max_positions);
+    hooks.window_stats = [](const LlamaModel& teacher, const LlamaModel* student, int64_t max_positions) {
+        return gpu::make_gpu_window_stats_fn(teacher, student, max_positions);
     };
 #endif
     const PipelineResult r = run_pipeline(config, out.string(), from, hooks);

@@ -140,23 +140,34 @@ HeldoutMetrics summarize_windows(const std::vector<WindowStats>& ws, const Boots
     return m;
 }
 
-HeldoutMetrics heldout_metrics(const LogitsFn& teacher, const LogitsFn& student,
-                               const std::vector<std::vector<int32_t>>& windows, int64_t vocab,
+WindowStatsFn host_window_stats_fn(const LogitsFn& teacher, const LogitsFn& student, int64_t vocab) {
+    const bool self = &teacher == &student;
+    return [teacher, student, self, vocab](std::span<const int32_t> w) {
+        const std::span<const int32_t> in = w.first(w.size() - 1);
+        const std::vector<float> lt = teacher(in);
+        if (self) return window_stats(w, lt, lt, vocab);  // the teacher against itself: one forward
+        const std::vector<float> ls = student(in);
+        return window_stats(w, lt, ls, vocab);
+    };
+}
+
+HeldoutMetrics heldout_metrics(const WindowStatsFn& stats, const std::vector<std::vector<int32_t>>& windows,
                                const BootstrapOptions& boot,
                                const std::function<void(int64_t, int64_t)>& progress) {
     std::vector<WindowStats> ws;
     for (const std::vector<int32_t>& w : windows) {
-        const std::span<const int32_t> in(w.data(), w.size() - 1);
-        const std::vector<float> lt = teacher(in);
-        if (&teacher == &student) {  // the teacher against itself: its perplexity, one forward
-            ws.push_back(window_stats(w, lt, lt, vocab));
-        } else {
-            const std::vector<float> ls = student(in);
-            ws.push_back(window_stats(w, lt, ls, vocab));
-        }
+        HYDRA_CHECK(w.size() >= 2, "a held-out window needs at least 2 tokens");
+        ws.push_back(stats(w));
         if (progress) progress(int64_t(ws.size()), int64_t(windows.size()));
     }
     return summarize_windows(ws, boot);
+}
+
+HeldoutMetrics heldout_metrics(const LogitsFn& teacher, const LogitsFn& student,
+                               const std::vector<std::vector<int32_t>>& windows, int64_t vocab,
+                               const BootstrapOptions& boot,
+                               const std::function<void(int64_t, int64_t)>& progress) {
+    return heldout_metrics(host_window_stats_fn(teacher, student, vocab), windows, boot, progress);
 }
 
 nlohmann::json heldout_metrics_json(const HeldoutMetrics& m) {

@@ -4,9 +4,9 @@
 // of one window are correlated). The text is the held-out split of token shards
 // (train/token_shards.h), which no training stage reads, cut into consecutive windows.
 //
-// The logits come from a LogitsFn, so the same numbers are computed for the CPU forward
-// (cpu_logits_fn) and the GPU forward (cli/gpu_logits.h): the per-row statistics are computed here on
-// the host either way, in double precision.
+// The logits come from a LogitsFn (the CPU forward, cpu_logits_fn, or the GPU forward, gpu/gpu_logits.h)
+// and the per-row statistics are computed here on the host in double precision; or a WindowStatsFn computes
+// them where the logits are (the GPU: gpu/window_stats.h, the same formulas).
 #pragma once
 
 #include <cstdint>
@@ -65,6 +65,18 @@ HeldoutMetrics summarize_windows(const std::vector<WindowStats>& windows, const 
 // the same LogitsFn object twice runs it once per window (the teacher's own perplexity).
 HeldoutMetrics heldout_metrics(const LogitsFn& teacher, const LogitsFn& student,
                                const std::vector<std::vector<int32_t>>& windows, int64_t vocab,
+                               const BootstrapOptions& boot = {},
+                               const std::function<void(int64_t, int64_t)>& progress = {});
+
+// The statistics of one window (n + 1 tokens) computed wherever the logits are: from two LogitsFn on the
+// host (window_stats), or on the GPU (gpu/gpu_logits.h: make_gpu_window_stats_fn), which copies back only
+// the per-position sums.
+using WindowStatsFn = std::function<WindowStats(std::span<const int32_t> window)>;
+
+// The host WindowStatsFn of two LogitsFn (the same object twice: the teacher against itself, one forward).
+WindowStatsFn host_window_stats_fn(const LogitsFn& teacher, const LogitsFn& student, int64_t vocab);
+
+HeldoutMetrics heldout_metrics(const WindowStatsFn& stats, const std::vector<std::vector<int32_t>>& windows,
                                const BootstrapOptions& boot = {},
                                const std::function<void(int64_t, int64_t)>& progress = {});
 

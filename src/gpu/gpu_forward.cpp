@@ -322,6 +322,14 @@ std::vector<float> GpuForward::forward_all_logits(GpuCache& cache, std::span<con
     return out;
 }
 
+const float* GpuForward::forward_all_logits_device(GpuCache& cache, std::span<const int32_t> tokens) {
+    HYDRA_CHECK(
+        cache.pos() == 0 || tokens.size() == 1,
+        "forward_all_logits_device: {} tokens continuing at position {} (prefill from 0 or one token)",
+        tokens.size(), cache.pos());
+    return run(cache, tokens, int64_t(tokens.size()));
+}
+
 int32_t GpuForward::forward_argmax(GpuCache& cache, std::span<const int32_t> tokens) {
     if (tokens.size() > 1 && cache.pos() > 0) {
         for (size_t t = 0; t + 1 < tokens.size(); ++t) run(cache, tokens.subspan(t, 1), 1);

@@ -65,6 +65,10 @@ public:
     std::vector<float> forward_last_logits(GpuCache& cache, std::span<const int32_t> tokens);
     std::vector<float> forward_all_logits(GpuCache& cache, std::span<const int32_t> tokens);
     int32_t forward_argmax(GpuCache& cache, std::span<const int32_t> tokens);
+    // The logits (T, V) of every position left on the device (valid until the next call on this object,
+    // ordered on stream()), for statistics computed there (gpu/window_stats.h). A prefill from position 0,
+    // or one token.
+    const float* forward_all_logits_device(GpuCache& cache, std::span<const int32_t> tokens);
 
     cudaStream_t stream() const { return stream_; }
     const GpuTrainModel& model() const { return model_; }

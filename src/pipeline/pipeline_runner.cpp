@@ -57,7 +57,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     cfg.validate();
     const bool on_device = cfg.device == "cuda";
     HYDRA_CHECK(
-        !on_device || (hooks.train_engine && hooks.generator && hooks.logits),
+        !on_device || (hooks.train_engine && hooks.generator && hooks.window_stats),
         "pipeline: device = cuda, but this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON "
         "on a machine with the CUDA toolkit, or set device=cpu)");
     const auto& steps = pipeline_steps();
@@ -318,8 +318,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         return heldout_windows_cache;
     };
     const int64_t V = tcfg.vocab_size;
-    const LogitsFn teacher_logits =
-        on_device ? hooks.logits(*teacher.model, window) : cpu_logits_fn(*teacher.model);
+    const LogitsFn teacher_logits = on_device ? LogitsFn{} : cpu_logits_fn(*teacher.model);
     for (const auto& [name, path] : all_models) {
         const fs::path result_file = eval_dir / (name + ".json");
         if (forced("eval")) fs::remove(result_file);
@@ -363,13 +362,14 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         const auto& ws = windows();
         HeldoutMetrics hm;
         {
-            const LogitsFn student =
-                name == "teacher" ? LogitsFn{}
-                                  : (on_device ? hooks.logits(*m.model, window) : cpu_logits_fn(*m.model));
-            hm = heldout_metrics(teacher_logits, name == "teacher" ? teacher_logits : student, ws, V,
-                                 info.bootstrap, [&](int64_t d, int64_t n) {
-                                     if (hooks.progress) hooks.progress("held-out " + name, d, n, "");
-                                 });
+            const bool self = name == "teacher";
+            const LogitsFn student = self || on_device ? LogitsFn{} : cpu_logits_fn(*m.model);
+            const WindowStatsFn stats =
+                on_device ? hooks.window_stats(*teacher.model, self ? nullptr : m.model.get(), window)
+                          : host_window_stats_fn(teacher_logits, self ? teacher_logits : student, V);
+            hm = heldout_metrics(stats, ws, info.bootstrap, [&](int64_t d, int64_t n) {
+                if (hooks.progress) hooks.progress("held-out " + name, d, n, "");
+            });
         }
         agreement[name] = heldout_metrics_json(hm);
         agreement[name]["source"] = heldout_source;

@@ -43,9 +43,10 @@ struct PipelineHooks {
     // check. Empty hooks with device = cuda are an error.
     TrainEngineFactory train_engine;
     std::function<GenerateFn(const LlamaModel&, const ModelText&, int64_t capacity, int64_t context_limit)> generator;
-    // device = cuda: all-position logits of a model on the GPU (max window positions), for the held-out
-    // KL, agreement and perplexity (cli/gpu_logits.h).
-    std::function<LogitsFn(const LlamaModel&, int64_t max_positions)> logits;
+    // device = cuda: the held-out KL, agreement and perplexity statistics of a student (null: the teacher
+    // itself) against the teacher, computed on the GPU (gpu/gpu_logits.h), windows of max_positions at most.
+    std::function<WindowStatsFn(const LlamaModel& teacher, const LlamaModel* student, int64_t max_positions)>
+        window_stats;
 };
 
 struct PipelineResult {
