@@ -198,9 +198,10 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
         }
         copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
         copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
-        if (kc.prefill) {  // any pos0: q read in place from the projection row, K / V the cache rows [0, pos0 + T)
-            kc.prefill->forward(fa_out, q, P, cache.k(l), cache.v(l), w.kv_index, w.uniform_groups, T, pos0, n_fa,
-                                n_kv, Dh, scale, st);
+        if (kc.prefill) {  // any pos0: q read in place from the projection row, K / V the cache rows [0, pos0
+                           // + T)
+            kc.prefill->forward(fa_out, q, P, cache.k(l), cache.v(l), w.kv_index, w.uniform_groups, T, pos0,
+                                n_fa, n_kv, Dh, scale, st);
             return;
         }
         HYDRA_ASSERT(pos0 == 0, "GPU prefill of {} tokens at position {} (only from 0)", T, pos0);

@@ -293,7 +293,8 @@ std::vector<float> GpuForward::forward_all_logits(GpuCache& cache, std::span<con
     const int64_t V = model_.config().vocab_size, T = int64_t(tokens.size());
     std::vector<float> out(size_t(T * V));
     const float* lg = run(cache, tokens, T);
-    CUDA_CHECK(cudaMemcpyAsync(out.data(), lg, size_t(T * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(out.data(), lg, size_t(T * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return out;
 }

@@ -355,7 +355,8 @@ Dims transposed(Dims d) {  // swap the last two axes (K -> K^T as a view)
 // bottom_right: keep row + S - T >= col (the T queries are the last T of the S key positions), S and T
 // bound by value at execution (kSeqKv, kSeqQ), composed in the order of NVIDIA's frontend (row + s_kv - s_q,
 // INT32) so that the fused engine recognises the pattern.
-const Desc& causal_mask(GraphBuilder& g, const Desc& scores, Dims sdim, Dims sstr, bool bottom_right = false) {
+const Desc& causal_mask(GraphBuilder& g, const Desc& scores, Dims sdim, Dims sstr,
+                        bool bottom_right = false) {
     const Desc& row = g.virt(CUDNN_DATA_INT32, sdim, sstr);
     const Desc& col = g.virt(CUDNN_DATA_INT32, sdim, sstr);
     g.pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, scores, row, nullptr, nullptr, 2);
@@ -569,7 +570,7 @@ float masked_score() {
 
 // The tensors each direction binds, in the order of the pointer lists given to execute().
 const std::vector<int64_t> kForwardUids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-const std::vector<int64_t> kInferUids = {kQ, kK, kV, kO, kScale, kNegInf};                  // S == T
+const std::vector<int64_t> kInferUids = {kQ, kK, kV, kO, kScale, kNegInf};                        // S == T
 const std::vector<int64_t> kInferShiftedUids = {kQ, kK, kV, kO, kScale, kNegInf, kSeqKv, kSeqQ};  // S > T
 const std::vector<int64_t> kBackwardUids = {kQ,  kK,  kV,     kO,   kDO,     kStats,      kDQ,
                                             kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
@@ -848,9 +849,9 @@ struct CudnnAttention::Impl {
         }
         const char* e = std::getenv("HYDRA_CUDNN_LOG");
         if (e && std::string(e) != "0")
-            std::fprintf(stderr, "[hydra cudnn] inference B%d T%d S%d H%d/%d D%d ld %d/%d: engine %zu of %zu, us:%s\n",
-                         s.B, s.T, s.S, s.H, s.Hkv, s.D, s.ld_q, s.ld_kv, pick, b.others.size() + 1,
-                         line.c_str());
+            std::fprintf(
+                stderr, "[hydra cudnn] inference B%d T%d S%d H%d/%d D%d ld %d/%d: engine %zu of %zu, us:%s\n",
+                s.B, s.T, s.S, s.H, s.Hkv, s.D, s.ld_q, s.ld_kv, pick, b.others.size() + 1, line.c_str());
         (void)cudaStreamSynchronize(st);
         CUDA_CHECK(cudaEventDestroy(e0));
         CUDA_CHECK(cudaEventDestroy(e1));
@@ -891,9 +892,9 @@ bool CudnnAttention::supports_inference(const AttnInferShape& s) {
     return p.ok;
 }
 
-void CudnnAttention::forward_inference(const AttnInferShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                       const __nv_bfloat16* v, __nv_bfloat16* o, float scale,
-                                       cudaStream_t stream) {
+void CudnnAttention::forward_inference(const AttnInferShape& s, const __nv_bfloat16* q,
+                                       const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
+                                       float scale, cudaStream_t stream) {
     auto& p = impl_->get_inference(s);
     if (!p.ok) throw Error("cuDNN attention inference unavailable for this shape: " + p.why);
     CUDNN_CALL(api().set_stream(impl_->handle, stream), "cudnnSetStream");
