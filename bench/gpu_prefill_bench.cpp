@@ -43,6 +43,8 @@ using namespace hydra;
 
 namespace {
 
+using cuda::bf16;
+
 struct Options {
     int iters = 20, warmup = 3, model_iters = 3;
     std::string only;
@@ -174,7 +176,7 @@ void bench_model(const Options& o, cudaStream_t) {
     gpu::GpuForward fwd(gm);
     for (int64_t T : {4096, 16384, 32768}) {
         std::vector<int32_t> tokens(static_cast<size_t>(T));
-        Rng rng(uint64_t(T));
+        Rng rng(static_cast<uint64_t>(T));
         for (auto& t : tokens) t = int32_t(rng.uniform() * double(c.vocab_size - 1));
         gpu::GpuCache cache(gm, T + 1);
         for (auto backend : {gpu::PrefillAttention::Backend::Auto, gpu::PrefillAttention::Backend::Own}) {

@@ -778,10 +778,7 @@ struct CudnnAttention::Impl {
             if (s.H % s.Hkv != 0) throw Error("H must be a multiple of Hkv");
             if (s.ld_q != 0 && s.ld_q < s.H * s.D) throw Error("ld_q is narrower than a q row");
             if (s.ld_kv != 0 && s.ld_kv < s.Hkv * s.D) throw Error("ld_kv is narrower than a k / v row");
-            // bottom-right alignment as a composed mask: cuDNN 9.3 and later (NVIDIA's frontend's floor)
-            if (s.S != s.T && api().lib.version < 90300)
-                throw Error("cuDNN " + std::to_string(api().lib.version) +
-                            " has no bottom-right causal mask (9.3 or later)");
+            // the bottom-right mask (S > T) needs cuDNN 8.9.6 or later (NVIDIA's frontend): every 9.x has it
             if (!handle) CUDNN_CALL(api().create(&handle), "cudnnCreate");
             p.fwd = build_forward(handle, s);
             tune_inference(s, p.fwd);

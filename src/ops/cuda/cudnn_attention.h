@@ -65,8 +65,8 @@ class CudnnAttention {
                   __nv_bfloat16* dk, __nv_bfloat16* dv, float scale, AttnWorkspace& ws, cudaStream_t stream);
 
     // Builds the inference plan for this shape once (forward only: cheaper than supports()); false when cuDNN
-    // is missing or has no engine for it (S < T, an alignment it rejects, a cuDNN without bottom-right
-    // masks), with the reason in reason(). Call before forward_inference().
+    // is missing or has no engine for it (S < T, strides or an alignment it rejects), with the reason in
+    // reason(). Call before forward_inference().
     bool supports_inference(const AttnInferShape& s);
     // o = softmax(mask(scale q k^T)) v with query t seeing keys [0, S - T + t]; see AttnInferShape.
     void forward_inference(const AttnInferShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k,
