@@ -54,7 +54,7 @@
 namespace hydra::gpu {
 
 class GpuForward {
-public:
+  public:
     explicit GpuForward(const GpuTrainModel& model);
     ~GpuForward();
     GpuForward(const GpuForward&) = delete;
@@ -85,7 +85,7 @@ public:
     };
     const GraphStats& graph_stats() const { return stats_; }
 
-private:
+  private:
     // Device buffers one forward pass works in: the eager path's grow-only members, or the decode graphs'
     // fixed single-token set (then step / max_splits are set and T = 1).
     struct Work {
@@ -145,13 +145,13 @@ private:
     cuda::DeviceBuffer<int32_t> ids_, argmax_;
     cuda::DeviceBuffer<float> x_, gates_, rope_, partials_, logits_;
     cuda::DeviceBuffer<bf16> xn_, proj_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
-    int32_t* host_token_ = nullptr;  // pinned
+    int32_t* host_token_ = nullptr;                                                      // pinned
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<cuda::GdnWorkspace>> gdn_ws_;  // (T, n_la)
 
     bool graphs_on_ = true;
     GraphStats stats_;
     DecodeSet dec_;
-    uint64_t graph_cache_id_ = 0;                          // GpuCache::id the graphs point into (0: none)
+    uint64_t graph_cache_id_ = 0;                           // GpuCache::id the graphs point into (0: none)
     std::map<std::pair<int64_t, bool>, CudaGraph> graphs_;  // (attention splits, argmax) -> graph
 };
 
