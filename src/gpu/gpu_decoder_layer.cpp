@@ -9,6 +9,7 @@
 #include "gpu/gpu_rope.h"
 #include "gpu/head_rmsnorm.h"
 #include "gpu/kv_group_reduce.h"
+#include "gpu/prefill_attention.h"
 #include "gpu/prefix_attention.h"
 #include "model/fusion.h"
 #include "ops/cuda/cuda_check.h"
@@ -151,8 +152,9 @@ cuda::FusionScales fusion_scales(const GpuLayerWeights& w) {
 // FA heads with the hybrid cache (one sequence, T new tokens at positions kc.pos0..; q, k, v in the fused
 // projection row, a.ld_qkv apart): RoPE at the absolute positions, the new K / V rows into the cache, then
 // attention over the cache: the decode kernel for one token (inside a CUDA graph its position is read on
-// the device, kc.step), flash attention for a prompt from position 0 (K / V duplicated per FA head first
-// when the plan's groups are not uniform).
+// the device, kc.step), for T > 1 kc.prefill (gpu/prefill_attention.h: cuDNN, any pos0) when set, else
+// flash attention for a prompt from position 0 (K / V duplicated per FA head first when the plan's groups
+// are not uniform).
 void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l, int64_t T, GpuLayerActs& a,
                       const GpuLayerCache& kc, const float* rope_cos, const float* rope_sin,
                       cudaStream_t st) {
@@ -196,6 +198,12 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
         }
         copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
         copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
+        if (kc.prefill) {  // any pos0: q read in place from the projection row, K / V the cache rows [0, pos0
+                           // + T)
+            kc.prefill->forward(fa_out, q, P, cache.k(l), cache.v(l), w.kv_index, w.uniform_groups, T, pos0,
+                                n_fa, n_kv, Dh, scale, st);
+            return;
+        }
         HYDRA_ASSERT(pos0 == 0, "GPU prefill of {} tokens at position {} (only from 0)", T, pos0);
         bf16* qc = kc.qbuf;  // (T, n_fa, Dh) packed, as the flash kernel reads q
         copy_rows(qc, n_fa * Dh, q, P, n_fa * Dh, T, st);

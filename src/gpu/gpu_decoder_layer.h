@@ -138,10 +138,13 @@ struct GpuLayerActs {
     int64_t ld_proj = 0, ld_lqkv = 0, ld_lz = 0, ld_lab = 0;
 };
 
+class PrefillAttention;  // gpu/prefill_attention.h
+
 // Inference with the hybrid cache (gpu/gpu_cache.h): one sequence (B = 1) of T new tokens at positions
 // pos0.. appended to the cache, forward only. FA: RoPE at the absolute positions, K / V rows into the cache,
-// attention over it (gpu/decode_attention.h for T = 1, flash attention for a prompt from position 0); LA:
-// short conv over the cache's windows, GDN from and into the cache's state (gdn_decode_step for T = 1).
+// attention over it (gpu/decode_attention.h for T = 1; for T > 1 gpu/prefill_attention.h when `prefill` is
+// set, any pos0, else flash attention for a prompt from position 0); LA: short conv over the cache's windows,
+// GDN from and into the cache's state (gdn_decode_step for T = 1).
 struct GpuLayerCache {
     GpuCache* cache = nullptr;
     int64_t pos0 = 0;
@@ -154,6 +157,7 @@ struct GpuLayerCache {
     bf16 *kdup = nullptr, *vdup = nullptr;  // prefill, non-uniform groups: (T, n_fa, Dh) K / V per head
     const cuda::RopeFreqs* rope = nullptr;  // the model's frequencies (gpu_rope_freqs) for one token's
                                             // angles; null: computed per call
+    PrefillAttention* prefill = nullptr;    // T > 1: attention over the cache rows [0, pos0 + T) (cuDNN)
 };
 
 // What the layer borrows from its caller beside the weights: attention backend and workspaces that outlive

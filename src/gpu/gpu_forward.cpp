@@ -64,9 +64,7 @@ void GpuForward::ensure(int64_t T, int64_t n_logits, int64_t kv_len) {
         grow(x_, T * C);
         grow(xn_, T * C);
         grow(proj_, T * model_.layout().max_proj_cols());
-        grow(qbuf_, T * HD);
         grow(attn_, T * HD);
-        grow(lse_, T * H);
         grow(la_qkv_, 3 * T * HD);
         grow(gates_, 2 * T * H);
         grow(la_o_, T * HD);
@@ -74,13 +72,6 @@ void GpuForward::ensure(int64_t T, int64_t n_logits, int64_t kv_len) {
         grow(gu_, T * 2 * F);
         grow(act_, T * F);
         grow(rope_, 2 * T * std::max<int64_t>(1, c.rope_dim / 2));
-        bool any_head_granular = false;
-        for (int64_t l = 0; l < c.num_layers; ++l)
-            any_head_granular |= model_.layer(l).n_fa > 0 && !model_.layer(l).uniform_groups;
-        if (any_head_granular) {
-            grow(kdup_, T * HD);
-            grow(vdup_, T * HD);
-        }
         cap_T_ = T;
     }
     if (n_logits > cap_logits_) {
@@ -110,10 +101,9 @@ cuda::GdnWorkspace& GpuForward::gdn_workspace(int64_t T, int64_t n_la) {
 
 GpuForward::Work GpuForward::eager_work() {
     Work w;
-    w.ids = ids_.data(), w.x = x_.data(), w.lse = data_or_null(lse_), w.gates = data_or_null(gates_);
+    w.ids = ids_.data(), w.x = x_.data(), w.gates = data_or_null(gates_);
     w.rope = data_or_null(rope_), w.partials = data_or_null(partials_), w.logits = logits_.data();
-    w.xn = xn_.data(), w.proj = proj_.data(), w.qbuf = data_or_null(qbuf_), w.kdup = data_or_null(kdup_);
-    w.vdup = data_or_null(vdup_), w.attn = data_or_null(attn_), w.la_qkv = data_or_null(la_qkv_);
+    w.xn = xn_.data(), w.proj = proj_.data(), w.attn = data_or_null(attn_), w.la_qkv = data_or_null(la_qkv_);
     w.la_o = data_or_null(la_o_), w.heads = heads_.data(), w.gu = gu_.data(), w.act = act_.data();
     return w;
 }
@@ -131,7 +121,6 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, cons
     a.q = w.proj + pb.q, a.k = w.proj + pb.k, a.v = w.proj + pb.v, a.ld_qkv = P;
     // FA output: straight into the heads when the layer has no LA heads
     a.o = g.n_la == 0 ? w.heads : w.attn;
-    a.lse = w.lse;
     a.lqkv = w.proj + pb.la_q, a.ld_lqkv = P;  // la_k, la_v follow la_q in the row
     a.lz = w.proj + pb.la_g, a.ld_lz = P;
     a.lab = w.proj + pb.la_a, a.ld_lab = P;  // la_b follows la_a
@@ -146,8 +135,8 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, cons
     GpuLayerCache kc;
     kc.cache = &cache, kc.pos0 = pos0, kc.step = w.step, kc.max_splits = w.max_splits,
     kc.partials = w.partials;
-    kc.qbuf = w.qbuf, kc.kdup = w.kdup, kc.vdup = w.vdup;
     kc.rope = &rope_freqs_;
+    kc.prefill = &prefill_;  // T > 1 at any pos0
     GpuLayerEnv env;
     env.stream = stream_, env.blas = blas_.get(), env.prof = &prof_, env.res = &res_, env.cache = &kc;
     if (T > 1) env.rope_cos = w.rope, env.rope_sin = w.rope + T * (c.rope_dim / 2);  // forward_pass's table
@@ -293,10 +282,6 @@ const float* GpuForward::run(GpuCache& cache, std::span<const int32_t> tokens, i
 
 std::vector<float> GpuForward::forward_last_logits(GpuCache& cache, std::span<const int32_t> tokens) {
     const int64_t V = model_.config().vocab_size;
-    if (tokens.size() > 1 && cache.pos() > 0) {  // continued prompt: single-token steps
-        for (size_t t = 0; t + 1 < tokens.size(); ++t) run(cache, tokens.subspan(t, 1), 1);
-        tokens = tokens.subspan(tokens.size() - 1);
-    }
     const float* lg = run(cache, tokens, 1);
     std::vector<float> out(static_cast<size_t>(V));
     CUDA_CHECK(cudaMemcpyAsync(out.data(), lg, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -307,17 +292,9 @@ std::vector<float> GpuForward::forward_last_logits(GpuCache& cache, std::span<co
 std::vector<float> GpuForward::forward_all_logits(GpuCache& cache, std::span<const int32_t> tokens) {
     const int64_t V = model_.config().vocab_size, T = int64_t(tokens.size());
     std::vector<float> out(size_t(T * V));
-    if (T > 1 && cache.pos() > 0) {
-        for (int64_t t = 0; t < T; ++t) {
-            const float* lg = run(cache, tokens.subspan(size_t(t), 1), 1);
-            CUDA_CHECK(cudaMemcpyAsync(out.data() + t * V, lg, size_t(V) * sizeof(float),
-                                       cudaMemcpyDeviceToHost, stream_));
-        }
-    } else {
-        const float* lg = run(cache, tokens, T);
-        CUDA_CHECK(
-            cudaMemcpyAsync(out.data(), lg, size_t(T * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    }
+    const float* lg = run(cache, tokens, T);
+    CUDA_CHECK(
+        cudaMemcpyAsync(out.data(), lg, size_t(T * V) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return out;
 }
@@ -331,10 +308,6 @@ const float* GpuForward::forward_all_logits_device(GpuCache& cache, std::span<co
 }
 
 int32_t GpuForward::forward_argmax(GpuCache& cache, std::span<const int32_t> tokens) {
-    if (tokens.size() > 1 && cache.pos() > 0) {
-        for (size_t t = 0; t + 1 < tokens.size(); ++t) run(cache, tokens.subspan(t, 1), 1);
-        tokens = tokens.subspan(tokens.size() - 1);
-    }
     if (graphs_on_ && tokens.size() == 1) {
         check_tokens(cache, tokens);
         if (graph_step(cache, tokens[0], true)) {  // the argmax and its copy to host_token_ are in the graph

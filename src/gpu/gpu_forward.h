@@ -6,15 +6,15 @@
 //   x (T, C) fp32 -> rmsnorm -> xn bf16 -> ONE GEMM over the layer's proj block (model/device_layout.h)
 //   -> proj (T, P) bf16
 //   FA heads: [q/k head norm] -> RoPE in place -> k, v rows into the cache (bf16)
-//             prefill (pos0 = 0): flash attention (ops/cuda/attention.h) over the cache rows, K/V
-//             duplicated per head first when the plan's groups are not uniform (head granularity)
+//             T > 1 at any pos0 (a prompt, or a prompt continued after cached tokens, in one pass):
+//             gpu/prefill_attention.h over the cache rows [0, pos0 + T) (cuDNN's fused engine, else our
+//             flash kernel from position 0 / the decode kernel per row after it)
 //             T = 1: decode attention over the cache (gpu/decode_attention.h)
 //   LA heads: short conv + SiLU on q/k/v (carried windows) -> gates g, beta -> GDN chunked forward with
 //             h0/ht = the cached state (T > 1) or the decode step (T = 1) -> gated RMSNorm with z
 //   heads (T, H, Dh) bf16 = [FA | LA] -> fusion (mixed layers) -> o_proj GEMM accumulated into x
 //   -> rmsnorm -> fused gate_up GEMM -> SwiGLU -> down GEMM accumulated into x
-// then the final RMSNorm and the LM head (fp32 logits) for the rows asked for. A prompt continued at
-// pos0 > 0 with T > 1 runs as T single-token steps (the flash kernel has no offset; only decode needs it).
+// then the final RMSNorm and the LM head (fp32 logits) for the rows asked for.
 //
 // Single-token steps (T = 1) replay CUDA graphs (gpu/cuda_graph.h) unless HYDRA_CUDA_GRAPHS=0 or
 // set_cuda_graphs(false): the whole step (embedding, every layer, final norm, LM head, and for
@@ -46,6 +46,7 @@
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_decoder_layer.h"
 #include "gpu/gpu_train_model.h"
+#include "gpu/prefill_attention.h"
 #include "gpu/step_profiler.h"
 #include "ops/cuda/gdn_chunk.h"
 #include "ops/cuda/gemm.h"
@@ -53,7 +54,7 @@
 namespace hydra::gpu {
 
 class GpuForward {
-public:
+  public:
     explicit GpuForward(const GpuTrainModel& model);
     ~GpuForward();
     GpuForward(const GpuForward&) = delete;
@@ -72,6 +73,8 @@ public:
 
     cudaStream_t stream() const { return stream_; }
     const GpuTrainModel& model() const { return model_; }
+    // The prefill attention every layer runs for T > 1 (its backend can be switched: benchmarks, tests).
+    PrefillAttention& prefill_attention() { return prefill_; }
 
     // CUDA graphs for single-token steps: on by default unless HYDRA_CUDA_GRAPHS is 0/off/false/no; off
     // = the eager path (one launch per kernel), the reference the graphs are checked against.
@@ -86,13 +89,13 @@ public:
     };
     const GraphStats& graph_stats() const { return stats_; }
 
-private:
+  private:
     // Device buffers one forward pass works in: the eager path's grow-only members, or the decode graphs'
     // fixed single-token set (then step / max_splits are set and T = 1).
     struct Work {
         int32_t* ids = nullptr;
-        float *x = nullptr, *lse = nullptr, *gates = nullptr, *rope = nullptr, *partials = nullptr, *logits = nullptr;
-        bf16 *xn = nullptr, *proj = nullptr, *qbuf = nullptr, *kdup = nullptr, *vdup = nullptr, *attn = nullptr;
+        float *x = nullptr, *gates = nullptr, *rope = nullptr, *partials = nullptr, *logits = nullptr;
+        bf16 *xn = nullptr, *proj = nullptr, *attn = nullptr;
         bf16 *la_qkv = nullptr, *la_o = nullptr, *heads = nullptr, *gu = nullptr, *act = nullptr;
         const DecodeStep* step = nullptr;  // graph decode: position and attention length read on the device
         int64_t max_splits = 0;            // graph decode: key splits per head of the attention grid
@@ -124,8 +127,8 @@ private:
     void ensure(int64_t T, int64_t n_logits, int64_t kv_len);
     cuda::GdnWorkspace& gdn_workspace(int64_t T, int64_t n_la);
 
-    // The layer's resources in the cache mode: no cuDNN (prefill runs ops/cuda/attention.h), no backward, GDN
-    // chunk workspaces per (T, n_la).
+    // The layer's resources in the cache mode: no training attention (prefill runs prefill_), no backward,
+    // GDN chunk workspaces per (T, n_la).
     struct LayerResources final : GpuLayerResources {
         GpuForward* fwd = nullptr;
         cuda::CudnnAttention* cudnn_attention(const cuda::AttnShape& as) override;
@@ -138,20 +141,21 @@ private:
     cuda::RopeFreqs rope_freqs_;            // the model's RoPE frequencies (gpu/gpu_rope.h)
     std::vector<GpuLayerWeights> weights_;  // per layer, views of model_ (inference_weights)
     LayerResources res_;
+    PrefillAttention prefill_;
     StepProfiler prof_;  // never enabled: the layer's section marks cost nothing
     cudaStream_t stream_ = nullptr;
     std::unique_ptr<cuda::BlasContext> blas_;
     int64_t cap_T_ = 0, cap_logits_ = 0, cap_kv_ = 0;
     cuda::DeviceBuffer<int32_t> ids_, argmax_;
-    cuda::DeviceBuffer<float> x_, lse_, gates_, rope_, partials_, logits_;
-    cuda::DeviceBuffer<bf16> xn_, proj_, qbuf_, kdup_, vdup_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
-    int32_t* host_token_ = nullptr;  // pinned
+    cuda::DeviceBuffer<float> x_, gates_, rope_, partials_, logits_;
+    cuda::DeviceBuffer<bf16> xn_, proj_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
+    int32_t* host_token_ = nullptr;                                                      // pinned
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<cuda::GdnWorkspace>> gdn_ws_;  // (T, n_la)
 
     bool graphs_on_ = true;
     GraphStats stats_;
     DecodeSet dec_;
-    uint64_t graph_cache_id_ = 0;                          // GpuCache::id the graphs point into (0: none)
+    uint64_t graph_cache_id_ = 0;                           // GpuCache::id the graphs point into (0: none)
     std::map<std::pair<int64_t, bool>, CudaGraph> graphs_;  // (attention splits, argmax) -> graph
 };
 

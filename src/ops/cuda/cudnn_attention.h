@@ -10,6 +10,10 @@
 // Layouts as ops/cuda/attention.h: q, o, d_o, dq: (B, T, H, D) bf16; k, v, dk, dv: (B, T, Hkv, D) bf16.
 // stats: (B, H, T) fp32, the row log-sum-exp of the scaled scores in NATURAL log (cuDNN's convention;
 // ops/cuda/attention.h keeps base 2), written by forward() and read by backward() of this class only.
+//
+// Inference (forward_inference): forward only, no statistics, T queries over S >= T keys with the causal
+// mask aligned bottom-right (the queries are the last T of the S positions: a prompt continued at
+// pos0 = S - T over the cached keys), q rows read strided (e.g. from the fused projection row).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +35,14 @@ struct CudnnLibrary {
 };
 const CudnnLibrary& cudnn_library();
 
+// The inference shape: B sequences of T new queries (positions S - T .. S - 1) over their S keys.
+// q: (B, T, H, D) rows ld_q elements apart (0: packed, H * D); k, v: (B, S, Hkv, D) rows ld_kv apart (0:
+// packed, Hkv * D); o: (B, T, H, D) packed. Query head h reads KV head h / (H / Hkv).
+struct AttnInferShape {
+    int B = 0, T = 0, S = 0, H = 0, Hkv = 0, D = 0;
+    int ld_q = 0, ld_kv = 0;
+};
+
 class CudnnAttention {
   public:
     CudnnAttention();
@@ -51,6 +63,14 @@ class CudnnAttention {
     void backward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                   const __nv_bfloat16* o, const float* stats, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
                   __nv_bfloat16* dk, __nv_bfloat16* dv, float scale, AttnWorkspace& ws, cudaStream_t stream);
+
+    // Builds the inference plan for this shape once (forward only: cheaper than supports()); false when cuDNN
+    // is missing or has no engine for it (S < T, strides or an alignment it rejects), with the reason in
+    // reason(). Call before forward_inference().
+    bool supports_inference(const AttnInferShape& s);
+    // o = softmax(mask(scale q k^T)) v with query t seeing keys [0, S - T + t]; see AttnInferShape.
+    void forward_inference(const AttnInferShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                           const __nv_bfloat16* v, __nv_bfloat16* o, float scale, cudaStream_t stream);
 
     // Device workspace the plans asked for (the largest so far).
     size_t workspace_bytes() const;
