@@ -10,7 +10,7 @@
 #                         CLI11, nlohmann-json, toml++, stb, pkgconf, GoogleTest, PLplot and cpp-httplib (apt-get download,
 #                         dpkg -x, docs and static archives dropped except GoogleTest's)
 #     gpu/data.tar.xz     eval data: the prose cache, WordNet's index.{noun,verb,adj}, the wamerican list
-#     gguf_1/, gguf_2/, ...  the default GGUF, xz -1 compressed and split so that call 1 carries the
+#     gguf_1/, gguf_2/, ...  (tools/gpu_build.sh split redoes only this, for the tree as it is) the default GGUF, xz -1 compressed and split so that call 1 carries the
 #                         sysroot, the data and part 1, and each later call one more part (each call also
 #                         carries the working tree; CARRY_RESERVE=BYTES leaves room per call for more)
 # There, calls in a row (a machine stays warm ~30 s after a call and keeps /tmp and ignored files):
@@ -71,6 +71,10 @@ fetch)
   cp /usr/share/wordnet/index.noun /usr/share/wordnet/index.verb /usr/share/wordnet/index.adj "$stage/data/wordnet/"
   cp -L /usr/share/dict/words "$stage/data/words"
   tar -C "$stage" -cf - data | xz -T"${JOBS:-2}" -6 > "$DEPS/gpu/data.tar.xz"
+  "$0" split
+  du -sh "$DEPS/gpu"/*
+  ;;
+split)  # only the model split, for the working tree as it is now
   model="$ROOT/.cache/models/$GGUF_NAME"
   [[ -f "$model" ]] || { echo "[gpu_build] $model missing: run tools/setup.sh --no-build" >&2; exit 1; }
   xzm="$DEPS/model.gguf.xz"  # kept: compressing takes minutes on a busy 2-core machine
@@ -93,7 +97,7 @@ fetch)
   parts=$((n - 1))
   for i in $(seq 1 "$parts"); do echo "$parts" > "$DEPS/gguf_$i/of"; done
   echo "[gpu_build] the model travels in $parts parts: call 1 carries .devdeps/gpu .devdeps/gguf_1, call i .devdeps/gguf_i"
-  du -sh "$DEPS/gpu"/* "$DEPS"/gguf_[0-9]*/part
+  du -sh "$DEPS"/gguf_[0-9]*/part
   ;;
 build)
   for f in sysroot.tar.xz data.tar.xz; do
