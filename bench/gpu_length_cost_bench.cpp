@@ -1,8 +1,9 @@
 // Cost at length on the GPU, teacher against its 7:1 hybrid (issue 34's "cost at length"): at each prompt
 // length L (default 4K .. 128K) and for each model (bench/gpu_decode_timing.h decode_models: random weights
 // at SmolLM2-135M's shape without MODEL, else each MODEL and its 7:1 conversion),
-//   prefill  an L-token random prompt through GpuForward in chunks of --chunk tokens (each chunk one pass at
-//            pos0 > 0, cuDNN's bottom-right causal mask: gpu/prefill_attention.h); a first pass builds the
+//   prefill  an L-token random prompt through GpuForward in chunks of --chunk tokens (each later chunk one
+//   pass
+//            at pos0 > 0, cuDNN's bottom-right causal mask: gpu/prefill_attention.h); a first pass builds the
 //            per-shape cuDNN plans and buffers (reported as cold), the second is the timed one (host clock,
 //            each chunk synchronous: forward_argmax brings its token back);
 //   decode   greedy single-token steps at positions L.. with CUDA graphs, each step timed by the host
@@ -17,13 +18,14 @@
 // Ratios are teacher / hybrid (prefill tokens/s: hybrid / teacher), so > 1 favours the hybrid.
 //
 // The physics: a decode step reads every cached K/V byte once (each FA head attends over all L keys) plus
-// the weights and the GDN state (read and written), and does ~2 FLOPs per byte, far below the H200's
+// the weights and the GDN state (read and written), and does a few FLOPs per byte, far below the H200's
 // ridge point, so it is HBM-bound: floor = (K/V bytes at L + 2 * state bytes + weight bytes) / bandwidth
 // (~4.8 TB/s on an H200, --hbm-tbps). SmolLM2-135M's teacher holds 30 layers x 3 KV heads x 64 x (K + V)
 // x 2 bytes = 23 KB per token, 3 GB at 128K: >= 0.63 ms per token from the K/V alone. The 7:1 hybrid keeps
-// one KV group in eight, so 1/8 of those bytes, plus a GDN state of constant size (fp32 (Dh, Dh) per LA
-// head, ~4 MB in all), so at 128K its floor is set by the weights and 1/8 of the K/V and its step should be
-// several times faster; at short lengths both are bound by the weights and the launch / replay latency and
+// one KV group in eight, so 1/8 of those bytes (~0.08 ms at 128K), plus a GDN state of constant size (fp32
+// (Dh, Dh) per LA head, ~4 MB in all); with ~0.27 GB of bf16 weights read per step by both, the floors at
+// 128K are ~0.69 ms against ~0.14 ms (~5x), and the measured ratio approaches that as far as the kernels
+// reach the bandwidth; at short lengths both are bound by the weights and the launch / replay latency and
 // the ratio tends to 1. The prefill is quadratic in L through the FA heads' attention (the hybrid has 1/8
 // of them) and linear through the GEMMs and the GDN chunked scan.
 //
@@ -43,7 +45,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -369,17 +371,28 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
-        std::FILE* json = nullptr;
+        std::unique_ptr<std::FILE, int (*)(std::FILE*)> json_file(nullptr, &std::fclose);
         if (!o.json.empty()) {
-            json = std::fopen(o.json.c_str(), "w");
-            HYDRA_CHECK(json != nullptr, "cannot write --json file {}", o.json);
+            json_file.reset(std::fopen(o.json.c_str(), "w"));
+            HYDRA_CHECK(json_file != nullptr, "cannot write --json file {}", o.json);
         }
+        std::FILE* json = json_file.get();
+        auto emit = [&](const std::string& line) {
+            if (!json) return;
+            std::fputs((line + "\n").c_str(), json);
+            std::fflush(json);
+        };
         cudaDeviceProp prop{};
         CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
         const cuda::CudnnLibrary& lib = cuda::cudnn_library();
+        const std::string cudnn = lib.loaded ? std::to_string(lib.version) : lib.why;
         fmt::print("device {}, cuDNN {}; chunk {}, budget {:.0f} s, HBM {:.1f} TB/s for the floor\n",
-                   prop.name, lib.loaded ? std::to_string(lib.version) : lib.why, o.chunk, o.max_seconds,
-                   o.hbm_tbps);
+                   prop.name, cudnn, o.chunk, o.max_seconds, o.hbm_tbps);
+        emit(fmt::format(
+            R"({{"kind": "env", "device": {}, "cudnn": {}, "chunk": {}, "max_seconds": {}, )"
+            R"("decode_seconds": {}, "steps": {}, "min_steps": {}, "warmup": {}, "hbm_tbps": {}}})",
+            json_str(prop.name), json_str(cudnn), o.chunk, o.max_seconds, o.decode_seconds, o.steps,
+            o.min_steps, o.warmup, o.hbm_tbps));
         LengthCostBench bench(o);
         std::vector<bench::DecodeModel> models =
             bench::decode_models(o.paths, o.lengths.back() + o.steps + o.warmup + 1);
@@ -418,11 +431,20 @@ int main(int argc, char** argv) {
                                length_label(L));
                     ++failed;
                 }
-                if (json) {
-                    std::fputs((json_line(c, prop.name, weights_bytes[i]) + "\n").c_str(), json);
-                    std::fflush(json);
-                }
+                emit(json_line(c, prop.name, weights_bytes[i]));
                 cells[i].push_back(c);
+                if (models[i].teacher >= 0) {
+                    const Cell& t = cells[size_t(models[i].teacher)].back();
+                    if (t.skipped.empty() && c.skipped.empty())
+                        emit(fmt::format(
+                            R"({{"kind": "ratio", "teacher": {}, "hybrid": {}, "length": {}, "prefill_speedup": {:.4f}, )"
+                            R"("decode_speedup": {:.4f}, "cache_ratio": {:.4f}, "bytes_per_token_ratio": {:.4f}, )"
+                            R"("peak_ratio": {:.4f}}})",
+                            json_str(t.model), json_str(c.model), L, t.prefill_s / c.prefill_s,
+                            t.decode_ms / c.decode_ms, double(t.cache_bytes()) / double(c.cache_bytes()),
+                            double(t.bytes_per_token) / double(c.bytes_per_token),
+                            double(t.peak_bytes) / double(c.peak_bytes)));
+                }
             }
         fmt::print(
             "\n| length | model | prefill s (cold) | prefill tok/s | decode ms/token (steps) | HBM floor ms "
@@ -457,7 +479,6 @@ int main(int argc, char** argv) {
                 cr >= 8 ? "met" : "NOT met");
         }
         fmt::print("total {:.0f} s\n", bench.elapsed());
-        if (json) std::fclose(json);
         return failed == 0 ? 0 : 1;
     } catch (const std::exception& e) {
         fmt::print(stderr, "gpu_length_cost_bench: {}\n", e.what());
