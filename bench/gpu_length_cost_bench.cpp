@@ -1,11 +1,10 @@
 // Cost at length on the GPU, teacher against its 7:1 hybrid (issue 34's "cost at length"): at each prompt
 // length L (default 4K .. 128K) and for each model (bench/gpu_decode_timing.h decode_models: random weights
 // at SmolLM2-135M's shape without MODEL, else each MODEL and its 7:1 conversion),
-//   prefill  an L-token random prompt through GpuForward in chunks of --chunk tokens (each later chunk one
-//   pass
-//            at pos0 > 0, cuDNN's bottom-right causal mask: gpu/prefill_attention.h); a first pass builds the
-//            per-shape cuDNN plans and buffers (reported as cold), the second is the timed one (host clock,
-//            each chunk synchronous: forward_argmax brings its token back);
+//   prefill  an L-token random prompt through GpuForward in chunks of --chunk tokens (each later chunk
+//            one pass at pos0 > 0, cuDNN's bottom-right causal mask: gpu/prefill_attention.h); a first
+//            pass builds the per-shape cuDNN plans and buffers (reported as cold), the second is the timed
+//            one (host clock, each chunk synchronous: forward_argmax brings its token back);
 //   decode   greedy single-token steps at positions L.. with CUDA graphs, each step timed by the host
 //            clock, the median; as many steps as fit --decode-seconds (at least --min-steps, at most
 //            --steps), so long lengths take fewer;
