@@ -299,8 +299,7 @@ void print_ratio(const Cell& t, const Cell& h) {
     }
     fmt::print(
         "| {} | **ratio teacher / hybrid** | {:.2f}x | {:.2f}x | **{:.2f}x** | {:.2f}x | **{:.2f}x** | "
-        "{:.2f}x | "
-        "{:.2f}x |\n",
+        "{:.2f}x | {:.2f}x |\n",
         length_label(t.length), t.prefill_s / h.prefill_s, h.prefill_tok_s / t.prefill_tok_s,
         t.decode_ms / h.decode_ms, t.floor_ms / h.floor_ms, double(t.cache_bytes()) / double(h.cache_bytes()),
         double(t.bytes_per_token) / double(h.bytes_per_token), double(t.peak_bytes) / double(h.peak_bytes));
@@ -414,10 +413,9 @@ int main(int argc, char** argv) {
                 Cell c = bench.run(*gms[i], models[i].name, int64_t(i), L, weights_bytes[i], seen[i]);
                 if (c.skipped.empty())
                     fmt::print(
-                        "{} at {}: prefill {:.3f} s ({:.0f} tok/s, cold {:.3f} s, attention {}), decode "
-                        "{:.3f} ms/token "
-                        "median of {} (p10 {:.3f}, p90 {:.3f}; HBM floor {:.3f}), cache {} MiB ({} B/token), "
-                        "peak {} MiB [{:.0f} s]\n",
+                        "{} at {}: prefill {:.3f} s ({:.0f} tok/s, cold {:.3f} s, attention {}), "
+                        "decode {:.3f} ms/token median of {} (p10 {:.3f}, p90 {:.3f}; HBM floor {:.3f}), "
+                        "cache {} MiB ({} B/token), peak {} MiB [{:.0f} s]\n",
                         c.model, length_label(L), c.prefill_s, c.prefill_tok_s, c.prefill_cold_s,
                         c.prefill_path, c.decode_ms, c.decode_steps, c.decode_p10_ms, c.decode_p90_ms,
                         c.floor_ms, mib(c.cache_bytes()), c.bytes_per_token, mib(c.peak_bytes),
@@ -447,8 +445,7 @@ int main(int argc, char** argv) {
             }
         fmt::print(
             "\n| length | model | prefill s (cold) | prefill tok/s | decode ms/token (steps) | HBM floor ms "
-            "| cache MiB "
-            "| cache B/token | peak MiB |\n|---|---|---|---|---|---|---|---|---|\n");
+            "| cache MiB | cache B/token | peak MiB |\n|---|---|---|---|---|---|---|---|---|\n");
         for (size_t k = 0; k < o.lengths.size(); ++k)
             for (size_t i = 0; i < models.size(); ++i) {
                 print_row(models[i].name, cells[i][k]);
@@ -456,10 +453,8 @@ int main(int argc, char** argv) {
             }
         fmt::print(
             "(prefill: the timed second pass in chunks of {}, host clock; decode: CUDA graphs, median "
-            "per-token "
-            "latency; cache: capacity = length + decode steps; floor: (K/V at the length + 2 x state + "
-            "weights) / "
-            "{:.1f} TB/s)\n",
+            "per-token latency; cache: capacity = length + decode steps; floor: (K/V at the length + 2 x "
+            "state + weights) / {:.1f} TB/s)\n",
             o.chunk, o.hbm_tbps);
         // issue 34's target at the longest length run: decode >= 3x faster, cache >= 8x smaller
         for (size_t i = 0; i < models.size(); ++i) {
