@@ -6,62 +6,15 @@
 //
 //   gpu_decode_bench [--lengths 1024,8192,32768] [--steps 200] [--warmup 10] [MODEL...]
 #include <cstdlib>
-#include <filesystem>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "eval/eval_runner.h"
 #include "gpu_decode_timing.h"
-#include "gpu_train_common.h"
-#include "model/hybrid_conversion.h"
-#include "model/model_loader.h"
-#include "model/plan_builders.h"
 
 using namespace hydra;
-
-namespace {
-
-using Models = std::vector<std::pair<std::string, std::unique_ptr<LlamaModel>>>;
-
-// The 7:1 hybrid of `teacher`: converted from it, or with random weights of the same shape.
-void add_hybrid(Models& models, const LlamaModel& teacher, const std::string& name, bool random_weights) {
-    const ModelConfig& c = teacher.config();
-    const HybridPlan plan = build_plan(c, bench::plan_request(c, "7:1", "kv", FusionKind::ScaleNorm, 1));
-    std::unique_ptr<LlamaModel> h;
-    if (random_weights) {
-        h = std::make_unique<LlamaModel>(c, &plan);
-        bench::randomise(*h, 22);
-    } else {
-        h = convert_to_hybrid(teacher, plan, ConversionOptions{});
-    }
-    models.emplace_back(fmt::format("{} 7:1 hybrid ({})", name, plan.ratio_summary()), std::move(h));
-}
-
-Models load_models(const std::vector<std::string>& paths) {
-    Models models;
-    if (paths.empty()) {
-        auto teacher = std::make_unique<LlamaModel>(bench::smollm2_135m_config());
-        bench::randomise(*teacher, 21);
-        const std::string name = "SmolLM2-135M shape (random weights)";
-        add_hybrid(models, *teacher, name, true);
-        models.emplace(models.begin(), name + " teacher", std::move(teacher));
-        return models;
-    }
-    for (const std::string& p : paths) {
-        LoadedModel m = load_model(p);
-        const std::string name = std::filesystem::path(p).filename().string();
-        const bool teacher = m.model->plan().is_all_fa();
-        models.emplace_back(name, std::move(m.model));
-        if (teacher) add_hybrid(models, *models.back().second, name, false);
-    }
-    return models;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
     std::string lengths = "1024,8192,32768";
@@ -93,7 +46,7 @@ int main(int argc, char** argv) {
     try {
         int failed = 0;
         std::vector<bench::DecodeTimingRow> rows;
-        for (const auto& [name, model] : load_models(paths)) {
+        for (const auto& [name, model, teacher] : bench::decode_models(paths)) {
             fmt::print("== decode timing: {} (plan {})\n", name, model->plan().ratio_summary());
             for (const bench::DecodeTimingRow& r :
                  bench::time_decode(*model, name, parse_lengths(lengths), steps, warmup)) {

@@ -5,12 +5,16 @@
 // `hydra eval --device cuda` does per generated token); the `steps` are timed by the host clock, so a
 // figure is the whole per-token latency, host work included. Eager first, then the same prefill and steps
 // with graphs (the warm-up holds the captures). Both greedy streams must be equal (same kernels).
+// Also the models the GPU decode benchmarks time (decode_models) and greedy steps timed one by one
+// (timed_greedy_steps, for medians: bench/gpu_length_cost_bench).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,9 +26,77 @@
 #include "gpu/gpu_cache.h"
 #include "gpu/gpu_forward.h"
 #include "gpu/gpu_train_model.h"
+#include "gpu_train_common.h"
+#include "model/hybrid_conversion.h"
 #include "model/llama_model.h"
+#include "model/model_loader.h"
+#include "model/plan_builders.h"
 
 namespace hydra::bench {
+
+struct DecodeModel {
+    std::string name;
+    std::unique_ptr<LlamaModel> model;
+    int64_t teacher = -1;  // index of the teacher this is the 7:1 hybrid of, -1 for none
+};
+
+// The 7:1 hybrid of models[t]: converted from it, or with random weights of the same shape.
+inline void add_hybrid(std::vector<DecodeModel>& models, size_t t, const std::string& name,
+                       bool random_weights) {
+    const LlamaModel& teacher = *models[t].model;
+    const ModelConfig& c = teacher.config();
+    const HybridPlan plan = build_plan(c, plan_request(c, "7:1", "kv", FusionKind::ScaleNorm, 1));
+    std::unique_ptr<LlamaModel> h;
+    if (random_weights) {
+        h = std::make_unique<LlamaModel>(c, &plan);
+        randomise(*h, 22);
+    } else {
+        h = convert_to_hybrid(teacher, plan, ConversionOptions{});
+    }
+    models.push_back(
+        {fmt::format("{} 7:1 hybrid ({})", name, plan.ratio_summary()), std::move(h), int64_t(t)});
+}
+
+// Each MODEL and, for teachers (all-FA plans), its 7:1 conversion (random kv groups, seed 1) right after it;
+// without paths random weights at SmolLM2-135M's shape, teacher then 7:1 hybrid (speed does not depend on
+// the weights). `max_positions` (> 0) raises the random config's max_position_embeddings (a label only:
+// RoPE without scaling has no limit).
+inline std::vector<DecodeModel> decode_models(const std::vector<std::string>& paths,
+                                              int64_t max_positions = 0) {
+    std::vector<DecodeModel> models;
+    if (paths.empty()) {
+        ModelConfig c = smollm2_135m_config();
+        if (max_positions > c.max_position_embeddings) c.max_position_embeddings = max_positions;
+        auto teacher = std::make_unique<LlamaModel>(c);
+        randomise(*teacher, 21);
+        const std::string name = "SmolLM2-135M shape (random weights)";
+        models.push_back({name + " teacher", std::move(teacher), -1});
+        add_hybrid(models, 0, name, true);
+        return models;
+    }
+    for (const std::string& p : paths) {
+        LoadedModel m = load_model(p);
+        const std::string name = std::filesystem::path(p).filename().string();
+        const bool teacher = m.model->plan().is_all_fa();
+        models.push_back({name, std::move(m.model), -1});
+        if (teacher) add_hybrid(models, models.size() - 1, name, false);
+    }
+    return models;
+}
+
+// `n` greedy single-token steps from `tok` through forward_argmax, each timed by the host clock (the whole
+// per-token latency: launch or replay, the argmax's 4 bytes back, one synchronisation). Returns the last
+// token; the per-step milliseconds are appended to `ms`.
+inline int32_t timed_greedy_steps(gpu::GpuForward& fwd, gpu::GpuCache& cache, int32_t tok, int64_t n,
+                                  std::vector<double>& ms) {
+    using clock = std::chrono::steady_clock;
+    for (int64_t i = 0; i < n; ++i) {
+        const auto t0 = clock::now();
+        tok = fwd.forward_argmax(cache, std::span<const int32_t>(&tok, 1));
+        ms.push_back(1000.0 * std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    return tok;
+}
 
 struct DecodeTimingRow {
     std::string model;
