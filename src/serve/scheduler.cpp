@@ -200,8 +200,9 @@ void Scheduler::Impl::admit() {
             backend.release(slot);
             continue;
         }
-        if (s->cached > 0) {
+        {
             std::lock_guard lock(mu);
+            counters.prompt_tokens_total += s->prompt_len();
             counters.cached_prompt_tokens_total += s->cached;
         }
         running.push_back(std::move(s));
@@ -262,7 +263,7 @@ void Scheduler::Impl::run_step() {
 
     const int64_t V = backend.vocab_size();
     const float* l = logits.data();
-    int64_t generated = 0, prompt_tokens = 0;
+    int64_t generated = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
         Sequence& s = *owners[i];
         const StepRow& row = rows[i];
@@ -277,7 +278,6 @@ void Scheduler::Impl::run_step() {
                 if (p + 1 < s.prompt_len()) s.prompt_logits(p, lj);
             }
             s.prefilled += T;
-            prompt_tokens += T;
             if (s.prefilled == s.snapshot_at) {
                 try {
                     prefix.insert(std::span(s.request().prompt).first(size_t(s.snapshot_at)),
@@ -304,7 +304,6 @@ void Scheduler::Impl::run_step() {
         counters.cache = usage;
         ++counters.steps_total;
         counters.generated_tokens_total += generated;
-        counters.prompt_tokens_total += prompt_tokens;
         rate.emplace_back(now, generated);
         while (!rate.empty() && now - rate.front().first > std::chrono::duration<double>(kRateWindowSeconds))
             rate.pop_front();
