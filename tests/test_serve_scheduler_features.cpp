@@ -102,6 +102,39 @@ TEST(ServeSchedulerPrefix, HitGivesIdenticalOutputAndCountsCachedTokens) {
     }
 }
 
+// A backend whose snapshots exist only at multiples of 4 (as paged KV blocks allow): the scheduler
+// ends a prefill chunk at the largest such position that leaves a prompt token to run, snapshots
+// there, and a later hit restores exactly that many tokens.
+class BlockBackend : public CpuBatchBackend {
+  public:
+    explicit BlockBackend(const LlamaModel& m) : CpuBatchBackend(m, 2, 128, kCacheBytes) {}
+    int64_t snapshot_granularity() const override { return 4; }
+    std::shared_ptr<const serve::PrefixSnapshot> snapshot(int32_t slot) override {
+        taken.push_back(pos(slot));
+        return CpuBatchBackend::snapshot(slot);
+    }
+    std::vector<int64_t> taken;
+};
+
+TEST(ServeSchedulerPrefix, SnapshotsFollowTheBackendGranularity) {
+    const Tokenizer& tok = test::ascii_tokenizer();
+    BlockBackend backend(hybrid());
+    SchedulerConfig cfg;
+    cfg.prefill_chunk = 7;
+    Scheduler scheduler(backend, tok, cfg);
+    const auto a = test::random_tokens(31, tok.vocab_size(), 14);
+    const auto b = test::random_tokens(29, tok.vocab_size(), 15);
+    const test::Outcome first = test::collect(*scheduler.submit(test::greedy_request(a, 6)));
+    const test::Outcome other = test::collect(*scheduler.submit(test::greedy_request(b, 6)));
+    EXPECT_EQ(backend.taken, (std::vector<int64_t>{28, 28}));  // (31 - 1) and (29 - 1) rounded down to 4
+    const test::Outcome again = test::collect(*scheduler.submit(test::greedy_request(a, 6)));
+    EXPECT_EQ(again.last.cached_prompt_tokens, 28);
+    EXPECT_EQ(again.tokens, first.tokens);
+    EXPECT_EQ(again.tokens, test::reference(hybrid(), tok, a, 6).tokens);
+    EXPECT_EQ(other.tokens, test::reference(hybrid(), tok, b, 6).tokens);
+    EXPECT_EQ(backend.taken.size(), 2u);  // the hit took no new snapshot: its prefix is cached
+}
+
 TEST(ServeSchedulerPrefix, DisabledCacheNeverHits) {
     const Tokenizer& tok = test::ascii_tokenizer();
     CpuBatchBackend backend(hybrid(), 2, 128, kCacheBytes);

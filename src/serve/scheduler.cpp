@@ -146,23 +146,30 @@ void Scheduler::Impl::plan_prefix(Sequence& s) {
 }
 
 void Scheduler::Impl::admit() {
+    {
+        // Cancelled waiting requests leave the queue without ever taking a slot.
+        std::lock_guard lock(mu);
+        std::erase_if(waiting, [](const Waiting& w) {
+            if (!w.stream->cancelled()) return false;
+            w.stream->push(error_event(499, "cancelled"));
+            return true;
+        });
+    }
     for (;;) {
-        Waiting w;
+        Waiting* front = nullptr;
         {
+            // Only this thread removes from the queue and submit() only appends, which keeps references
+            // to the elements valid, so the front is read without the lock.
             std::lock_guard lock(mu);
-            // A cancelled waiting request leaves the queue without ever taking a slot.
-            while (!waiting.empty() && waiting.front().stream->cancelled()) {
-                waiting.front().stream->push(error_event(499, "cancelled"));
-                waiting.pop_front();
-            }
             if (waiting.empty()) return;
-            w = waiting.front();
+            front = &waiting.front();
         }
-        const GenerationRequest& r = w.request;
+        const GenerationRequest& r = front->request;
         const int64_t need = int64_t(r.prompt.size()) + std::max<int64_t>(r.max_tokens, 1);
         bool taken = false, never = false;
-        int32_t slot = backend.acquire();
+        const int32_t slot = backend.acquire();
         if (slot < 0) {
+            // Every slot is free when nothing runs; a backend that still has none can never serve it.
             never = running.empty();
         } else {
             try {
@@ -177,17 +184,20 @@ void Scheduler::Impl::admit() {
             }
         }
         if (!taken && !never) return;  // FIFO: it waits, and so do the ones behind it
+        Waiting w;
         {
             // Counted as running before it leaves the queue, so drain() never sees it in neither.
             std::lock_guard lock(mu);
+            w = std::move(waiting.front());
             waiting.pop_front();
             ++running_count;
         }
         if (never) {
-            w.stream->push(
-                error_event(503, fmt::format("the request needs the cache of {} positions, more than the "
-                                             "server's cache memory holds",
-                                             need)));
+            w.stream->push(error_event(
+                503,
+                fmt::format("the request needs a cache of {} positions, more than the server's cache memory "
+                            "or sequence slots hold",
+                            need)));
             continue;
         }
         auto s = std::make_unique<Sequence>(std::move(w.request), std::move(w.stream), w.seed, tokenizer);
