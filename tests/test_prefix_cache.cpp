@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "model/llama_forward.h"
 #include "serve/prefix_cache.h"
 #include "serve_fixtures.h"
 
@@ -100,6 +101,33 @@ TEST(CpuBatchBackend, RestoredSnapshotContinuesExactly) {
         backend.restore(b, *snap);
         EXPECT_EQ(backend.pos(b), 17);
         const std::vector<float> got = run(backend, b, rest);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    }
+}
+
+// A reservation that grows keeps what the slot holds: the slot continues like a single cache.
+TEST(CpuBatchBackend, GrowingAReservationKeepsTheCache) {
+    auto teacher = test::tiny_teacher();
+    auto hybrid = test::tiny_hybrid(*teacher);
+    const int64_t V = teacher->config().vocab_size;
+    const auto prefix = test::random_tokens(9, V, 7), rest = test::random_tokens(5, V, 8);
+    for (const LlamaModel* model : {teacher.get(), hybrid.get()}) {
+        serve::CpuBatchBackend backend(*model, 1, 64, size_t(16) << 20);
+        const int32_t a = backend.acquire();
+        ASSERT_TRUE(backend.reserve(a, 9));
+        const serve::StepRow row{a, prefix, 1};
+        std::vector<float> logits;
+        backend.step({&row, 1}, logits);
+        ASSERT_TRUE(backend.reserve(a, 14));
+        const std::vector<float> got = run(backend, a, rest);
+        KVCache cache(*model, 14);
+        forward_hidden(*model, prefix, cache);
+        std::vector<float> want;
+        for (size_t i = 0; i < rest.size(); ++i) {
+            const Tensor l = forward_last_logits(*model, std::span(rest).subspan(i, 1), cache);
+            want.insert(want.end(), l.f32(), l.f32() + V);
+        }
         ASSERT_EQ(got.size(), want.size());
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
     }
