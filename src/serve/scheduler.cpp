@@ -102,8 +102,10 @@ struct Scheduler::Impl {
     void admit();
     void drop_cancelled();
     void run_step();
+    void consume(Sequence& s, const StepRow& row, const float* logits);
     void end(Sequence& s);  // releases the slot; the sequence is removed by the caller
-    void fail_all(int status, const std::string& message);
+    void fail_running(int status, const std::string& message);
+    void fail_all(int status, const std::string& message);  // running and waiting
     void plan_prefix(Sequence& s);
 };
 
@@ -114,9 +116,14 @@ void Scheduler::Impl::loop() {
             wake.wait(lock, [&] { return stopping || !waiting.empty() || !running.empty(); });
             if (stopping) break;
         }
-        admit();
-        drop_cancelled();
-        if (!running.empty()) run_step();
+        try {
+            admit();
+            drop_cancelled();
+            if (!running.empty()) run_step();
+        } catch (const std::exception& e) {
+            // A bug or an allocation failure outside the model step: fail what runs, keep serving.
+            fail_running(500, fmt::format("internal error: {}", e.what()));
+        }
         const CacheUsage usage = backend.usage();
         std::lock_guard lock(mu);
         counters.cache = usage;
@@ -233,6 +240,33 @@ void Scheduler::Impl::drop_cancelled() {
     });
 }
 
+// One row's logits: prompt logprobs, the snapshot at the planned position, the next token.
+void Scheduler::Impl::consume(Sequence& s, const StepRow& row, const float* l) {
+    const int64_t V = backend.vocab_size();
+    const int64_t T = int64_t(row.tokens.size());
+    if (!s.prompt_done()) {
+        // Logit j of the row belongs to prompt position prefilled + T - n_logits + j.
+        const int64_t first = s.prefilled + T - row.n_logits;
+        for (int64_t j = 0; j < row.n_logits; ++j) {
+            const int64_t p = first + j;
+            std::span<const float> lj(l + j * V, size_t(V));
+            if (p + 1 < s.prompt_len()) s.prompt_logits(p, lj);
+        }
+        s.prefilled += T;
+        if (s.prefilled == s.snapshot_at) {
+            try {
+                prefix.insert(std::span(s.request().prompt).first(size_t(s.snapshot_at)),
+                              backend.snapshot(s.slot));
+            } catch (const std::exception&) {
+                // A snapshot that cannot be made only costs a later cache miss.
+            }
+        }
+        if (s.prompt_done()) s.next_logits({l + (row.n_logits - 1) * V, size_t(V)});
+    } else {
+        s.next_logits({l, size_t(V)});
+    }
+}
+
 void Scheduler::Impl::run_step() {
     // Build the rows: decode rows first (one token each), then prompt chunks in the remaining budget.
     std::vector<StepRow> rows;
@@ -274,39 +308,23 @@ void Scheduler::Impl::run_step() {
     const int64_t V = backend.vocab_size();
     const float* l = logits.data();
     int64_t generated = 0;
+    std::vector<char> failed(rows.size(), 0);
     for (size_t i = 0; i < rows.size(); ++i) {
         Sequence& s = *owners[i];
-        const StepRow& row = rows[i];
-        const int64_t T = int64_t(row.tokens.size());
         const int64_t before = s.generated();
-        if (!s.prompt_done()) {
-            // Logit j of the row belongs to prompt position prefilled + T - n_logits + j.
-            const int64_t first = s.prefilled + T - row.n_logits;
-            for (int64_t j = 0; j < row.n_logits; ++j) {
-                const int64_t p = first + j;
-                std::span<const float> lj(l + j * V, size_t(V));
-                if (p + 1 < s.prompt_len()) s.prompt_logits(p, lj);
-            }
-            s.prefilled += T;
-            if (s.prefilled == s.snapshot_at) {
-                try {
-                    prefix.insert(std::span(s.request().prompt).first(size_t(s.snapshot_at)),
-                                  backend.snapshot(s.slot));
-                } catch (const std::exception&) {
-                    // A snapshot that cannot be made only costs a later cache miss.
-                }
-            }
-            if (s.prompt_done()) s.next_logits({l + (row.n_logits - 1) * V, size_t(V)});
-        } else {
-            s.next_logits({l, size_t(V)});
+        try {
+            consume(s, rows[i], l);
+        } catch (const std::exception& e) {
+            s.stream().push(error_event(500, fmt::format("generation failed: {}", e.what())));
+            failed[i] = 1;
         }
-        l += row.n_logits * V;
+        l += rows[i].n_logits * V;
         generated += s.generated() - before;
     }
     // Finished sequences give their slots back, and the counters are updated, before the events go
     // out: a client that sees Done also sees its tokens and its freed slot in stats().
-    for (Sequence* s : owners)
-        if (s->finished()) end(*s);
+    for (size_t i = 0; i < owners.size(); ++i)
+        if (owners[i]->finished() || failed[i]) end(*owners[i]);
     const CacheUsage usage = backend.usage();
     const Clock::time_point now = Clock::now();
     {
@@ -318,16 +336,21 @@ void Scheduler::Impl::run_step() {
         while (!rate.empty() && now - rate.front().first > std::chrono::duration<double>(kRateWindowSeconds))
             rate.pop_front();
     }
-    for (Sequence* s : owners) s->publish();
-    std::erase_if(running, [](const std::unique_ptr<Sequence>& s) { return s->finished(); });
+    for (size_t i = 0; i < owners.size(); ++i)
+        if (!failed[i]) owners[i]->publish();
+    std::erase_if(running, [](const std::unique_ptr<Sequence>& s) { return s->finished() || s->slot < 0; });
 }
 
-void Scheduler::Impl::fail_all(int status, const std::string& message) {
+void Scheduler::Impl::fail_running(int status, const std::string& message) {
     for (auto& s : running) {
         end(*s);
         s->stream().push(error_event(status, message));
     }
     running.clear();
+}
+
+void Scheduler::Impl::fail_all(int status, const std::string& message) {
+    fail_running(status, message);
     std::lock_guard lock(mu);
     for (Waiting& w : waiting) w.stream->push(error_event(status, message));
     waiting.clear();

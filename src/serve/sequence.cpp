@@ -55,7 +55,10 @@ void Sequence::next_logits(std::span<const float> logits) {
     pending_.tokens.push_back(token);
     if (request_.top_logprobs >= 0)
         pending_.logprobs.push_back(token_logprob(logits, token, request_.top_logprobs));
-    StopMatcher::Result r = stop_.push(utf8_.push(tokenizer_.token_bytes(token)));
+    // Ids past the tokenizer (padding rows of a model's vocabulary) have no text.
+    const std::string_view bytes =
+        token < tokenizer_.vocab_size() ? std::string_view(tokenizer_.token_bytes(token)) : "";
+    StopMatcher::Result r = stop_.push(utf8_.push(bytes));
     pending_.text += r.text;
     if (r.stopped) {
         finish_reason_ = "stop";  // the stop string and whatever follows it are dropped
