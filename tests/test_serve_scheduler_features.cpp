@@ -353,6 +353,14 @@ TEST(ServeSchedulerOutput, LogprobsEqualADirectLogSoftmax) {
     EXPECT_TRUE(scored.tokens.empty());
     ASSERT_EQ(scored.prompt_logprobs.size(), prompt.size());
     EXPECT_NEAR(scored.prompt_logprobs[5].logprob, got.prompt_logprobs[5].logprob, 1e-5);
+
+    // max_tokens 0 without prompt logprobs: an empty completion, nothing runs.
+    r.prompt_logprobs = false;
+    const test::Outcome empty = test::collect(*scheduler.submit(r));
+    EXPECT_EQ(empty.last.kind, GenerationEvent::Kind::Done);
+    EXPECT_EQ(empty.last.prompt_tokens, int64_t(prompt.size()));
+    EXPECT_EQ(empty.last.completion_tokens, 0);
+    EXPECT_TRUE(empty.tokens.empty());
 }
 
 }  // namespace

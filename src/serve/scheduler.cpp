@@ -413,17 +413,6 @@ std::shared_ptr<RequestStream> Scheduler::submit(GenerationRequest request) {
     }
 
     auto stream = std::make_shared<RequestStream>();
-    if (request.max_tokens == 0 && !request.prompt_logprobs) {
-        // Nothing to compute: the answer is an empty completion.
-        GenerationEvent done;
-        done.kind = GenerationEvent::Kind::Done;
-        done.finish_reason = "length";
-        done.prompt_tokens = n;
-        stream->push(std::move(done));
-        std::lock_guard lock(m.mu);
-        ++m.counters.requests_total;
-        return stream;
-    }
     {
         std::lock_guard lock(m.mu);
         if (m.draining || m.stopping) {
@@ -435,9 +424,18 @@ std::shared_ptr<RequestStream> Scheduler::submit(GenerationRequest request) {
             throw AdmissionError(503,
                                  fmt::format("the queue is full ({} requests waiting)", m.waiting.size()));
         }
+        ++m.counters.requests_total;
+        if (request.max_tokens == 0 && !request.prompt_logprobs) {
+            // Nothing to compute: the answer is an empty completion.
+            GenerationEvent done;
+            done.kind = GenerationEvent::Kind::Done;
+            done.finish_reason = "length";
+            done.prompt_tokens = n;
+            stream->push(std::move(done));
+            return stream;
+        }
         const uint64_t seed = request.sampling.seed ? *request.sampling.seed : m.seeds.next_u64();
         m.waiting.push_back({std::move(request), stream, seed});
-        ++m.counters.requests_total;
         m.counters.requests_waiting = int64_t(m.waiting.size());
     }
     m.wake.notify_all();
