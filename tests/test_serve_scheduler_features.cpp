@@ -232,6 +232,64 @@ TEST(ServeSchedulerAdmission, AFailingStepFailsItsRequestsAndServingGoesOn) {
     EXPECT_EQ(scheduler.stats().cache.used_slots, 0);
 }
 
+// Clients on several threads submit requests with shared prefixes, some cancel after the first event:
+// every stream ends with exactly one Done or Error, every completed greedy output is the one
+// generate() gives, and all slots come back.
+TEST(ServeSchedulerAdmission, ManyClientsWithCancelsAllEndCorrectly) {
+    const Tokenizer& tok = test::ascii_tokenizer();
+    CpuBatchBackend backend(hybrid(), 3, 128, kCacheBytes);
+    SchedulerConfig cfg;
+    cfg.prefill_chunk = 5;
+    Scheduler scheduler(backend, tok, cfg);
+    struct Result {
+        std::vector<int32_t> prompt, tokens;
+        int64_t max_tokens = 0;
+        bool done = false;
+    };
+    std::vector<std::vector<Result>> results(4);
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 4; ++t)
+        clients.emplace_back([&, t] {
+            std::mt19937 g{uint32_t(t)};
+            for (int i = 0; i < 12; ++i) {
+                Result r;
+                r.prompt = test::random_tokens(3 + int64_t(g() % 12), 4, g());  // 4 ids: shared prefixes
+                r.max_tokens = 1 + int64_t(g() % 8);
+                auto stream = scheduler.submit(test::greedy_request(r.prompt, r.max_tokens));
+                const bool cancel = g() % 3 == 0;
+                GenerationEvent e;
+                int events = 0, ends = 0;
+                while (stream->next(e, std::chrono::seconds(30))) {
+                    if (cancel && ++events == 1) stream->cancel();
+                    if (e.kind == GenerationEvent::Kind::Tokens) {
+                        r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+                        continue;
+                    }
+                    ++ends;
+                    r.done = e.kind == GenerationEvent::Kind::Done;
+                    break;
+                }
+                EXPECT_EQ(ends, 1);
+                EXPECT_FALSE(stream->next(e, std::chrono::milliseconds(0)));  // nothing after the end
+                results[size_t(t)].push_back(std::move(r));
+            }
+        });
+    for (auto& c : clients) c.join();
+    int completed = 0;
+    for (const auto& per_client : results)
+        for (const Result& r : per_client) {
+            if (!r.done) continue;
+            ++completed;
+            EXPECT_EQ(r.tokens, test::reference(hybrid(), tok, r.prompt, r.max_tokens).tokens);
+        }
+    EXPECT_GT(completed, 24);
+    scheduler.drain();
+    const serve::SchedulerStats st = scheduler.stats();
+    EXPECT_EQ(st.requests_total, 48);
+    EXPECT_EQ(st.cache.used_slots, 0);
+    EXPECT_GT(st.cached_prompt_tokens_total, 0);
+}
+
 TEST(ServeSchedulerOutput, StopStringSplitAcrossTokensIsNeverEmitted) {
     const Tokenizer& tok = test::ascii_tokenizer();
     CpuBatchBackend backend(teacher(), 2, 128, kCacheBytes);
