@@ -6,6 +6,7 @@
 
 #include "serve/stop_matcher.h"
 #include "serve/token_logprobs.h"
+#include "serve/utf8_sanitize.h"
 
 namespace hydra::serve {
 namespace {
@@ -56,6 +57,19 @@ TEST(TokenLogprob, LogSoftmaxAndTopAlternatives) {
     EXPECT_NEAR(lp.top[2].second, 1.0 - std::log(z), 1e-6);
     EXPECT_TRUE(token_logprob(logits, 0, 0).top.empty());
     EXPECT_EQ(token_logprob(logits, 0, 20).top.size(), logits.size());
+}
+
+TEST(SanitizeUtf8, KeepsValidTextAndReplacesEveryBadByte) {
+    const std::string valid = "plain, \xC3\xA9t\xC3\xA9, \xE2\x82\xAC, \xF0\x9F\x98\x80";
+    EXPECT_EQ(sanitize_utf8(valid), valid);
+    const std::string fffd = "\xEF\xBF\xBD";
+    EXPECT_EQ(sanitize_utf8("a\x80"
+                            "b"),
+              "a" + fffd + "b");                                              // lone continuation byte
+    EXPECT_EQ(sanitize_utf8("x\xE2\x82"), "x" + fffd + fffd);                 // cut-off character
+    EXPECT_EQ(sanitize_utf8("\xC0\xAF"), fffd + fffd);                        // overlong
+    EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), fffd + fffd + fffd);             // surrogate
+    EXPECT_EQ(sanitize_utf8("\xF4\x90\x80\x80"), fffd + fffd + fffd + fffd);  // past U+10FFFF
 }
 
 }  // namespace
