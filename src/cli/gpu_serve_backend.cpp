@@ -11,7 +11,8 @@
 namespace hydra::cli {
 
 #ifdef HYDRA_WITH_CUDA
-std::unique_ptr<serve::BatchBackend> make_gpu_batch_backend(const LlamaModel& model, const GpuServeOptions& options) {
+std::unique_ptr<serve::BatchBackend> make_gpu_batch_backend(const LlamaModel& model,
+                                                            const GpuServeOptions& options) {
     gpu::GpuBatchOptions o;
     o.max_slots = options.max_slots;
     o.context = options.context;
@@ -21,8 +22,9 @@ std::unique_ptr<serve::BatchBackend> make_gpu_batch_backend(const LlamaModel& mo
 }
 #else
 std::unique_ptr<serve::BatchBackend> make_gpu_batch_backend(const LlamaModel&, const GpuServeOptions&) {
-    HYDRA_CHECK(false, "hydra serve --device cuda: this hydra was built without CUDA (configure with "
-                       "-DHYDRA_CUDA=ON on a machine with the CUDA toolkit)");
+    HYDRA_CHECK(false,
+                "hydra serve --device cuda: this hydra was built without CUDA (configure with "
+                "-DHYDRA_CUDA=ON on a machine with the CUDA toolkit)");
     return nullptr;
 }
 #endif

@@ -65,7 +65,8 @@ void GdnStateSlots::load_from(int32_t s, const GpuCache& cache, cudaStream_t str
         if (y.offset < 0) continue;
         const int64_t li = int64_t(l);
         auto copy = [&](float* dst, const float* src, int64_t n) {
-            CUDA_CHECK(cudaMemcpyAsync(dst + base, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+            CUDA_CHECK(cudaMemcpyAsync(dst + base, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       stream));
         };
         copy(conv_q(li), cache.conv_q(li), y.window);
         copy(conv_k(li), cache.conv_k(li), y.window);

@@ -49,7 +49,8 @@ cuda::AttnWorkspace& GpuBatchBackend::NoResources::attn_workspace(int64_t, int64
     fail("GPU batch backend: no attention backward");
 }
 
-cuda::GdnWorkspace& GpuBatchBackend::NoResources::gdn_workspace(int64_t, int64_t, const GpuLayerShape&, bool) {
+cuda::GdnWorkspace& GpuBatchBackend::NoResources::gdn_workspace(int64_t, int64_t, const GpuLayerShape&,
+                                                                bool) {
     fail("GPU batch backend: the batched decode runs no GDN chunked forward");
 }
 
@@ -64,11 +65,12 @@ GpuBatchBackend::GpuBatchBackend(std::unique_ptr<GpuTrainModel> model, const Gpu
 
 void GpuBatchBackend::init(const GpuBatchOptions& o) {
     const ModelConfig& c = model_.config();
-    HYDRA_CHECK(o.max_slots > 0 && o.max_slots < (int64_t(1) << 20), "GPU batch backend: max_slots {} (1..2^20)",
-                o.max_slots);
+    HYDRA_CHECK(o.max_slots > 0 && o.max_slots < (int64_t(1) << 20),
+                "GPU batch backend: max_slots {} (1..2^20)", o.max_slots);
     HYDRA_CHECK(o.context > 0 && o.context < (int64_t(1) << 30), "GPU batch backend: context {}", o.context);
     HYDRA_CHECK(o.block_size > 0 && o.block_size <= 4096, "GPU batch backend: block size {}", o.block_size);
-    HYDRA_CHECK(c.head_dim == 64 || c.head_dim == 128, "GPU batch backend: head dim {} (64 or 128)", c.head_dim);
+    HYDRA_CHECK(c.head_dim == 64 || c.head_dim == 128, "GPU batch backend: head dim {} (64 or 128)",
+                c.head_dim);
     max_slots_ = o.max_slots, context_ = o.context;
     max_bucket_ = bucket_of(std::min(max_slots_, kMaxBucket));
     ctx_splits_ = decode_attention_splits(context_);
@@ -109,15 +111,17 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
         budget = free_b - keep;
     }
     const size_t states_bytes = size_t(max_slots_ + 1) * slot_bytes;
-    HYDRA_CHECK(budget > states_bytes, "GPU batch backend: cache_bytes {} MiB do not hold the GDN state of {} slots "
-                                       "({} MiB)",
+    HYDRA_CHECK(budget > states_bytes,
+                "GPU batch backend: cache_bytes {} MiB do not hold the GDN state of {} slots "
+                "({} MiB)",
                 budget >> 20, max_slots_, states_bytes >> 20);
     const int64_t per_seq = (context_ + o.block_size - 1) / o.block_size;
     const int64_t n_blocks = block_bytes > 0 ? int64_t((budget - states_bytes) / block_bytes) : 2;
-    HYDRA_CHECK(n_blocks >= per_seq + 1,
-                "GPU batch backend: cache_bytes {} MiB hold {} KV blocks of {} positions; one sequence of context "
-                "{} needs {} (+1 scratch)",
-                budget >> 20, n_blocks, o.block_size, context_, per_seq);
+    HYDRA_CHECK(
+        n_blocks >= per_seq + 1,
+        "GPU batch backend: cache_bytes {} MiB hold {} KV blocks of {} positions; one sequence of context "
+        "{} needs {} (+1 scratch)",
+        budget >> 20, n_blocks, o.block_size, context_, per_seq);
     states_ = std::make_unique<GdnStateSlots>(model_, max_slots_);
     pool_ = std::make_unique<PagedKvPool>(model_, max_slots_, context_, o.block_size, n_blocks);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -139,7 +143,8 @@ int64_t GpuBatchBackend::vocab_size() const {
 }
 
 const GpuBatchBackend::Slot& GpuBatchBackend::slot_checked(int32_t slot) const {
-    HYDRA_CHECK(slot >= 0 && slot < max_slots_, "GPU batch backend: slot {} outside 0..{}", slot, max_slots_ - 1);
+    HYDRA_CHECK(slot >= 0 && slot < max_slots_, "GPU batch backend: slot {} outside 0..{}", slot,
+                max_slots_ - 1);
     const Slot& s = slots_[size_t(slot)];
     HYDRA_CHECK(s.used, "GPU batch backend: slot {} is not acquired", slot);
     return s;
@@ -201,7 +206,8 @@ serve::CacheUsage GpuBatchBackend::usage() const {
 std::shared_ptr<const serve::PrefixSnapshot> GpuBatchBackend::snapshot(int32_t slot) {
     const Slot& s = slot_checked(slot);
     const int64_t bs = pool_->block_size();
-    HYDRA_CHECK(s.pos % bs == 0, "GPU batch backend: snapshot at position {} (only at multiples of {})", s.pos, bs);
+    HYDRA_CHECK(s.pos % bs == 0, "GPU batch backend: snapshot at position {} (only at multiples of {})",
+                s.pos, bs);
     auto snap = std::make_shared<GpuPrefixSnapshot>();
     snap->owner = this;
     snap->pos = s.pos;
@@ -220,7 +226,8 @@ void GpuBatchBackend::restore(int32_t slot, const serve::PrefixSnapshot& snapsho
     const Slot s = slot_checked(slot);
     const auto* snap = dynamic_cast<const GpuPrefixSnapshot*>(&snapshot);
     HYDRA_CHECK(snap != nullptr && snap->owner == this, "GPU batch backend: a snapshot from another backend");
-    HYDRA_CHECK(s.pos == 0, "GPU batch backend: restore into slot {} at position {} (must be fresh)", slot, s.pos);
+    HYDRA_CHECK(s.pos == 0, "GPU batch backend: restore into slot {} at position {} (must be fresh)", slot,
+                s.pos);
     // blocks reserved before the restore give way to the shared ones, then the reservation is taken again
     // (it fits: at least as many blocks were just freed as the shared ones do not cover)
     CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -230,7 +237,8 @@ void GpuBatchBackend::restore(int32_t slot, const serve::PrefixSnapshot& snapsho
     Slot& d = slots_[size_t(slot)];
     d.pos = snap->pos;
     d.reserved = std::max(s.reserved, snap->pos);
-    HYDRA_CHECK(pool_->reserve(slot, d.reserved, stream()), "GPU batch backend: the reservation did not fit again");
+    HYDRA_CHECK(pool_->reserve(slot, d.reserved, stream()),
+                "GPU batch backend: the reservation did not fit again");
 }
 
 // ---- the batched decode pass ----
@@ -280,21 +288,26 @@ void GpuBatchBackend::decode_pass(int64_t Bp, int64_t splits) {
     for (int64_t l = 0; l < c.num_layers; ++l) layer(l, Bp, splits);
     cuda::rmsnorm_forward(xn_.data(), nullptr, x_.data(), model_.p32(model_.final_norm_offset()), Bp, C,
                           c.rms_norm_eps, st);
-    cuda::linear_forward(*blas_, xn_.data(), model_.p16(model_.lm_head_offset()), Bp, C, V, logits_.data(), 0.f);
+    cuda::linear_forward(*blas_, xn_.data(), model_.p16(model_.lm_head_offset()), Bp, C, V, logits_.data(),
+                         0.f);
 }
 
-const float* GpuBatchBackend::decode_on_device(std::span<const int32_t> slots, std::span<const int32_t> tokens) {
+const float* GpuBatchBackend::decode_on_device(std::span<const int32_t> slots,
+                                               std::span<const int32_t> tokens) {
     const int64_t B = int64_t(slots.size()), V = model_.config().vocab_size;
     HYDRA_CHECK(B > 0 && B <= max_bucket_ && int64_t(tokens.size()) == B,
-                "GPU batch backend: a decode pass of {} rows ({} tokens; 1..{})", B, tokens.size(), max_bucket_);
+                "GPU batch backend: a decode pass of {} rows ({} tokens; 1..{})", B, tokens.size(),
+                max_bucket_);
     const int64_t Bp = bucket_of(B);
     int64_t max_len = 1;
     for (int64_t i = 0; i < B; ++i) {
         const Slot& s = slot_checked(slots[size_t(i)]);
-        HYDRA_CHECK(s.pos + 1 <= pool_->blocks_of(slots[size_t(i)]) * pool_->block_size() && s.pos + 1 <= context_,
-                    "GPU batch backend: slot {} at position {} is not reserved for one more", slots[size_t(i)], s.pos);
-        HYDRA_CHECK(tokens[size_t(i)] >= 0 && tokens[size_t(i)] < V, "token id {} is outside the vocabulary (0..{})",
-                    tokens[size_t(i)], V - 1);
+        HYDRA_CHECK(
+            s.pos + 1 <= pool_->blocks_of(slots[size_t(i)]) * pool_->block_size() && s.pos + 1 <= context_,
+            "GPU batch backend: slot {} at position {} is not reserved for one more", slots[size_t(i)],
+            s.pos);
+        HYDRA_CHECK(tokens[size_t(i)] >= 0 && tokens[size_t(i)] < V,
+                    "token id {} is outside the vocabulary (0..{})", tokens[size_t(i)], V - 1);
         max_len = std::max(max_len, s.pos + 1);
     }
     const int64_t splits = decode_graph_splits(max_len, context_, kKeysPerSplit);
@@ -309,8 +322,8 @@ const float* GpuBatchBackend::decode_on_device(std::span<const int32_t> slots, s
         h[max_bucket_ + i] = real ? int32_t(slots_[size_t(slots[size_t(i)])].pos) : 0;
         h[2 * max_bucket_ + i] = real ? slots[size_t(i)] : pool_->scratch_slot();
     }
-    CUDA_CHECK(cudaMemcpyAsync(in_.data(), h, size_t(3 * max_bucket_) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               stream()));
+    CUDA_CHECK(cudaMemcpyAsync(in_.data(), h, size_t(3 * max_bucket_) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream()));
     CUDA_CHECK(cudaEventRecord(in_done_[t], stream()));
 
     bool done = false;
@@ -323,9 +336,11 @@ const float* GpuBatchBackend::decode_on_device(std::span<const int32_t> slots, s
                 CudaGraph g = CudaGraph::capture(stream(), [&] { decode_pass(Bp, splits); });
                 it = graphs_.emplace(key, std::move(g)).first;
                 ++stats_.captures;
-                stats_.capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                stats_.capture_seconds +=
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             } catch (const std::exception& e) {
-                fmt::print(stderr, "warning: CUDA graph capture failed ({}); batched decode without CUDA graphs\n",
+                fmt::print(stderr,
+                           "warning: CUDA graph capture failed ({}); batched decode without CUDA graphs\n",
                            e.what());
                 ++stats_.fallbacks;
                 graphs_on_ = false;
@@ -349,7 +364,8 @@ const float* GpuBatchBackend::decode_on_device(std::span<const int32_t> slots, s
 
 // ---- steps ----
 
-void GpuBatchBackend::prefill_row(int32_t slot, std::span<const int32_t> tokens, int64_t n_logits, float* out) {
+void GpuBatchBackend::prefill_row(int32_t slot, std::span<const int32_t> tokens, int64_t n_logits,
+                                  float* out) {
     const int64_t T = int64_t(tokens.size()), V = model_.config().vocab_size;
     cudaStream_t st = stream();
     scratch_->reset(st);
@@ -381,11 +397,12 @@ void GpuBatchBackend::step(std::span<const serve::StepRow> rows, std::vector<flo
         seen[size_t(row.slot)] = 1;
         const int64_t T = int64_t(row.tokens.size());
         HYDRA_CHECK(T > 0, "GPU batch backend: a row of slot {} without tokens", row.slot);
-        HYDRA_CHECK(row.n_logits >= 0 && row.n_logits <= T, "GPU batch backend: {} logits of {} tokens", row.n_logits,
-                    T);
-        HYDRA_CHECK(s.pos + T <= pool_->blocks_of(row.slot) * pool_->block_size() && s.pos + T <= context_,
-                    "GPU batch backend: slot {} holds {} positions and is reserved for {}, {} more do not fit",
-                    row.slot, s.pos, pool_->blocks_of(row.slot) * pool_->block_size(), T);
+        HYDRA_CHECK(row.n_logits >= 0 && row.n_logits <= T, "GPU batch backend: {} logits of {} tokens",
+                    row.n_logits, T);
+        HYDRA_CHECK(
+            s.pos + T <= pool_->blocks_of(row.slot) * pool_->block_size() && s.pos + T <= context_,
+            "GPU batch backend: slot {} holds {} positions and is reserved for {}, {} more do not fit",
+            row.slot, s.pos, pool_->blocks_of(row.slot) * pool_->block_size(), T);
         for (int32_t tok : row.tokens)
             HYDRA_CHECK(tok >= 0 && tok < V, "token id {} is outside the vocabulary (0..{})", tok, V - 1);
         offset[r] = total;
@@ -406,10 +423,12 @@ void GpuBatchBackend::step(std::span<const serve::StepRow> rows, std::vector<flo
         }
         for (int64_t t = 0; t < T; ++t) {
             const int32_t slot = row.slot;
-            const float* lg = decode_on_device(std::span<const int32_t>(&slot, 1), row.tokens.subspan(size_t(t), 1));
+            const float* lg =
+                decode_on_device(std::span<const int32_t>(&slot, 1), row.tokens.subspan(size_t(t), 1));
             const int64_t k = t - (T - row.n_logits);  // this position's logits row, when asked for
             if (k >= 0)
-                CUDA_CHECK(cudaMemcpyAsync(out + k * V, lg, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, st));
+                CUDA_CHECK(
+                    cudaMemcpyAsync(out + k * V, lg, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, st));
         }
     }
     // decode rows: batched passes of up to max_bucket_ rows
@@ -419,14 +438,17 @@ void GpuBatchBackend::step(std::span<const serve::StepRow> rows, std::vector<flo
     for (size_t i0 = 0; i0 < dec.size(); i0 += size_t(max_bucket_)) {
         const size_t n = std::min(dec.size() - i0, size_t(max_bucket_));
         std::vector<int32_t> slots(n), toks(n);
-        for (size_t i = 0; i < n; ++i) slots[i] = rows[dec[i0 + i]].slot, toks[i] = rows[dec[i0 + i]].tokens[0];
+        for (size_t i = 0; i < n; ++i)
+            slots[i] = rows[dec[i0 + i]].slot, toks[i] = rows[dec[i0 + i]].tokens[0];
         const float* lg = decode_on_device(slots, toks);
-        CUDA_CHECK(cudaMemcpyAsync(host_logits_, lg, n * size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(
+            cudaMemcpyAsync(host_logits_, lg, n * size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, st));
         CUDA_CHECK(cudaStreamSynchronize(st));
         for (size_t i = 0; i < n; ++i) {
             const size_t r = dec[i0 + i];
             if (rows[r].n_logits == 1)
-                std::memcpy(logits.data() + offset[r] * V, host_logits_ + i * size_t(V), size_t(V) * sizeof(float));
+                std::memcpy(logits.data() + offset[r] * V, host_logits_ + i * size_t(V),
+                            size_t(V) * sizeof(float));
         }
     }
     CUDA_CHECK(cudaStreamSynchronize(st));

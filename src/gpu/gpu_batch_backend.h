@@ -48,9 +48,9 @@
 namespace hydra::gpu {
 
 struct GpuBatchOptions {
-    int64_t max_slots = 64;   // sequences held at once
-    int64_t context = 8192;   // positions per sequence
-    size_t cache_bytes = 0;   // KV blocks + GDN state slots; 0 = most of the device memory free after the rest
+    int64_t max_slots = 64;  // sequences held at once
+    int64_t context = 8192;  // positions per sequence
+    size_t cache_bytes = 0;  // KV blocks + GDN state slots; 0 = most of the device memory free after the rest
     int64_t block_size = 16;  // positions per KV block (and the snapshot granularity)
 };
 

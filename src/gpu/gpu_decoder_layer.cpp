@@ -222,7 +222,8 @@ void batched_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t B
                        const GpuLayerBatch& kb, cudaStream_t st) {
     const int64_t Dh = c.head_dim, n_fa = w.n_fa, n_kv = w.n_kv, P = a.ld_qkv, kvw = n_kv * Dh;
     const float scale = float(1.0 / std::sqrt(double(Dh)));
-    HYDRA_ASSERT(P > 0 && kb.rope && kb.k_pool && kb.v_pool, "GPU layer: batched decode needs the fused q|k|v row");
+    HYDRA_ASSERT(P > 0 && kb.rope && kb.k_pool && kb.v_pool,
+                 "GPU layer: batched decode needs the fused q|k|v row");
     if (fa_rotates(c)) {
         if (a.k == a.q + n_fa * Dh) {  // k's heads follow q's in the row: one launch rotates both
             cuda::rope_forward_rows(a.q, P, B, n_fa + n_kv, Dh, c.rope_dim, kb.pos, *kb.rope, st);
@@ -527,23 +528,24 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         float* win_v = kc ? kc->cache->conv_v(l) : nullptr;
         prof.section("la_conv");
         if (kb) {  // each row's windows in its slot
-            cuda::short_conv_forward_slots(a.lq, kb->conv_q, kb->slots, kb->slot_stride, a.lqkv, ld_lqkv, w.conv_q,
-                                           B, T, Dla, W, st);
-            cuda::short_conv_forward_slots(a.lk, kb->conv_k, kb->slots, kb->slot_stride, a.lqkv + Dla, ld_lqkv,
-                                           w.conv_k, B, T, Dla, W, st);
+            cuda::short_conv_forward_slots(a.lq, kb->conv_q, kb->slots, kb->slot_stride, a.lqkv, ld_lqkv,
+                                           w.conv_q, B, T, Dla, W, st);
+            cuda::short_conv_forward_slots(a.lk, kb->conv_k, kb->slots, kb->slot_stride, a.lqkv + Dla,
+                                           ld_lqkv, w.conv_k, B, T, Dla, W, st);
             cuda::short_conv_forward_slots(a.lv, kb->conv_v, kb->slots, kb->slot_stride, a.lqkv + 2 * Dla,
                                            ld_lqkv, w.conv_v, B, T, Dla, W, st);
         } else {
             cuda::short_conv_forward(a.lq, win_q, a.lqkv, ld_lqkv, w.conv_q, win_q, B, T, Dla, W, st);
             cuda::short_conv_forward(a.lk, win_k, a.lqkv + Dla, ld_lqkv, w.conv_k, win_k, B, T, Dla, W, st);
-            cuda::short_conv_forward(a.lv, win_v, a.lqkv + 2 * Dla, ld_lqkv, w.conv_v, win_v, B, T, Dla, W, st);
+            cuda::short_conv_forward(a.lv, win_v, a.lqkv + 2 * Dla, ld_lqkv, w.conv_v, win_v, B, T, Dla, W,
+                                     st);
         }
         prof.section("la_gates");
         cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, ld_lab, w.A_log, w.dt_bias, N, n_la,
                                 plan.gdn.allow_neg_eigval, st);
         prof.section("gdn");
         float* state = kc ? kc->cache->state(l) : nullptr;  // (n_la, Dh, Dh): h0 in, ht out
-        if (kb) {  // each row's state in its slot
+        if (kb) {                                           // each row's state in its slot
             cuda::gdn_decode_step_slots(int(B), int(n_la), int(n_la), int(Dh), a.lq, a.lk, a.lv, a.g, a.beta,
                                         kb->state, kb->slots, kb->slot_stride, a.lo, scale, true, st);
         } else if (kc && T == 1) {

@@ -12,9 +12,9 @@
 //
 // Modes: forward with save (keeps what the backward reads) or without (teacher, eval, the first pass of
 // recomputation, inference); backward; cache (env.cache); batched decode over paged caches (env.batch:
-// serving's continuous batching, B sequences of one token each, GpuLayerBatch); shared prefix (env.prefix: B independent
-// single-token copies of one sequence over its cached keys/values, head scoring's answer-position re-runs
-// and retrieval decode, cli/gpu_scoring_backend.h); head taps (env.taps: per-head outputs before the
+// serving's continuous batching, B sequences of one token each, GpuLayerBatch); shared prefix (env.prefix: B
+// independent single-token copies of one sequence over its cached keys/values, head scoring's answer-position
+// re-runs and retrieval decode, cli/gpu_scoring_backend.h); head taps (env.taps: per-head outputs before the
 // fusion and o_proj captured, filled or overwritten, and their gradient captured in the backward); a row
 // subset is the caller's (GpuForward's LM head reads the last rows only).
 //
@@ -172,7 +172,7 @@ struct GpuLayerBatch {
     __nv_bfloat16 *k_pool = nullptr, *v_pool = nullptr;
     const int32_t* block_table = nullptr;
     int64_t max_blocks = 0, block_size = 0;
-    int64_t max_splits = 0;   // the attention grid's key splits (every pos[b] + 1 <= max_splits * 128)
+    int64_t max_splits = 0;     // the attention grid's key splits (every pos[b] + 1 <= max_splits * 128)
     float* partials = nullptr;  // paged_decode_attention_workspace_floats(B, n_fa, Dh, max_splits)
     // LA: this layer's conv windows and state in slot 0 of the slot pool; slot s at + s * slot_stride
     float *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *state = nullptr;

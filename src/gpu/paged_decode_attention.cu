@@ -150,36 +150,37 @@ size_t paged_decode_attention_workspace_floats(int64_t B, int64_t n_q, int64_t D
     return size_t(B) * size_t(n_q) * size_t(max_splits) * size_t(D + 2);
 }
 
-void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* q, int64_t ldq, const PagedKv& kv,
-                            const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t B,
-                            const int32_t* pos, const int32_t* slots, int64_t max_splits, float scale,
-                            float* partials, cudaStream_t stream) {
+void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* q, int64_t ldq,
+                            const PagedKv& kv, const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D,
+                            int64_t B, const int32_t* pos, const int32_t* slots, int64_t max_splits,
+                            float scale, float* partials, cudaStream_t stream) {
     HYDRA_ASSERT(D == 64 || D == 128, "paged_decode_attention: head dim {} (64 or 128)", D);
     HYDRA_ASSERT(n_q > 0 && n_kv > 0 && B > 0 && B <= 65535 && n_q <= 65535 && max_splits > 0 &&
                      max_splits * kKeysPerSplit < (int64_t(1) << 31),
                  "paged_decode_attention: n_q {} n_kv {} B {} max_splits {}", n_q, n_kv, B, max_splits);
-    HYDRA_ASSERT(kv.k_pool && kv.v_pool && kv.block_table && kv.block_size > 0 && kv.max_blocks > 0 && kv_index &&
-                     pos && slots && partials,
-                 "paged_decode_attention: pools, block table, kv_index, pos, slots and partials are required");
-    HYDRA_ASSERT(ldq >= n_q * D && ldo >= n_q * D && ldq % 4 == 0, "paged_decode_attention: ldq {} ldo {}", ldq,
-                 ldo);
+    HYDRA_ASSERT(
+        kv.k_pool && kv.v_pool && kv.block_table && kv.block_size > 0 && kv.max_blocks > 0 && kv_index &&
+            pos && slots && partials,
+        "paged_decode_attention: pools, block table, kv_index, pos, slots and partials are required");
+    HYDRA_ASSERT(ldq >= n_q * D && ldo >= n_q * D && ldq % 4 == 0, "paged_decode_attention: ldq {} ldo {}",
+                 ldq, ldo);
     const dim3 grid{unsigned(max_splits), unsigned(n_q), unsigned(B)};
     const float s2 = scale * kLog2e;
     const int mb = int(kv.max_blocks), bs = int(kv.block_size);
     if (D == 64) {
         paged_split_kernel<64><<<grid, kWarps * 32, 0, stream>>>(partials, q, ldq, kv.k_pool, kv.v_pool,
-                                                                  kv.block_table, mb, bs, kv_index, int(n_kv), pos,
-                                                                  slots, s2);
+                                                                 kv.block_table, mb, bs, kv_index, int(n_kv),
+                                                                 pos, slots, s2);
         CUDA_CHECK(cudaGetLastError());
-        paged_merge_kernel<64><<<dim3(unsigned(n_q), unsigned(B)), 64, 0, stream>>>(o, ldo, partials,
-                                                                                   int(max_splits), pos);
+        paged_merge_kernel<64>
+            <<<dim3(unsigned(n_q), unsigned(B)), 64, 0, stream>>>(o, ldo, partials, int(max_splits), pos);
     } else {
         paged_split_kernel<128><<<grid, kWarps * 32, 0, stream>>>(partials, q, ldq, kv.k_pool, kv.v_pool,
-                                                                   kv.block_table, mb, bs, kv_index, int(n_kv),
-                                                                   pos, slots, s2);
+                                                                  kv.block_table, mb, bs, kv_index, int(n_kv),
+                                                                  pos, slots, s2);
         CUDA_CHECK(cudaGetLastError());
-        paged_merge_kernel<128><<<dim3(unsigned(n_q), unsigned(B)), 128, 0, stream>>>(o, ldo, partials,
-                                                                                     int(max_splits), pos);
+        paged_merge_kernel<128>
+            <<<dim3(unsigned(n_q), unsigned(B)), 128, 0, stream>>>(o, ldo, partials, int(max_splits), pos);
     }
     CUDA_CHECK(cudaGetLastError());
 }

@@ -33,9 +33,9 @@ struct PagedKv {
     int64_t max_blocks = 0, block_size = 0;
 };
 
-void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* q, int64_t ldq, const PagedKv& kv,
-                            const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t B,
-                            const int32_t* pos, const int32_t* slots, int64_t max_splits, float scale,
-                            float* partials, cudaStream_t stream = nullptr);
+void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* q, int64_t ldq,
+                            const PagedKv& kv, const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D,
+                            int64_t B, const int32_t* pos, const int32_t* slots, int64_t max_splits,
+                            float scale, float* partials, cudaStream_t stream = nullptr);
 
 }  // namespace hydra::gpu

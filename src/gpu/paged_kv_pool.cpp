@@ -57,8 +57,8 @@ PagedKvPool::PagedKvPool(const GpuTrainModel& model, int64_t max_slots, int64_t 
                          int64_t num_blocks)
     : max_slots_(max_slots), block_size_(block_size) {
     HYDRA_CHECK(max_slots > 0 && context > 0 && block_size > 0 && num_blocks >= 2,
-                "paged KV pool: {} slots, context {}, block size {}, {} blocks", max_slots, context, block_size,
-                num_blocks);
+                "paged KV pool: {} slots, context {}, block size {}, {} blocks", max_slots, context,
+                block_size, num_blocks);
     HYDRA_CHECK(num_blocks < (int64_t(1) << 31), "paged KV pool: {} blocks exceed int32 ids", num_blocks);
     max_blocks_ = (context + block_size - 1) / block_size;
     block_bytes_ = block_bytes(model, block_size);
@@ -97,8 +97,8 @@ void PagedKvPool::upload(int32_t slot, int64_t from, cudaStream_t stream) {
 
 bool PagedKvPool::reserve(int32_t slot, int64_t positions, cudaStream_t stream) {
     HYDRA_ASSERT(slot >= 0 && slot <= max_slots_, "paged KV pool: slot {}", slot);
-    HYDRA_CHECK(positions <= max_blocks_ * block_size_, "paged KV pool: {} positions exceed the context of {}",
-                positions, max_blocks_ * block_size_);
+    HYDRA_CHECK(positions <= max_blocks_ * block_size_,
+                "paged KV pool: {} positions exceed the context of {}", positions, max_blocks_ * block_size_);
     std::vector<int32_t>& b = slots_[size_t(slot)];
     const int64_t need = (positions + block_size_ - 1) / block_size_, have = int64_t(b.size());
     if (need <= have) return true;
@@ -124,7 +124,8 @@ std::vector<int32_t> PagedKvPool::share(int32_t slot, int64_t n) {
 void PagedKvPool::adopt(int32_t slot, std::span<const int32_t> blocks, cudaStream_t stream) {
     std::vector<int32_t>& b = slots_[size_t(slot)];
     HYDRA_ASSERT(b.empty(), "paged KV pool: adopting blocks into slot {} that holds {}", slot, b.size());
-    HYDRA_CHECK(int64_t(blocks.size()) <= max_blocks_, "paged KV pool: {} blocks exceed the table", blocks.size());
+    HYDRA_CHECK(int64_t(blocks.size()) <= max_blocks_, "paged KV pool: {} blocks exceed the table",
+                blocks.size());
     refs_->add(blocks);
     b.assign(blocks.begin(), blocks.end());
     upload(slot, 0, stream);

@@ -66,7 +66,7 @@ class PagedKvPool {
     __nv_bfloat16* k(int64_t l) const { return layers_[size_t(l)].k; }
     __nv_bfloat16* v(int64_t l) const { return layers_[size_t(l)].v; }
     int64_t width(int64_t l) const { return layers_[size_t(l)].width; }
-    const int32_t* block_table() const { return table_.data(); }     // (max_slots + 1, max_blocks) device
+    const int32_t* block_table() const { return table_.data(); }  // (max_slots + 1, max_blocks) device
     const int32_t* table_row(int32_t slot) const { return table_.data() + int64_t(slot) * max_blocks_; }
 
     // Blocks of the slot now (positions it can hold: blocks * block_size).

@@ -11,7 +11,8 @@ namespace {
 
 constexpr int kThreads = 128;
 
-__device__ __forceinline__ void copy_row(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t width, bool vec16) {
+__device__ __forceinline__ void copy_row(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t width,
+                                         bool vec16) {
     if (vec16) {
         for (int64_t i = threadIdx.x; i < width / 8; i += blockDim.x)
             reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
@@ -33,28 +34,31 @@ __global__ void k_write_kv_paged(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, c
 
 // grid (T, 2).
 __global__ void k_copy_rows_to_blocks(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k,
-                                      const __nv_bfloat16* v, int64_t width, const int32_t* table_row, int64_t bs,
-                                      bool vec16) {
+                                      const __nv_bfloat16* v, int64_t width, const int32_t* table_row,
+                                      int64_t bs, bool vec16) {
     const int64_t t = blockIdx.x;
     const int64_t blk = table_row[t / bs];
     __nv_bfloat16* dst = (blockIdx.y == 0 ? k_pool : v_pool) + (blk * bs + t % bs) * width;
     copy_row(dst, (blockIdx.y == 0 ? k : v) + t * width, width, vec16);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool aligned16(const void* p) {
+    return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
 
 }  // namespace
 
-void write_kv_paged(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                    int64_t ld, int64_t width, int64_t B, const int32_t* pos, const int32_t* slots,
-                    const int32_t* block_table, int64_t max_blocks, int64_t block_size, cudaStream_t stream) {
+void write_kv_paged(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k,
+                    const __nv_bfloat16* v, int64_t ld, int64_t width, int64_t B, const int32_t* pos,
+                    const int32_t* slots, const int32_t* block_table, int64_t max_blocks, int64_t block_size,
+                    cudaStream_t stream) {
     HYDRA_ASSERT(width > 0 && ld >= width && B > 0 && B < (int64_t(1) << 31) && pos && slots && block_table &&
                      block_size > 0,
                  "write_kv_paged: width {} ld {} B {}", width, ld, B);
-    const bool vec16 = width % 8 == 0 && ld % 8 == 0 && aligned16(k_pool) && aligned16(v_pool) && aligned16(k) &&
-                       aligned16(v);
-    k_write_kv_paged<<<dim3(unsigned(B), 2), kThreads, 0, stream>>>(k_pool, v_pool, k, v, ld, width, pos, slots,
-                                                                     block_table, max_blocks, block_size, vec16);
+    const bool vec16 = width % 8 == 0 && ld % 8 == 0 && aligned16(k_pool) && aligned16(v_pool) &&
+                       aligned16(k) && aligned16(v);
+    k_write_kv_paged<<<dim3(unsigned(B), 2), kThreads, 0, stream>>>(
+        k_pool, v_pool, k, v, ld, width, pos, slots, block_table, max_blocks, block_size, vec16);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -64,8 +68,8 @@ void copy_rows_to_blocks(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __n
     if (T <= 0) return;
     HYDRA_ASSERT(width > 0 && T < (int64_t(1) << 31) && table_row && block_size > 0,
                  "copy_rows_to_blocks: width {} T {}", width, T);
-    const bool vec16 = width % 8 == 0 && aligned16(k_pool) && aligned16(v_pool) && aligned16(k_src) &&
-                       aligned16(v_src);
+    const bool vec16 =
+        width % 8 == 0 && aligned16(k_pool) && aligned16(v_pool) && aligned16(k_src) && aligned16(v_src);
     k_copy_rows_to_blocks<<<dim3(unsigned(T), 2), kThreads, 0, stream>>>(k_pool, v_pool, k_src, v_src, width,
                                                                          table_row, block_size, vec16);
     CUDA_CHECK(cudaGetLastError());

@@ -15,9 +15,10 @@
 namespace hydra::gpu {
 
 // k_pool, v_pool: (blocks, block_size, width) bf16; k, v: row b at k + b * ld (width contiguous bf16).
-void write_kv_paged(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                    int64_t ld, int64_t width, int64_t B, const int32_t* pos, const int32_t* slots,
-                    const int32_t* block_table, int64_t max_blocks, int64_t block_size, cudaStream_t stream);
+void write_kv_paged(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k,
+                    const __nv_bfloat16* v, int64_t ld, int64_t width, int64_t B, const int32_t* pos,
+                    const int32_t* slots, const int32_t* block_table, int64_t max_blocks, int64_t block_size,
+                    cudaStream_t stream);
 
 // k_src, v_src: (T, width) bf16 contiguous.
 void copy_rows_to_blocks(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k_src,

@@ -7,7 +7,8 @@
 //     reference's top-1 leads its runner-up by more than 1% of the largest |logit| (random weights have
 //     near ties; the real model must agree at every step, i.e. identical greedy streams);
 //   - CUDA graphs against eager: the same scenario (rows joining mid-way, so the batch bucket changes) with
-//     graphs on and off gives identical logits (1e-6 relative) and identical greedy streams; the graphs ran;
+//     graphs on and off gives the same logits (1e-5 of the largest |logit|) and identical greedy streams; the
+//     graphs ran;
 //   - snapshot + restore: a prefix snapshot at a block boundary, its slot released, restored into a fresh
 //     slot: the continuation is identical (1e-6) to the original's; two slots restored from it and run on
 //     different tokens do not disturb each other or the snapshot; every block is back after all is dropped;
@@ -34,9 +35,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "eval/model_text_encoder.h"
 #include "eval/text_sources.h"
-#include "core/rng.h"
 #include "gpu/gdn_state_slots.h"
 #include "gpu/gpu_batch_backend.h"
 #include "gpu/gpu_cache.h"
@@ -54,8 +55,9 @@ namespace hydra::gputest {
 
 namespace {
 
-constexpr double kTol = 2e-2;    // bf16 operands: the suite's model-level tolerance
-constexpr double kExact = 1e-6;  // the same kernels on the same inputs
+constexpr double kTol = 2e-2;       // bf16 operands: the suite's model-level tolerance
+constexpr double kExact = 1e-6;     // the same kernels on the same inputs
+constexpr double kGraphTol = 1e-5;  // graphs against eager: test_forward.cpp's bound (of the largest |logit|)
 constexpr int64_t kGen = 32;
 
 using serve::StepRow;
@@ -79,8 +81,10 @@ double margin_of(const float* x, int64_t n) {
     float a = -INFINITY, b = -INFINITY, m = 0;
     for (int64_t i = 0; i < n; ++i) {
         m = std::max(m, std::fabs(x[i]));
-        if (x[i] > a) b = a, a = x[i];
-        else if (x[i] > b) b = x[i];
+        if (x[i] > a)
+            b = a, a = x[i];
+        else if (x[i] > b)
+            b = x[i];
     }
     return double(a - b) / std::max(double(m), 1e-30);
 }
@@ -101,8 +105,10 @@ std::unique_ptr<LlamaModel> synthetic(const std::string& kind, uint64_t seed) {
     c.eos_token_ids = {256};
     if (kind == "qwen") c.attention_bias = true, c.qk_norm = true;
     std::optional<HybridPlan> plan;
-    if (kind == "kv_1to1") plan = build_plan(c, bench::plan_request(c, "1:1", "kv", FusionKind::ScaleNorm, 7));
-    if (kind == "head_7to1") plan = build_plan(c, bench::plan_request(c, "7:1", "head", FusionKind::ScaleNorm, 7));
+    if (kind == "kv_1to1")
+        plan = build_plan(c, bench::plan_request(c, "1:1", "kv", FusionKind::ScaleNorm, 7));
+    if (kind == "head_7to1")
+        plan = build_plan(c, bench::plan_request(c, "7:1", "head", FusionKind::ScaleNorm, 7));
     auto m = std::make_unique<LlamaModel>(c, plan ? &*plan : nullptr);
     bench::randomise(*m, seed, /*unit_logits=*/false);
     return m;
@@ -177,10 +183,11 @@ void expect_batched_matches_forward(const LlamaModel& model, const std::vector<s
     }
     for (int64_t b = 0; b < B; ++b)
         EXPECT_EQ(be.pos(slots[size_t(b)]), int64_t(prompts[size_t(b)].size()) + kGen);
-    std::printf("batched (B=%lld) vs one-sequence GPU forward, prefill + %lld steps: worst rel RMS %.3e; top-1 "
-                "equal %lld/%lld (decisive %lld/%lld)\n",
-                (long long)B, (long long)kGen, worst, (long long)all_agree, (long long)steps, (long long)agree,
-                (long long)decisive);
+    std::printf(
+        "batched (B=%lld) vs one-sequence GPU forward, prefill + %lld steps: worst rel RMS %.3e; top-1 "
+        "equal %lld/%lld (decisive %lld/%lld)\n",
+        (long long)B, (long long)kGen, worst, (long long)all_agree, (long long)steps, (long long)agree,
+        (long long)decisive);
     EXPECT_LT(worst, kTol) << "batched logits against the one-sequence forward";
     EXPECT_EQ(agree, decisive) << "top-1 differs where the reference's lead is clear";
     if (strict) {
@@ -215,7 +222,8 @@ Run run_scenario(gpu::GpuBatchBackend& be, int64_t V) {
         if (step == 10)
             for (size_t i = 3; i < lens.size(); ++i) join(i);
         std::vector<StepRow> rows;
-        for (size_t b = 0; b < slots.size(); ++b) rows.push_back({slots[b], std::span<const int32_t>(&next[b], 1), 1});
+        for (size_t b = 0; b < slots.size(); ++b)
+            rows.push_back({slots[b], std::span<const int32_t>(&next[b], 1), 1});
         std::vector<float> lg;
         be.step(rows, lg);
         run.logits.insert(run.logits.end(), lg.begin(), lg.end());
@@ -247,7 +255,7 @@ void expect_graphs_match_eager(const LlamaModel& model) {
     std::printf("batched graphs vs eager: max |diff| %.3e of max |logit| %.3g; %lld captures, %lld replays\n",
                 max_abs, max_ref, (long long)(after.captures - before.captures),
                 (long long)(after.replays - before.replays));
-    EXPECT_LE(max_abs, kExact * max_ref) << "graph logits differ from eager";
+    EXPECT_LE(max_abs, kGraphTol * max_ref) << "graph logits differ from eager";
     EXPECT_EQ(eager.tokens, graphs.tokens) << "greedy streams differ";
     EXPECT_GE(after.replays - before.replays, kGen) << "the graphs did not run every decode step";
     EXPECT_EQ(after.fallbacks, 0) << "graph capture failed (eager fallback)";
@@ -312,8 +320,8 @@ void expect_snapshot_restore(const LlamaModel& model) {
     be.restore(e, *snap);
     const std::vector<float> got_e = continue_with(be, e, cont);
     const double r3 = rel(got_e.data(), want.data(), int64_t(want.size()));
-    std::printf("two restored slots side by side: rel RMS %.3e (bf16 tolerance); restored again alone %.3e\n", r2,
-                r3);
+    std::printf("two restored slots side by side: rel RMS %.3e (bf16 tolerance); restored again alone %.3e\n",
+                r2, r3);
     EXPECT_LT(r2, kTol) << "restored slots interfere";
     EXPECT_LE(r3, kExact) << "running restored slots changed the snapshot";
     be.release(e);
@@ -471,7 +479,8 @@ TEST(GpuBatchBackend, RealModelTeacherAndHybrid7to1) {
     if (m.model->plan().is_all_fa()) {
         const ModelConfig& c = m.model->config();
         const auto h = convert_to_hybrid(
-            *m.model, build_plan(c, bench::plan_request(c, "7:1", "kv", FusionKind::ScaleNorm, 1)), ConversionOptions{});
+            *m.model, build_plan(c, bench::plan_request(c, "7:1", "kv", FusionKind::ScaleNorm, 1)),
+            ConversionOptions{});
         expect_batched_matches_forward(*h, prompts, true, 512);
         expect_snapshot_restore(*h);
     }

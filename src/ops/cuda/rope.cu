@@ -213,20 +213,20 @@ void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t 
         const unsigned grid = unsigned((rows + R - 1) / R);
         if (P == 8)
             k_rope_rows<8><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
-                                                       inverse, pos_per_row ? 1 : 0);
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f, inverse,
+                                                       pos_per_row ? 1 : 0);
         else if (P == 4)
             k_rope_rows<4><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
-                                                       inverse, pos_per_row ? 1 : 0);
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f, inverse,
+                                                       pos_per_row ? 1 : 0);
         else if (P == 2)
             k_rope_rows<2><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
-                                                       inverse, pos_per_row ? 1 : 0);
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f, inverse,
+                                                       pos_per_row ? 1 : 0);
         else
             k_rope_rows<1><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
-                                                       inverse, pos_per_row ? 1 : 0);
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f, inverse,
+                                                       pos_per_row ? 1 : 0);
     } else {
         k_rope_flat<<<detail::grid_for(rows * H * half, kThreads), kThreads, 0, stream>>>(
             x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, pos_dev, f, inverse,

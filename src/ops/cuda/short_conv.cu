@@ -122,9 +122,11 @@ __global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
     for (int m = 0; m < P; ++m)
 #pragma unroll
         for (int v = 0; v < V; ++v)
-            pw[m][v] = t0 == 0 ? (prev ? __ldg(prev + window_at(b, P, D, slots, slot_stride) + int64_t(m) * D + d + v)
-                                       : 0.f)
-                               : raw_get<V>(xr[m], v);
+            pw[m][v] =
+                t0 == 0
+                    ? (prev ? __ldg(prev + window_at(b, P, D, slots, slot_stride) + int64_t(m) * D + d + v)
+                            : 0.f)
+                    : raw_get<V>(xr[m], v);
     auto xf = [&](int m, int v) { return m < P ? pw[m][v] : raw_get<V>(xr[m], v); };  // xc row t0 + m
 
     bf16* ob = out + (int64_t(b) * T + t0) * D + d;
@@ -316,16 +318,17 @@ ConvGrid conv_grid(int64_t B, int64_t rows, int64_t D, int V, int L, const char*
 
 template <int W, int V>
 void forward_w(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev,
-               int64_t B, int64_t T, int64_t D, cudaStream_t stream, const int32_t* slots, int64_t slot_stride) {
+               int64_t B, int64_t T, int64_t D, cudaStream_t stream, const int32_t* slots,
+               int64_t slot_stride) {
     if (T > 0) {
         const ConvGrid g = conv_grid(B, T, D, V, kLF, "short_conv_forward");
-        k_conv_forward<W, V><<<g.grid, g.block, 0, stream>>>(out, x, xs, w, prev, int(T), int(D), g.ntile, slots,
-                                                             slot_stride);
+        k_conv_forward<W, V><<<g.grid, g.block, 0, stream>>>(out, x, xs, w, prev, int(T), int(D), g.ntile,
+                                                             slots, slot_stride);
         CUDA_CHECK(cudaGetLastError());
     }
     if (prev_out && W > 1) {
         k_conv_next_prev<W><<<detail::grid_for(B * D, 256), 256, 0, stream>>>(prev_out, x, xs, prev, B, T, D,
-                                                                               slots, slot_stride);
+                                                                              slots, slot_stride);
         CUDA_CHECK(cudaGetLastError());
     }
 }
@@ -348,8 +351,8 @@ void backward_w(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout
 
 template <int V>
 void forward_v(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev,
-               int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream, const int32_t* slots = nullptr,
-               int64_t slot_stride = 0) {
+               int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream,
+               const int32_t* slots = nullptr, int64_t slot_stride = 0) {
 #define FWD(w_) forward_w<w_, V>(out, prev_out, x, xs, w, prev, B, T, D, stream, slots, slot_stride)
     HYDRA_DISPATCH_1_TO_8(W, FWD, "short_conv: kernel width")
 #undef FWD
@@ -383,9 +386,9 @@ void short_conv_forward(bf16* out, float* prev_out, const bf16* x, int64_t x_str
         forward_v<1>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
 }
 
-void short_conv_forward_slots(bf16* out, float* windows, const int32_t* slots, int64_t slot_stride, const bf16* x,
-                              int64_t x_stride, const float* w, int64_t B, int64_t T, int64_t D, int64_t W,
-                              cudaStream_t stream) {
+void short_conv_forward_slots(bf16* out, float* windows, const int32_t* slots, int64_t slot_stride,
+                              const bf16* x, int64_t x_stride, const float* w, int64_t B, int64_t T,
+                              int64_t D, int64_t W, cudaStream_t stream) {
     if (B <= 0 || D <= 0 || T < 0) return;
     if (x_stride == 0) x_stride = D;
     HYDRA_CUDA_REQUIRE(x_stride >= D, "short_conv_forward_slots: row stride below the channel count");
