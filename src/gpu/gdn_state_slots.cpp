@@ -58,21 +58,31 @@ void GdnStateSlots::reset(int32_t s, cudaStream_t stream) {
     if (slot_floats_ > 0) CUDA_CHECK(cudaMemsetAsync(slot(s), 0, slot_bytes(), stream));
 }
 
-void GdnStateSlots::load_from(int32_t s, const GpuCache& cache, cudaStream_t stream) {
+void GdnStateSlots::copy_cache(int32_t s, const GpuCache& cache, bool to_slot, cudaStream_t stream) const {
     const int64_t base = int64_t(s) * slot_floats_;
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& y = layers_[l];
         if (y.offset < 0) continue;
         const int64_t li = int64_t(l);
-        auto copy = [&](float* dst, const float* src, int64_t n) {
-            CUDA_CHECK(cudaMemcpyAsync(dst + base, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                       stream));
+        auto copy = [&](float* slot_part, float* cache_part, int64_t n) {
+            float* dst = to_slot ? slot_part + base : cache_part;
+            const float* src = to_slot ? cache_part : slot_part + base;
+            CUDA_CHECK(
+                cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
         };
         copy(conv_q(li), cache.conv_q(li), y.window);
         copy(conv_k(li), cache.conv_k(li), y.window);
         copy(conv_v(li), cache.conv_v(li), y.window);
         copy(state(li), cache.state(li), y.state);
     }
+}
+
+void GdnStateSlots::load_from(int32_t s, const GpuCache& cache, cudaStream_t stream) {
+    copy_cache(s, cache, true, stream);
+}
+
+void GdnStateSlots::store_to(int32_t s, GpuCache& cache, cudaStream_t stream) const {
+    copy_cache(s, cache, false, stream);
 }
 
 void GdnStateSlots::save(int32_t s, float* dst, cudaStream_t stream) const {

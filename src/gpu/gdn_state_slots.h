@@ -40,12 +40,15 @@ class GdnStateSlots {
     void reset(int32_t s, cudaStream_t stream);
     // The slot takes a one-sequence cache's GDN state and windows (after a prefill there).
     void load_from(int32_t s, const GpuCache& cache, cudaStream_t stream);
+    // The way back: a one-sequence cache takes the slot's state and windows (to continue it there).
+    void store_to(int32_t s, GpuCache& cache, cudaStream_t stream) const;
     // Device-to-device copies of the whole slot.
     void save(int32_t s, float* dst, cudaStream_t stream) const;
     void load(int32_t s, const float* src, cudaStream_t stream);
 
   private:
     float* ptr(int64_t l, int part) const;
+    void copy_cache(int32_t s, const GpuCache& cache, bool to_slot, cudaStream_t stream) const;
     struct Layer {
         int64_t offset = -1, window = 0, state = 0;  // offset in the slot; conv window and state floats
     };

@@ -80,7 +80,7 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
     graphs_on_ = cuda_graphs_from_env(std::getenv("HYDRA_CUDA_GRAPHS"));
 
     fwd_ = std::make_unique<GpuForward>(model_);
-    fwd_->set_cuda_graphs(false);  // it runs prompts from position 0 only (never single tokens)
+    fwd_->set_cuda_graphs(graphs_on_);  // its single-token steps: a prompt continued at pos0 > 0
     scratch_ = std::make_unique<GpuCache>(model_, context_);
     blas_ = std::make_unique<cuda::BlasContext>(stream());
 
@@ -92,11 +92,6 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
     attn_.resize(Bm * HD), la_qkv_.resize(3 * Bm * HD), gates_.resize(2 * Bm * H), la_o_.resize(Bm * HD);
     heads_.resize(Bm * HD), gu_.resize(Bm * 2 * F), act_.resize(Bm * F), logits_.resize(Bm * V);
     partials_.resize(int64_t(paged_decode_attention_workspace_floats(Bm, H, c.head_dim, ctx_splits_)));
-    for (int i = 0; i < 2; ++i) {
-        CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_in_[i]), size_t(3 * Bm) * sizeof(int32_t)));
-        CUDA_CHECK(cudaEventCreateWithFlags(&in_done_[i], cudaEventDisableTiming));
-    }
-    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_), size_t(Bm * V) * sizeof(float)));
 
     // the cache: GDN slots first (fixed per sequence), the rest in KV blocks
     const size_t slot_bytes = size_t(GdnStateSlots::slot_floats_for(model_)) * sizeof(float);
@@ -124,6 +119,11 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
         budget >> 20, n_blocks, o.block_size, context_, per_seq);
     states_ = std::make_unique<GdnStateSlots>(model_, max_slots_);
     pool_ = std::make_unique<PagedKvPool>(model_, max_slots_, context_, o.block_size, n_blocks);
+    for (int i = 0; i < 2; ++i) {
+        CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_in_[i]), size_t(3 * Bm) * sizeof(int32_t)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&in_done_[i], cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_), size_t(Bm * V) * sizeof(float)));
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -366,9 +366,18 @@ const float* GpuBatchBackend::decode_on_device(std::span<const int32_t> slots,
 
 void GpuBatchBackend::prefill_row(int32_t slot, std::span<const int32_t> tokens, int64_t n_logits,
                                   float* out) {
-    const int64_t T = int64_t(tokens.size()), V = model_.config().vocab_size;
+    const int64_t T = int64_t(tokens.size()), V = model_.config().vocab_size, pos0 = slots_[size_t(slot)].pos;
+    const int64_t L = model_.config().num_layers, bs = pool_->block_size();
     cudaStream_t st = stream();
     scratch_->reset(st);
+    if (pos0 > 0) {  // a continued prompt: the sequence so far into the one-sequence cache
+        for (int64_t l = 0; l < L; ++l)
+            if (pool_->width(l) > 0)
+                copy_blocks_to_rows(scratch_->k(l), scratch_->v(l), pool_->k(l), pool_->v(l), pos0,
+                                    pool_->width(l), pool_->table_row(slot), bs, st);
+        states_->store_to(slot, *scratch_, st);
+        scratch_->advance(pos0);
+    }
     if (n_logits <= 1) {
         const std::vector<float> lg = fwd_->forward_last_logits(*scratch_, tokens);
         if (n_logits == 1) std::memcpy(out, lg.data(), size_t(V) * sizeof(float));
@@ -376,12 +385,12 @@ void GpuBatchBackend::prefill_row(int32_t slot, std::span<const int32_t> tokens,
         const std::vector<float> lg = fwd_->forward_all_logits(*scratch_, tokens);
         std::memcpy(out, lg.data() + (T - n_logits) * V, size_t(n_logits * V) * sizeof(float));
     }
-    for (int64_t l = 0; l < model_.config().num_layers; ++l)
+    for (int64_t l = 0; l < L; ++l)
         if (pool_->width(l) > 0)
-            copy_rows_to_blocks(pool_->k(l), pool_->v(l), scratch_->k(l), scratch_->v(l), T, pool_->width(l),
-                                pool_->table_row(slot), pool_->block_size(), st);
+            copy_rows_to_blocks(pool_->k(l), pool_->v(l), scratch_->k(l), scratch_->v(l), pos0, T,
+                                pool_->width(l), pool_->table_row(slot), bs, st);
     states_->load_from(slot, *scratch_, st);
-    slots_[size_t(slot)].pos = T;
+    slots_[size_t(slot)].pos = pos0 + T;
 }
 
 void GpuBatchBackend::step(std::span<const serve::StepRow> rows, std::vector<float>& logits) {
@@ -411,26 +420,10 @@ void GpuBatchBackend::step(std::span<const serve::StepRow> rows, std::vector<flo
     logits.assign(size_t(total * V), 0.f);
     cudaStream_t st = stream();
 
-    // prefill rows: from position 0 through the one-sequence prefill, else token by token
-    for (size_t r = 0; r < rows.size(); ++r) {
-        const serve::StepRow& row = rows[r];
-        const int64_t T = int64_t(row.tokens.size());
-        if (T == 1) continue;
-        float* out = logits.data() + offset[r] * V;
-        if (slots_[size_t(row.slot)].pos == 0) {
-            prefill_row(row.slot, row.tokens, row.n_logits, out);
-            continue;
-        }
-        for (int64_t t = 0; t < T; ++t) {
-            const int32_t slot = row.slot;
-            const float* lg =
-                decode_on_device(std::span<const int32_t>(&slot, 1), row.tokens.subspan(size_t(t), 1));
-            const int64_t k = t - (T - row.n_logits);  // this position's logits row, when asked for
-            if (k >= 0)
-                CUDA_CHECK(
-                    cudaMemcpyAsync(out + k * V, lg, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, st));
-        }
-    }
+    // prefill rows: one at a time through the one-sequence path
+    for (size_t r = 0; r < rows.size(); ++r)
+        if (rows[r].tokens.size() > 1)
+            prefill_row(rows[r].slot, rows[r].tokens, rows[r].n_logits, logits.data() + offset[r] * V);
     // decode rows: batched passes of up to max_bucket_ rows
     std::vector<size_t> dec;
     for (size_t r = 0; r < rows.size(); ++r)

@@ -13,11 +13,12 @@
 //     captured on first use; what changes per step (token ids, positions, slots) is copied to device memory
 //     before the replay, and block tables are uploaded when blocks are reserved. Eager runs (graphs off, or a
 //     capture that failed) issue the same padded launches, so graphs and eager give the same logits.
-//   prefill rows from position 0 (T > 1): the one-sequence path (gpu/gpu_forward.h: flash attention over the
-//     prompt, the GDN chunked forward) on a scratch one-sequence cache, whose K/V rows are then copied into
-//     the slot's blocks and whose GDN state and windows into its slot.
-//   prefill rows at pos0 > 0 (chunked prefill, a prefix-cache hit continued): T batched single-token steps of
-//     that sequence (correct, slower than a prefill; the prefill attention with an offset will take them).
+//   prefill rows (T > 1): the one-sequence path (gpu/gpu_forward.h: flash attention over the prompt, the GDN
+//     chunked forward) on a scratch one-sequence cache (gpu/gpu_cache.h), whose new K/V rows are then copied
+//     into the slot's blocks and whose GDN state and windows into its slot. A row at pos0 > 0 (chunked
+//     prefill, a prefix-cache hit continued) first copies the slot's rows [0, pos0) and state into the
+//     scratch cache; GpuForward then runs it as single-token steps (its CUDA graphs) until its prefill
+//     attention takes an offset, which this path then uses as it is.
 // Snapshots end on block boundaries (snapshot_granularity() = block_size): the slot's full blocks (shared,
 // one more reference) and a device copy of its GDN slot.
 //
@@ -93,7 +94,10 @@ class GpuBatchBackend final : public serve::BatchBackend {
     size_t state_bytes_per_slot() const { return states_->slot_bytes(); }
 
     // CUDA graphs for the decode pass: on by default unless HYDRA_CUDA_GRAPHS is 0/off/false/no.
-    void set_cuda_graphs(bool on) { graphs_on_ = on; }
+    void set_cuda_graphs(bool on) {
+        graphs_on_ = on;
+        fwd_->set_cuda_graphs(on);
+    }
     bool cuda_graphs() const { return graphs_on_; }
     struct GraphStats {
         int64_t captures = 0, replays = 0, eager = 0, fallbacks = 0;

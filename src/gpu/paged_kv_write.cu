@@ -62,17 +62,37 @@ void write_kv_paged(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfl
     CUDA_CHECK(cudaGetLastError());
 }
 
-void copy_rows_to_blocks(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k_src,
-                         const __nv_bfloat16* v_src, int64_t T, int64_t width, const int32_t* table_row,
-                         int64_t block_size, cudaStream_t stream) {
+namespace {
+
+void copy_rows_blocks(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, __nv_bfloat16* k, __nv_bfloat16* v,
+                      int64_t row0, int64_t T, int64_t width, const int32_t* table_row, int64_t block_size,
+                      bool to_blocks, cudaStream_t stream) {
     if (T <= 0) return;
-    HYDRA_ASSERT(width > 0 && T < (int64_t(1) << 31) && table_row && block_size > 0,
-                 "copy_rows_to_blocks: width {} T {}", width, T);
+    HYDRA_ASSERT(width > 0 && row0 >= 0 && T < (int64_t(1) << 31) && table_row && block_size > 0,
+                 "paged KV row copy: width {} row0 {} T {}", width, row0, T);
     const bool vec16 =
-        width % 8 == 0 && aligned16(k_pool) && aligned16(v_pool) && aligned16(k_src) && aligned16(v_src);
-    k_copy_rows_to_blocks<<<dim3(unsigned(T), 2), kThreads, 0, stream>>>(k_pool, v_pool, k_src, v_src, width,
-                                                                         table_row, block_size, vec16);
+        width % 8 == 0 && aligned16(k_pool) && aligned16(v_pool) && aligned16(k) && aligned16(v);
+    k_copy_rows_blocks<<<dim3(unsigned(T), 2), kThreads, 0, stream>>>(
+        k_pool, v_pool, k, v, row0, width, table_row, block_size, vec16, to_blocks);
     CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void copy_rows_to_blocks(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k_src,
+                         const __nv_bfloat16* v_src, int64_t row0, int64_t T, int64_t width,
+                         const int32_t* table_row, int64_t block_size, cudaStream_t stream) {
+    // the kernel only reads the rows on this path
+    copy_rows_blocks(k_pool, v_pool, const_cast<__nv_bfloat16*>(k_src), const_cast<__nv_bfloat16*>(v_src),
+                     row0, T, width, table_row, block_size, true, stream);
+}
+
+void copy_blocks_to_rows(__nv_bfloat16* k_dst, __nv_bfloat16* v_dst, const __nv_bfloat16* k_pool,
+                         const __nv_bfloat16* v_pool, int64_t T, int64_t width, const int32_t* table_row,
+                         int64_t block_size, cudaStream_t stream) {
+    // the kernel only reads the pools on this path
+    copy_rows_blocks(const_cast<__nv_bfloat16*>(k_pool), const_cast<__nv_bfloat16*>(v_pool), k_dst, v_dst, 0,
+                     T, width, table_row, block_size, false, stream);
 }
 
 }  // namespace hydra::gpu
