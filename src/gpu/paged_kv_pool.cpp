@@ -8,44 +8,6 @@
 
 namespace hydra::gpu {
 
-BlockRefs::BlockRefs(int64_t num_blocks) : refs_(size_t(num_blocks), 0) {
-    free_.reserve(size_t(num_blocks));
-    for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));  // block 0 handed out first
-}
-
-bool BlockRefs::take(int64_t n, std::vector<int32_t>& out) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (n > int64_t(free_.size())) return false;
-    for (int64_t i = 0; i < n; ++i) {
-        const int32_t b = free_.back();
-        free_.pop_back();
-        refs_[size_t(b)] = 1;
-        out.push_back(b);
-    }
-    return true;
-}
-
-void BlockRefs::add(std::span<const int32_t> blocks) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (int32_t b : blocks) {
-        HYDRA_ASSERT(refs_[size_t(b)] > 0, "KV block {} shared while free", b);
-        ++refs_[size_t(b)];
-    }
-}
-
-void BlockRefs::drop(std::span<const int32_t> blocks) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (int32_t b : blocks) {
-        HYDRA_ASSERT(refs_[size_t(b)] > 0, "KV block {} released twice", b);
-        if (--refs_[size_t(b)] == 0) free_.push_back(b);
-    }
-}
-
-int64_t BlockRefs::free_count() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return int64_t(free_.size());
-}
-
 size_t PagedKvPool::block_bytes(const GpuTrainModel& model, int64_t block_size) {
     size_t n = 0;
     for (int64_t l = 0; l < model.config().num_layers; ++l)

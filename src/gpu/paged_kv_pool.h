@@ -5,13 +5,13 @@
 // max_blocks_per_seq entries per slot, read by gpu/paged_decode_attention.h and gpu/paged_kv_write.h) and its
 // host mirror.
 //
-// Blocks are reference-counted (BlockRefs, shared with the snapshots that outlive the pool's users): a prefix
-// snapshot takes a reference on a slot's first full blocks, and a slot restored from it shares them
+// Blocks are reference-counted (gpu/block_refs.h, shared with the snapshots that outlive the pool's users): a
+// prefix snapshot takes a reference on a slot's first full blocks, and a slot restored from it shares them
 // (nothing is copied; the restored slot appends into new blocks, since snapshots end on a block boundary).
 // A block returns to the free list when its last reference goes. Slot `max_slots` is the scratch slot that
 // a batched step's padding rows write into: it owns block 0 for good.
 //
-// Host bookkeeping is not thread-safe except BlockRefs::drop (snapshots may die on any thread). Table rows
+// Host bookkeeping is not thread-safe except BlockRefs (snapshots may die on any thread). Table rows
 // are uploaded asynchronously on the stream given, from host memory that is not reused until the caller's
 // next synchronisation (the backend synchronises every step).
 #pragma once
@@ -21,30 +21,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
+#include "gpu/block_refs.h"
 #include "gpu/gpu_train_model.h"
 #include "ops/cuda/device_arena.h"
 
 namespace hydra::gpu {
-
-// Reference counts and the free list of a pool's blocks.
-class BlockRefs {
-  public:
-    explicit BlockRefs(int64_t num_blocks);
-    // n free blocks (each with one reference) appended to out, or false (nothing taken) when fewer are free.
-    bool take(int64_t n, std::vector<int32_t>& out);
-    void add(std::span<const int32_t> blocks);   // one more reference each
-    void drop(std::span<const int32_t> blocks);  // one reference less each; freed at zero
-    int64_t free_count() const;
-    int64_t num_blocks() const { return int64_t(refs_.size()); }
-
-  private:
-    mutable std::mutex mu_;
-    std::vector<int32_t> refs_, free_;
-};
 
 class PagedKvPool {
   public:
