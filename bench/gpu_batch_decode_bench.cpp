@@ -81,7 +81,7 @@ void run_model(const std::string& name, const LlamaModel& model, const Args& arg
                     json_head(), B, o.context, kv_seq);
             } else {
                 for (int32_t s : slots) be.assume_filled(s, L);
-                std::vector<int32_t> toks(size_t(B));
+                std::vector<int32_t> toks(static_cast<size_t>(B));
                 for (int64_t i = 0; i < B; ++i) toks[size_t(i)] = int32_t((i * 7919) % V);
                 const auto before = be.graph_stats();
                 for (int64_t i = 0; i < args.warmup; ++i) be.decode_on_device(slots, toks);

@@ -32,14 +32,18 @@ __global__ void k_write_kv_paged(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, c
     copy_row(dst, (blockIdx.y == 0 ? k : v) + b * ld, width, vec16);
 }
 
-// grid (T, 2).
-__global__ void k_copy_rows_to_blocks(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, const __nv_bfloat16* k,
-                                      const __nv_bfloat16* v, int64_t width, const int32_t* table_row,
-                                      int64_t bs, bool vec16) {
-    const int64_t t = blockIdx.x;
+// grid (T, 2): position row0 + blockIdx.x; to_blocks: rows -> blocks, else blocks -> rows.
+__global__ void k_copy_rows_blocks(__nv_bfloat16* k_pool, __nv_bfloat16* v_pool, __nv_bfloat16* k,
+                                   __nv_bfloat16* v, int64_t row0, int64_t width, const int32_t* table_row,
+                                   int64_t bs, bool vec16, bool to_blocks) {
+    const int64_t t = row0 + blockIdx.x;
     const int64_t blk = table_row[t / bs];
-    __nv_bfloat16* dst = (blockIdx.y == 0 ? k_pool : v_pool) + (blk * bs + t % bs) * width;
-    copy_row(dst, (blockIdx.y == 0 ? k : v) + t * width, width, vec16);
+    __nv_bfloat16* pooled = (blockIdx.y == 0 ? k_pool : v_pool) + (blk * bs + t % bs) * width;
+    __nv_bfloat16* row = (blockIdx.y == 0 ? k : v) + t * width;
+    if (to_blocks)
+        copy_row(pooled, row, width, vec16);
+    else
+        copy_row(row, pooled, width, vec16);
 }
 
 bool aligned16(const void* p) {

@@ -91,7 +91,7 @@ double margin_of(const float* x, int64_t n) {
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
     Rng rng(seed);
-    std::vector<int32_t> t(size_t(n));
+    std::vector<int32_t> t(static_cast<size_t>(n));
     for (int32_t& x : t) x = int32_t(rng.uniform() * double(V - 1));
     return t;
 }
@@ -157,7 +157,7 @@ void expect_batched_matches_forward(const LlamaModel& model, const std::vector<s
         ASSERT_GE(slots.back(), 0);
         ASSERT_TRUE(be.reserve(slots.back(), int64_t(prompts[size_t(b)].size()) + kGen));
     }
-    std::vector<StepRow> rows(size_t(B));
+    std::vector<StepRow> rows(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) rows[size_t(b)] = {slots[size_t(b)], prompts[size_t(b)], 1};
     std::vector<float> lg;
     be.step(rows, lg);
@@ -173,7 +173,7 @@ void expect_batched_matches_forward(const LlamaModel& model, const std::vector<s
     };
     for (int64_t b = 0; b < B; ++b) compare(b, lg.data() + b * V, refs[size_t(b)].logits[0]);
     for (int64_t i = 0; i < kGen; ++i) {
-        std::vector<int32_t> toks(size_t(B));
+        std::vector<int32_t> toks(static_cast<size_t>(B));
         for (int64_t b = 0; b < B; ++b) {
             toks[size_t(b)] = refs[size_t(b)].tokens[size_t(i)];
             rows[size_t(b)] = {slots[size_t(b)], std::span<const int32_t>(&toks[size_t(b)], 1), 1};
