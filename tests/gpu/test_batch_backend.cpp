@@ -5,7 +5,7 @@
 //     steps fed the reference's greedy tokens: every row's logits within the suite's bf16 tolerance (2e-2
 //     relative RMS) of GpuForward's for the same sequence alone, and the same top-1 token wherever the
 //     reference's top-1 leads its runner-up by more than 1% of the largest |logit| (random weights have
-//     near ties; the real model must agree at every step, i.e. identical greedy streams);
+//     near ties; the real teacher must agree at every step, i.e. identical greedy streams);
 //   - CUDA graphs against eager: the same scenario (rows joining mid-way, so the batch bucket changes) with
 //     graphs on and off gives the same logits (1e-5 of the largest |logit|) and identical greedy streams; the
 //     graphs ran;
@@ -481,7 +481,8 @@ TEST(GpuBatchBackend, RealModelTeacherAndHybrid7to1) {
         const auto h = convert_to_hybrid(
             *m.model, build_plan(c, bench::plan_request(c, "7:1", "kv", FusionKind::ScaleNorm, 1)),
             ConversionOptions{});
-        expect_batched_matches_forward(*h, prompts, true, 512);
+        // an unrecovered conversion has flatter logits: its decisive steps only
+        expect_batched_matches_forward(*h, prompts, false, 512);
         expect_snapshot_restore(*h);
     }
 }
