@@ -115,7 +115,9 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
                 "({} MiB)",
                 budget >> 20, max_slots_, states_bytes >> 20);
     const int64_t per_seq = (context_ + o.block_size - 1) / o.block_size;
-    const int64_t n_blocks = block_bytes > 0 ? int64_t((budget - states_bytes) / block_bytes) : 2;
+    // a model without FA heads has blocks of no bytes: bookkeeping for every slot's whole context
+    const int64_t n_blocks =
+        block_bytes > 0 ? int64_t((budget - states_bytes) / block_bytes) : max_slots_ * per_seq + 1;
     HYDRA_CHECK(
         n_blocks >= per_seq + 1,
         "GPU batch backend: cache_bytes {} MiB hold {} KV blocks of {} positions; one sequence of context "
