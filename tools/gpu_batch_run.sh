@@ -47,6 +47,7 @@ bench)
 model)
   need_build
   tools/gpu_build.sh model || exit 3
+  # shellcheck disable=SC1091
   source "$PREFIX/env.sh"
   "$PREFIX/build/hydra_gpu_tests" --gtest_filter='GpuBatchBackend.RealModel*' > "$RES/model_tests.log" 2>&1
   rc=$?
