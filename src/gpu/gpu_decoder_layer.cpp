@@ -9,6 +9,8 @@
 #include "gpu/gpu_rope.h"
 #include "gpu/head_rmsnorm.h"
 #include "gpu/kv_group_reduce.h"
+#include "gpu/paged_decode_attention.h"
+#include "gpu/paged_kv_write.h"
 #include "gpu/prefill_attention.h"
 #include "gpu/prefix_attention.h"
 #include "model/fusion.h"
@@ -221,6 +223,32 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
     }
 }
 
+// FA heads of a batched decode step (B rows, each its own sequence; q, k, v in the fused projection row,
+// a.ld_qkv apart): RoPE at each row's position, the new K / V rows into their blocks, paged attention over
+// each row's keys. The single-token cache path's ops in their per-row forms.
+void batched_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t B, GpuLayerActs& a,
+                       const GpuLayerBatch& kb, cudaStream_t st) {
+    const int64_t Dh = c.head_dim, n_fa = w.n_fa, n_kv = w.n_kv, P = a.ld_qkv, kvw = n_kv * Dh;
+    const float scale = float(1.0 / std::sqrt(double(Dh)));
+    HYDRA_ASSERT(P > 0 && kb.rope && kb.k_pool && kb.v_pool,
+                 "GPU layer: batched decode needs the fused q|k|v row");
+    if (fa_rotates(c)) {
+        if (a.k == a.q + n_fa * Dh) {  // k's heads follow q's in the row: one launch rotates both
+            cuda::rope_forward_rows(a.q, P, B, n_fa + n_kv, Dh, c.rope_dim, kb.pos, *kb.rope, st);
+        } else {
+            cuda::rope_forward_rows(a.q, P, B, n_fa, Dh, c.rope_dim, kb.pos, *kb.rope, st);
+            cuda::rope_forward_rows(a.k, P, B, n_kv, Dh, c.rope_dim, kb.pos, *kb.rope, st);
+        }
+    }
+    write_kv_paged(kb.k_pool, kb.v_pool, a.k, a.v, P, kvw, B, kb.pos, kb.slots, kb.block_table, kb.max_blocks,
+                   kb.block_size, st);
+    PagedKv kv;
+    kv.k_pool = kb.k_pool, kv.v_pool = kb.v_pool, kv.block_table = kb.block_table;
+    kv.max_blocks = kb.max_blocks, kv.block_size = kb.block_size;
+    paged_decode_attention(a.o, n_fa * Dh, a.q, P, kv, w.kv_index, n_fa, n_kv, Dh, B, kb.pos, kb.slots,
+                           kb.max_splits, scale, kb.partials, st);
+}
+
 }  // namespace
 
 GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l) {
@@ -408,6 +436,9 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
 
     const GpuLayerCache* kc = env.cache;
     const GpuLayerPrefix* px = env.prefix;
+    const GpuLayerBatch* kb = env.batch;
+    HYDRA_ASSERT(!kb || (T == 1 && !save && !kc && !px && w.w_proj),
+                 "GPU layer: batched decode runs single-token rows, forward only, with the fused projection");
     HYDRA_ASSERT(!kc || (B == 1 && !save), "GPU layer: the cache mode runs one sequence, forward only");
     HYDRA_ASSERT(
         !px || (!kc && !save && T == 1 && n_la == 0 && !a.ld_qkv && !w.w_proj),
@@ -444,6 +475,9 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         }
         if (kc) {
             cached_attention(c, w, l, T, a, *kc, rope_cos, rope_sin, st);
+        } else if (kb) {
+            prof.section("attention");
+            batched_attention(c, w, B, a, *kb, st);
         } else if (px) {  // B copies at position px->pos over the shared prefix
             prof.section("rope");
             if (c.rope_dim > 0) {
@@ -501,15 +535,28 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         float* win_k = kc ? kc->cache->conv_k(l) : nullptr;
         float* win_v = kc ? kc->cache->conv_v(l) : nullptr;
         prof.section("la_conv");
-        cuda::short_conv_forward(a.lq, win_q, a.lqkv, ld_lqkv, w.conv_q, win_q, B, T, Dla, W, st);
-        cuda::short_conv_forward(a.lk, win_k, a.lqkv + Dla, ld_lqkv, w.conv_k, win_k, B, T, Dla, W, st);
-        cuda::short_conv_forward(a.lv, win_v, a.lqkv + 2 * Dla, ld_lqkv, w.conv_v, win_v, B, T, Dla, W, st);
+        if (kb) {  // each row's windows in its slot
+            cuda::short_conv_forward_slots(a.lq, kb->conv_q, kb->slots, kb->slot_stride, a.lqkv, ld_lqkv,
+                                           w.conv_q, B, T, Dla, W, st);
+            cuda::short_conv_forward_slots(a.lk, kb->conv_k, kb->slots, kb->slot_stride, a.lqkv + Dla,
+                                           ld_lqkv, w.conv_k, B, T, Dla, W, st);
+            cuda::short_conv_forward_slots(a.lv, kb->conv_v, kb->slots, kb->slot_stride, a.lqkv + 2 * Dla,
+                                           ld_lqkv, w.conv_v, B, T, Dla, W, st);
+        } else {
+            cuda::short_conv_forward(a.lq, win_q, a.lqkv, ld_lqkv, w.conv_q, win_q, B, T, Dla, W, st);
+            cuda::short_conv_forward(a.lk, win_k, a.lqkv + Dla, ld_lqkv, w.conv_k, win_k, B, T, Dla, W, st);
+            cuda::short_conv_forward(a.lv, win_v, a.lqkv + 2 * Dla, ld_lqkv, w.conv_v, win_v, B, T, Dla, W,
+                                     st);
+        }
         prof.section("la_gates");
         cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, ld_lab, w.A_log, w.dt_bias, N, n_la,
                                 plan.gdn.allow_neg_eigval, st);
         prof.section("gdn");
         float* state = kc ? kc->cache->state(l) : nullptr;  // (n_la, Dh, Dh): h0 in, ht out
-        if (kc && T == 1) {
+        if (kb) {                                           // each row's state in its slot
+            cuda::gdn_decode_step_slots(int(B), int(n_la), int(n_la), int(Dh), a.lq, a.lk, a.lv, a.g, a.beta,
+                                        kb->state, kb->slots, kb->slot_stride, a.lo, scale, true, st);
+        } else if (kc && T == 1) {
             cuda::gdn_decode_step(1, int(n_la), int(n_la), int(Dh), a.lq, a.lk, a.lv, a.g, a.beta, state,
                                   state, a.lo, scale, true, st);
         } else {

@@ -11,9 +11,10 @@
 // (model/device_layout.h).
 //
 // Modes: forward with save (keeps what the backward reads) or without (teacher, eval, the first pass of
-// recomputation, inference); backward; cache (env.cache); shared prefix (env.prefix: B independent
-// single-token copies of one sequence over its cached keys/values, head scoring's answer-position re-runs
-// and retrieval decode, cli/gpu_scoring_backend.h); head taps (env.taps: per-head outputs before the
+// recomputation, inference); backward; cache (env.cache); batched decode over paged caches (env.batch:
+// serving's continuous batching, B sequences of one token each, GpuLayerBatch); shared prefix (env.prefix: B
+// independent single-token copies of one sequence over its cached keys/values, head scoring's answer-position
+// re-runs and retrieval decode, cli/gpu_scoring_backend.h); head taps (env.taps: per-head outputs before the
 // fusion and o_proj captured, filled or overwritten, and their gradient captured in the backward); a row
 // subset is the caller's (GpuForward's LM head reads the last rows only).
 //
@@ -160,6 +161,29 @@ struct GpuLayerCache {
     PrefillAttention* prefill = nullptr;    // T > 1: attention over the cache rows [0, pos0 + T) (cuDNN)
 };
 
+// Batched decode with paged caches (serving, gpu/gpu_batch_backend.h): s.B rows of one token each (s.T = 1),
+// row b the next token of its own sequence at position pos[b], whose caches are slot slots[b]: FA keys /
+// values in blocks of a shared pool through the block table (gpu/paged_kv_pool.h), the new K / V row written
+// into its block and attention over the row's pos[b] + 1 keys (gpu/paged_decode_attention.h); LA conv
+// windows and GDN state in a slot pool (gpu/gdn_state_slots.h) read and updated through the slot index.
+// Everything the rows' results depend on is read on the device (pos, slots, block table), so one captured
+// CUDA graph serves every step of a batch size. Needs the fused projection (w_proj; q, k, v as columns of
+// one row, a.ld_qkv) and forward only.
+struct GpuLayerBatch {
+    const int32_t* pos = nullptr;    // (B) device
+    const int32_t* slots = nullptr;  // (B) device
+    // FA: this layer's K / V pools (blocks, block_size, n_kv, Dh) and the block table (slots, max_blocks)
+    __nv_bfloat16 *k_pool = nullptr, *v_pool = nullptr;
+    const int32_t* block_table = nullptr;
+    int64_t max_blocks = 0, block_size = 0;
+    int64_t max_splits = 0;     // the attention grid's key splits (every pos[b] + 1 <= max_splits * 128)
+    float* partials = nullptr;  // paged_decode_attention_workspace_floats(B, n_fa, Dh, max_splits)
+    // LA: this layer's conv windows and state in slot 0 of the slot pool; slot s at + s * slot_stride
+    float *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *state = nullptr;
+    int64_t slot_stride = 0;
+    const cuda::RopeFreqs* rope = nullptr;  // the model's frequencies (gpu_rope_freqs)
+};
+
 // What the layer borrows from its caller beside the weights: attention backend and workspaces that outlive
 // one call (cuDNN plans, the GDN chunk state a forward saves for its backward).
 class GpuLayerResources {
@@ -206,6 +230,7 @@ struct GpuLayerEnv {
     const float *rope_cos = nullptr, *rope_sin = nullptr;  // (T, rope_dim / 2) for positions pos0..
     const GpuLayerCache* cache = nullptr;                  // inference with the hybrid cache; null: training
     const GpuLayerPrefix* prefix = nullptr;                // shared-prefix mode (no cache, no save)
+    const GpuLayerBatch* batch = nullptr;                  // batched decode over paged caches
     const GpuHeadTaps* taps = nullptr;
 };
 

@@ -92,6 +92,14 @@ void gdn_decode_step(int B, int H, int HV, int D, const bf16* q, const bf16* k, 
                      const float* beta, const float* state_in, float* state_out, bf16* o, float scale,
                      bool l2norm_qk, cudaStream_t stream = nullptr);
 
+// The same with the states in a slot pool (serving: each of the B sequences is its own slot): sequence b's
+// (HV, D, D) state is at states + slots[b] * slot_stride (slots: (B) int32 in device memory), updated in
+// place. Rows sharing a slot (a padding row's scratch slot) leave that slot's state unspecified.
+void gdn_decode_step_slots(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v,
+                           const float* g, const float* beta, float* states, const int32_t* slots,
+                           int64_t slot_stride, bf16* o, float scale, bool l2norm_qk,
+                           cudaStream_t stream = nullptr);
+
 // Diagnostics: when on, each chunked forward/backward call synchronises and prints the time of each of
 // its kernels to stderr (for benchmarks' stage breakdowns; off by default).
 void gdn_set_profile(bool on);

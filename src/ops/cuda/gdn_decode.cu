@@ -2,6 +2,7 @@
 // straight on the fp32 state, which is read and written once.
 #include "ops/cuda/gdn_device.cuh"
 #include "ops/cuda/gdn_kernels.h"
+#include "ops/cuda/layer_util.cuh"
 
 namespace hydra::cuda {
 
@@ -15,13 +16,16 @@ template <int D, int ROWS>
 __global__ void __launch_bounds__(128)
     gdn_decode_kernel(int H, int HV, const bf16* __restrict__ q, const bf16* __restrict__ k,
                       const bf16* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                      const float* state_in, float* state_out, bf16* __restrict__ o, float scale,
-                      int l2norm) {
+                      const float* state_in, float* state_out, bf16* __restrict__ o, float scale, int l2norm,
+                      const int32_t* __restrict__ slots, int64_t slot_stride) {
     constexpr int PER = D / 32;
     const int bj = blockIdx.y, b = bj / HV, j = bj % HV, h = j / (HV / H);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * 4 + warp) * ROWS;
-    const size_t sbase = (size_t(bj) * D + row0) * D + lane * PER;
+    // the pair's state: its own (B, HV) entry, or in the slot pool at its sequence's slot
+    const size_t sbase =
+        slots ? size_t(slots[b]) * size_t(slot_stride) + (size_t(j) * D + row0) * D + lane * PER
+              : (size_t(bj) * D + row0) * D + lane * PER;
     float m[ROWS][PER];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -98,19 +102,39 @@ __global__ void __launch_bounds__(128)
 
 }  // namespace
 
-void gdn_decode_step(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v, const float* g,
-                     const float* beta, const float* state_in, float* state_out, bf16* o, float scale,
-                     bool l2norm_qk, cudaStream_t stream) {
+namespace {
+
+void launch_decode(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v, const float* g,
+                   const float* beta, const float* state_in, float* state_out, bf16* o, float scale,
+                   bool l2norm_qk, const int32_t* slots, int64_t slot_stride, cudaStream_t stream) {
     gdn::check_shape({B, 1, H, HV, D});
     constexpr int ROWS = 8;
     const dim3 grid(unsigned(D / (4 * ROWS)), unsigned(B * HV));
     if (D == 64)
         gdn_decode_kernel<64, ROWS><<<grid, 128, 0, stream>>>(H, HV, q, k, v, g, beta, state_in, state_out, o,
-                                                              scale, l2norm_qk ? 1 : 0);
+                                                              scale, l2norm_qk ? 1 : 0, slots, slot_stride);
     else
-        gdn_decode_kernel<128, ROWS><<<grid, 128, 0, stream>>>(H, HV, q, k, v, g, beta, state_in, state_out,
-                                                               o, scale, l2norm_qk ? 1 : 0);
+        gdn_decode_kernel<128, ROWS><<<grid, 128, 0, stream>>>(
+            H, HV, q, k, v, g, beta, state_in, state_out, o, scale, l2norm_qk ? 1 : 0, slots, slot_stride);
     CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void gdn_decode_step(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v, const float* g,
+                     const float* beta, const float* state_in, float* state_out, bf16* o, float scale,
+                     bool l2norm_qk, cudaStream_t stream) {
+    launch_decode(B, H, HV, D, q, k, v, g, beta, state_in, state_out, o, scale, l2norm_qk, nullptr, 0,
+                  stream);
+}
+
+void gdn_decode_step_slots(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v,
+                           const float* g, const float* beta, float* states, const int32_t* slots,
+                           int64_t slot_stride, bf16* o, float scale, bool l2norm_qk, cudaStream_t stream) {
+    HYDRA_CUDA_REQUIRE(states != nullptr && slots != nullptr && slot_stride >= int64_t(HV) * D * D,
+                       "gdn_decode_step_slots: states, slots and a slot stride >= HV D D are required");
+    launch_decode(B, H, HV, D, q, k, v, g, beta, states, states, o, scale, l2norm_qk, slots, slot_stride,
+                  stream);
 }
 
 }  // namespace hydra::cuda

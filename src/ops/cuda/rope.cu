@@ -153,13 +153,13 @@ template <int P>
 __global__ void k_rope_rows(bf16* x, int64_t token_stride, int rows, int T, int Dh, int rope_dim,
                             const float* __restrict__ cos_t, const float* __restrict__ sin_t, int64_t pos0,
                             const int32_t* __restrict__ pos_dev, const __grid_constant__ RopeFreqs f,
-                            bool inverse) {
+                            bool inverse, int pos_per_row) {
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;
     const int half = rope_dim / 2, groups = half / P, u = threadIdx.x, h = u / groups,
               i = (u - h * groups) * P;
     const int t = row % T;
-    if (pos_dev) pos0 = int64_t(*pos_dev);
+    if (pos_dev) pos0 = int64_t(pos_dev[pos_per_row ? row : 0]);
     float c[P], sn[P];
     rope_angles<P>(c, sn, cos_t, sin_t, t, T, half, i, pos0, f, rope_dim, inverse);
     rope_rotate<P>(x + int64_t(row) * token_stride + int64_t(h) * Dh, i, half, c, sn);
@@ -170,9 +170,9 @@ __global__ void k_rope_flat(bf16* x, int64_t token_stride, int64_t num_seqs, int
                             int64_t rope_dim, const float* __restrict__ cos_t,
                             const float* __restrict__ sin_t, int64_t pos0,
                             const int32_t* __restrict__ pos_dev, const __grid_constant__ RopeFreqs f,
-                            bool inverse) {
+                            bool inverse, int pos_per_row) {
     const int64_t half = rope_dim / 2, total = num_seqs * T * H * half;
-    if (pos_dev) pos0 = int64_t(*pos_dev);
+    if (pos_dev && !pos_per_row) pos0 = int64_t(*pos_dev);
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total;
          k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t i = k % half;
@@ -180,6 +180,7 @@ __global__ void k_rope_flat(bf16* x, int64_t token_stride, int64_t num_seqs, int
         const int64_t h = r % H;
         r /= H;
         const int64_t t = r % T, s = r / T;
+        if (pos_dev && pos_per_row) pos0 = int64_t(pos_dev[s * T + t]);
         float c[1], sn[1];
         rope_angles<1>(c, sn, cos_t, sin_t, t, T, half, i, pos0, f, rope_dim, inverse);
         rope_rotate<1>(x + (s * T + t) * token_stride + h * Dh, i, half, c, sn);
@@ -188,7 +189,7 @@ __global__ void k_rope_flat(bf16* x, int64_t token_stride, int64_t num_seqs, int
 
 void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
             int64_t rope_dim, const float* cos_t, const float* sin_t, int64_t pos0, const RopeFreqs& f,
-            bool inverse, cudaStream_t stream, const int32_t* pos_dev = nullptr) {
+            bool inverse, cudaStream_t stream, const int32_t* pos_dev = nullptr, bool pos_per_row = false) {
     if (token_stride == 0) token_stride = H * Dh;
     HYDRA_CUDA_REQUIRE(
         rope_dim % 2 == 0 && rope_dim <= Dh && token_stride >= H * Dh && rope_dim / 2 <= RopeFreqs::kMaxPairs,
@@ -212,23 +213,24 @@ void launch(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t 
         const unsigned grid = unsigned((rows + R - 1) / R);
         if (P == 8)
             k_rope_rows<8><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
-                                                       inverse);
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f, inverse,
+                                                       pos_per_row ? 1 : 0);
         else if (P == 4)
             k_rope_rows<4><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
-                                                       inverse);
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f, inverse,
+                                                       pos_per_row ? 1 : 0);
         else if (P == 2)
             k_rope_rows<2><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
-                                                       inverse);
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f, inverse,
+                                                       pos_per_row ? 1 : 0);
         else
             k_rope_rows<1><<<grid, block, 0, stream>>>(x, token_stride, int(rows), int(T), int(Dh),
-                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f,
-                                                       inverse);
+                                                       int(rope_dim), cos_t, sin_t, pos0, pos_dev, f, inverse,
+                                                       pos_per_row ? 1 : 0);
     } else {
         k_rope_flat<<<detail::grid_for(rows * H * half, kThreads), kThreads, 0, stream>>>(
-            x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, pos_dev, f, inverse);
+            x, token_stride, num_seqs, T, H, Dh, rope_dim, cos_t, sin_t, pos0, pos_dev, f, inverse,
+            pos_per_row ? 1 : 0);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -292,6 +294,11 @@ void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const
                          const RopeFreqs& f, cudaStream_t stream) {
     HYDRA_CUDA_REQUIRE(pos != nullptr, "rope_forward_decode: the position pointer is required");
     launch(x, 0, 1, 1, H, Dh, rope_dim, nullptr, nullptr, 0, f, false, stream, pos);
+}
+void rope_forward_rows(bf16* x, int64_t token_stride, int64_t rows, int64_t H, int64_t Dh, int64_t rope_dim,
+                       const int32_t* pos, const RopeFreqs& f, cudaStream_t stream) {
+    HYDRA_CUDA_REQUIRE(pos != nullptr, "rope_forward_rows: the positions pointer is required");
+    launch(x, token_stride, rows, 1, H, Dh, rope_dim, nullptr, nullptr, 0, f, false, stream, pos, true);
 }
 void rope_forward_strided(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
                           int64_t rope_dim, const float* cos, const float* sin, cudaStream_t stream) {

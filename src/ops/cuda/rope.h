@@ -68,6 +68,12 @@ void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, i
 void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos,
                          const RopeFreqs& f, cudaStream_t stream = nullptr);
 
+// Batched decode (serving): `rows` tokens, each its own sequence, row r at x + r * token_stride (0: H * Dh) at
+// position pos[r] read from device memory (pos: (rows) int32); dynamic NTK at L = pos[r] + 1 per row. The
+// same angles as rope_forward_decode at that position.
+void rope_forward_rows(bf16* x, int64_t token_stride, int64_t rows, int64_t H, int64_t Dh, int64_t rope_dim,
+                       const int32_t* pos, const RopeFreqs& f, cudaStream_t stream = nullptr);
+
 // Strided variants: head h of token (s, t) starts at x + (s * T + t) * token_stride + h * Dh.
 void rope_forward_strided(bf16* x, int64_t token_stride, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh,
                           int64_t rope_dim, const float* cos, const float* sin, cudaStream_t stream = nullptr);

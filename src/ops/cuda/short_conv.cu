@@ -72,10 +72,18 @@ __device__ __forceinline__ float fast_sigmoid(float x) {
 using namespace bf16_pack;  // packed bf16 vectors
 
 // Row j of xc = [prev; x] for sequence b, channel d (j in [0, W-1+T)).
+// Where sequence b's carried window starts: its own (W-1, D) rows of prev, or those of its slot
+// (slots: serving, each batch row's window lives in a slot pool, slot_stride floats apart).
+__device__ __forceinline__ int64_t window_at(int64_t b, int64_t P, int64_t D, const int32_t* slots,
+                                             int64_t slot_stride) {
+    return slots ? int64_t(slots[b]) * slot_stride : b * P * D;
+}
+
 template <int W>
 __device__ __forceinline__ float xc_at(const bf16* x, int64_t xs, const float* prev, int64_t b, int64_t T,
-                                       int64_t D, int64_t d, int64_t j) {
-    if (j < W - 1) return prev ? prev[(b * (W - 1) + j) * D + d] : 0.f;
+                                       int64_t D, int64_t d, int64_t j, const int32_t* slots = nullptr,
+                                       int64_t slot_stride = 0) {
+    if (j < W - 1) return prev ? prev[window_at(b, W - 1, D, slots, slot_stride) + j * D + d] : 0.f;
     return __bfloat162float(x[(b * T + j - (W - 1)) * xs + d]);
 }
 
@@ -85,7 +93,8 @@ __device__ __forceinline__ float xc_at(const bf16* x, int64_t xs, const float* p
 template <int W, int V>
 __global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
     k_conv_forward(bf16* __restrict__ out, const bf16* __restrict__ x, int64_t xs,
-                   const float* __restrict__ w, const float* __restrict__ prev, int T, int D, int ntile) {
+                   const float* __restrict__ w, const float* __restrict__ prev, int T, int D, int ntile,
+                   const int32_t* __restrict__ slots, int64_t slot_stride) {
     constexpr int P = W - 1, NR = kLF + P;
     const int b = int(blockIdx.x) / ntile;
     const int t0 = ((int(blockIdx.x) - b * ntile) * kChunks + int(threadIdx.y)) * kLF;
@@ -113,8 +122,11 @@ __global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
     for (int m = 0; m < P; ++m)
 #pragma unroll
         for (int v = 0; v < V; ++v)
-            pw[m][v] = t0 == 0 ? (prev ? __ldg(prev + (int64_t(b) * P + m) * D + d + v) : 0.f)
-                               : raw_get<V>(xr[m], v);
+            pw[m][v] =
+                t0 == 0
+                    ? (prev ? __ldg(prev + window_at(b, P, D, slots, slot_stride) + int64_t(m) * D + d + v)
+                            : 0.f)
+                    : raw_get<V>(xr[m], v);
     auto xf = [&](int m, int v) { return m < P ? pw[m][v] : raw_get<V>(xr[m], v); };  // xc row t0 + m
 
     bf16* ob = out + (int64_t(b) * T + t0) * D + d;
@@ -137,16 +149,18 @@ __global__ void __launch_bounds__(kThreads, kFwdMinBlocks)
 // (Inference only, B * D threads: left simple.)
 template <int W>
 __global__ void k_conv_next_prev(float* prev_out, const bf16* __restrict__ x, int64_t xs, const float* prev,
-                                 int64_t B, int64_t T, int64_t D) {
+                                 int64_t B, int64_t T, int64_t D, const int32_t* __restrict__ slots,
+                                 int64_t slot_stride) {
     const int64_t total = B * D;
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total;
          k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t d = k % D, b = k / D;
         float v[W];
 #pragma unroll
-        for (int r = 0; r < W - 1; ++r) v[r] = xc_at<W>(x, xs, prev, b, T, D, d, T + r);
+        for (int r = 0; r < W - 1; ++r) v[r] = xc_at<W>(x, xs, prev, b, T, D, d, T + r, slots, slot_stride);
+        const int64_t o = window_at(b, W - 1, D, slots, slot_stride);
 #pragma unroll
-        for (int r = 0; r < W - 1; ++r) prev_out[(b * (W - 1) + r) * D + d] = v[r];
+        for (int r = 0; r < W - 1; ++r) prev_out[o + r * D + d] = v[r];
     }
 }
 
@@ -304,14 +318,17 @@ ConvGrid conv_grid(int64_t B, int64_t rows, int64_t D, int V, int L, const char*
 
 template <int W, int V>
 void forward_w(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev,
-               int64_t B, int64_t T, int64_t D, cudaStream_t stream) {
+               int64_t B, int64_t T, int64_t D, cudaStream_t stream, const int32_t* slots,
+               int64_t slot_stride) {
     if (T > 0) {
         const ConvGrid g = conv_grid(B, T, D, V, kLF, "short_conv_forward");
-        k_conv_forward<W, V><<<g.grid, g.block, 0, stream>>>(out, x, xs, w, prev, int(T), int(D), g.ntile);
+        k_conv_forward<W, V><<<g.grid, g.block, 0, stream>>>(out, x, xs, w, prev, int(T), int(D), g.ntile,
+                                                             slots, slot_stride);
         CUDA_CHECK(cudaGetLastError());
     }
     if (prev_out && W > 1) {
-        k_conv_next_prev<W><<<detail::grid_for(B * D, 256), 256, 0, stream>>>(prev_out, x, xs, prev, B, T, D);
+        k_conv_next_prev<W><<<detail::grid_for(B * D, 256), 256, 0, stream>>>(prev_out, x, xs, prev, B, T, D,
+                                                                              slots, slot_stride);
         CUDA_CHECK(cudaGetLastError());
     }
 }
@@ -334,8 +351,9 @@ void backward_w(bf16* dx, int64_t dxs, float* dw, float* dprev, const bf16* dout
 
 template <int V>
 void forward_v(bf16* out, float* prev_out, const bf16* x, int64_t xs, const float* w, const float* prev,
-               int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream) {
-#define FWD(w_) forward_w<w_, V>(out, prev_out, x, xs, w, prev, B, T, D, stream)
+               int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream,
+               const int32_t* slots = nullptr, int64_t slot_stride = 0) {
+#define FWD(w_) forward_w<w_, V>(out, prev_out, x, xs, w, prev, B, T, D, stream, slots, slot_stride)
     HYDRA_DISPATCH_1_TO_8(W, FWD, "short_conv: kernel width")
 #undef FWD
 }
@@ -366,6 +384,23 @@ void short_conv_forward(bf16* out, float* prev_out, const bf16* x, int64_t x_str
         forward_v<2>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
     else
         forward_v<1>(out, prev_out, x, x_stride, w, prev, B, T, D, W, stream);
+}
+
+void short_conv_forward_slots(bf16* out, float* windows, const int32_t* slots, int64_t slot_stride,
+                              const bf16* x, int64_t x_stride, const float* w, int64_t B, int64_t T,
+                              int64_t D, int64_t W, cudaStream_t stream) {
+    if (B <= 0 || D <= 0 || T < 0) return;
+    if (x_stride == 0) x_stride = D;
+    HYDRA_CUDA_REQUIRE(x_stride >= D, "short_conv_forward_slots: row stride below the channel count");
+    HYDRA_CUDA_REQUIRE(windows != nullptr && slots != nullptr && slot_stride >= (W - 1) * D,
+                       "short_conv_forward_slots: windows, slots and a slot stride >= (W-1) D are required");
+    auto fits = [&](int v) {
+        return D % v == 0 && x_stride % v == 0 && aligned(x, 2 * v) && aligned(out, 2 * v);
+    };
+    if (fits(2))
+        forward_v<2>(out, windows, x, x_stride, w, windows, B, T, D, W, stream, slots, slot_stride);
+    else
+        forward_v<1>(out, windows, x, x_stride, w, windows, B, T, D, W, stream, slots, slot_stride);
 }
 
 void short_conv_backward(bf16* dx, int64_t dx_stride, float* dw, float* dprev, const bf16* dout,

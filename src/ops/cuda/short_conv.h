@@ -26,6 +26,14 @@ using bf16 = __nv_bfloat16;
 void short_conv_forward(bf16* out, float* prev_out, const bf16* x, int64_t x_stride, const float* w,
                         const float* prev, int64_t B, int64_t T, int64_t D, int64_t W, cudaStream_t stream = nullptr);
 
+// The same with the carried windows in a slot pool (serving: every sequence b of the batch is its own slot):
+// sequence b's (W-1, D) window is at windows + slots[b] * slot_stride (slots: (B) int32 in device memory),
+// read and then OVERWRITTEN with the next window, as prev and prev_out = prev above. Rows sharing a slot
+// (a padding row's scratch slot) leave that slot's window unspecified.
+void short_conv_forward_slots(bf16* out, float* windows, const int32_t* slots, int64_t slot_stride, const bf16* x,
+                              int64_t x_stride, const float* w, int64_t B, int64_t T, int64_t D, int64_t W,
+                              cudaStream_t stream = nullptr);
+
 // Backward. dout: gradient of out; dprev_out: gradient of the forward's prev_out (null = none).
 // dx OVERWRITTEN (row stride dx_stride, 0 = D), including what dprev_out routes to x;
 // dw ACCUMULATED (+=, null = frozen; deterministic: fixed token blocks summed in order, device scratch
