@@ -31,7 +31,7 @@ namespace {
 
 TEST(GpuHeldoutMetrics, DeviceStatisticsEqualHostStatisticsOfTheSameLogits) {
     ModelConfig c = bench::smollm2_135m_config();
-    c.num_hidden_layers = 4;
+    c.num_layers = 4;
     c.vocab_size = 4099;  // not a multiple of the block width: the strided tails are exercised
     LlamaModel teacher(c);
     bench::randomise(teacher, 7);
