@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -43,10 +43,10 @@ struct Options {
 };
 
 struct RequestResult {
-    int status = 0;            // HTTP status; 0 = no response (connection error)
-    double ttft_s = -1;        // to the first chunk with text
+    int status = 0;      // HTTP status; 0 = no response (connection error)
+    double ttft_s = -1;  // to the first chunk with text
     double total_s = 0;
-    int64_t tokens = 0;        // completion tokens (usage when the server sends it, else text chunks)
+    int64_t tokens = 0;  // completion tokens (usage when the server sends it, else text chunks)
     std::string error;
 };
 
@@ -65,8 +65,10 @@ struct Target {
 
 Target parse_url(const std::string& url) {
     std::string rest = url;
-    if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
-    else if (rest.find("://") != std::string::npos) throw std::runtime_error("--url: only http:// is supported");
+    if (rest.rfind("http://", 0) == 0)
+        rest = rest.substr(7);
+    else if (rest.find("://") != std::string::npos)
+        throw std::runtime_error("--url: only http:// is supported");
     if (const size_t slash = rest.find('/'); slash != std::string::npos) rest.resize(slash);
     Target t;
     const size_t colon = rest.rfind(':');
@@ -108,7 +110,8 @@ RequestResult run_request(const Target& target, const Options& o, const json& bo
             usage_tokens = j["usage"]["completion_tokens"].get<int64_t>();
         if (j.contains("choices") && j["choices"].is_array())
             for (const json& c : j["choices"])
-                if (c.contains("text") && c["text"].is_string() && !c["text"].get_ref<const std::string&>().empty()) {
+                if (c.contains("text") && c["text"].is_string() &&
+                    !c["text"].get_ref<const std::string&>().empty()) {
                     if (r.ttft_s < 0) r.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
                     ++text_chunks;
                 }
@@ -157,8 +160,11 @@ json run_level(const Target& target, const Options& o, int64_t concurrency, cons
         threads.emplace_back([&, s] {
             std::mt19937_64 gen(o.seed * 1000003 + uint64_t(s));
             for (int64_t i; (i = next.fetch_add(1)) < total;) {
-                json body = {{"max_tokens", o.max_tokens}, {"stream", true}, {"ignore_eos", true},
-                             {"temperature", 0}, {"stream_options", {{"include_usage", true}}}};
+                json body = {{"max_tokens", o.max_tokens},
+                             {"stream", true},
+                             {"ignore_eos", true},
+                             {"temperature", 0},
+                             {"stream_options", {{"include_usage", true}}}};
                 if (!model.empty()) body["model"] = model;
                 if (!o.prompt_text.empty()) {
                     body["prompt"] = o.prompt_text;
@@ -204,7 +210,8 @@ json run_level(const Target& target, const Options& o, int64_t concurrency, cons
                   {"output_tokens_per_s", wall > 0 ? double(tokens) / wall : 0.0},
                   {"ttft_ms", {{"p50", percentile(ttft, 50)}, {"p99", percentile(ttft, 99)}}},
                   {"e2e_ms", {{"p50", percentile(e2e, 50)}, {"p99", percentile(e2e, 99)}}},
-                  {"per_stream_tokens_per_s", {{"p50", percentile(per_stream, 50)}, {"min", percentile(per_stream, 0)}}}};
+                  {"per_stream_tokens_per_s",
+                   {{"p50", percentile(per_stream, 50)}, {"min", percentile(per_stream, 0)}}}};
     if (!first_error.empty()) level["first_error"] = first_error.substr(0, 500);
     return level;
 }
@@ -218,12 +225,16 @@ int main(int argc, char** argv) {
     app.add_option("--model", o.model, "model name to send (default: the server's first /v1/models entry)");
     app.add_option("--api-key", o.api_key, "sent as Authorization: Bearer KEY");
     app.add_option("--concurrency", o.concurrency, "comma-separated stream counts")->capture_default_str();
-    app.add_option("--requests", o.requests, "requests per level (default: one per stream)")->check(CLI::NonNegativeNumber);
-    app.add_option("--prompt-tokens", o.prompt_tokens, "prompt length in token ids")->capture_default_str()
+    app.add_option("--requests", o.requests, "requests per level (default: one per stream)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--prompt-tokens", o.prompt_tokens, "prompt length in token ids")
+        ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    app.add_option("--token-range", o.token_range, "LO:HI range of the random prompt ids")->capture_default_str();
+    app.add_option("--token-range", o.token_range, "LO:HI range of the random prompt ids")
+        ->capture_default_str();
     app.add_option("--prompt-text", o.prompt_text, "a text prompt instead of random token ids");
-    app.add_option("--max-tokens", o.max_tokens, "tokens generated per request (ignore_eos)")->capture_default_str()
+    app.add_option("--max-tokens", o.max_tokens, "tokens generated per request (ignore_eos)")
+        ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     app.add_option("--seed", o.seed, "seed of the random prompts")->capture_default_str();
     app.add_option("--timeout", o.timeout_s, "read timeout per request (s)")->capture_default_str();
@@ -246,21 +257,25 @@ int main(int argc, char** argv) {
             if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
             if (auto res = cli.Get("/v1/models", h); res && res->status == 200) {
                 const json j = json::parse(res->body, nullptr, false);
-                if (!j.is_discarded() && j.contains("data") && !j["data"].empty()) model = j["data"][0].value("id", "");
+                if (!j.is_discarded() && j.contains("data") && !j["data"].empty())
+                    model = j["data"][0].value("id", "");
             } else {
                 throw std::runtime_error(fmt::format("GET {}/v1/models failed: is the server up?", o.url));
             }
         }
-        json out = {{"url", o.url},           {"model", model},
+        json out = {{"url", o.url},
+                    {"model", model},
                     {"prompt_tokens", o.prompt_text.empty() ? json(o.prompt_tokens) : json(nullptr)},
-                    {"max_tokens", o.max_tokens}, {"levels", json::array()}};
+                    {"max_tokens", o.max_tokens},
+                    {"levels", json::array()}};
         for (int64_t c : levels) {
             fmt::print(stderr, "serve_load: {} streams ...\n", c);
             out["levels"].push_back(run_level(target, o, c, model));
             const json& l = out["levels"].back();
             fmt::print(stderr, "  {:.1f} tok/s, ttft p50 {:.0f} ms p99 {:.0f} ms, ok {}/{}\n",
                        l["output_tokens_per_s"].get<double>(), l["ttft_ms"]["p50"].get<double>(),
-                       l["ttft_ms"]["p99"].get<double>(), l["ok"].get<int64_t>(), l["requests"].get<int64_t>());
+                       l["ttft_ms"]["p99"].get<double>(), l["ok"].get<int64_t>(),
+                       l["requests"].get<int64_t>());
         }
         const std::string text = out.dump(2) + "\n";
         if (o.out.empty()) {

@@ -27,8 +27,12 @@ Fixture& fx() {
     return f;
 }
 
-ApiRequest completion(const json& body) { return parse_completion_request(body, fx().model); }
-ApiRequest chat(const json& body) { return parse_chat_request(body, fx().model); }
+ApiRequest completion(const json& body) {
+    return parse_completion_request(body, fx().model);
+}
+ApiRequest chat(const json& body) {
+    return parse_chat_request(body, fx().model);
+}
 
 // The ApiError a body gives: its status and param.
 template <typename F>
@@ -41,7 +45,9 @@ std::pair<int, std::string> error_of(F&& f) {
     return {0, "no error"};
 }
 
-std::vector<int32_t> bytes(const std::string& s) { return fx().tok.encode(s); }
+std::vector<int32_t> bytes(const std::string& s) {
+    return fx().tok.encode(s);
+}
 
 TEST(OpenAiApi, CompletionDefaults) {
     ApiRequest r = completion({{"prompt", "hi there"}});
@@ -61,10 +67,20 @@ TEST(OpenAiApi, CompletionDefaults) {
 }
 
 TEST(OpenAiApi, CompletionFields) {
-    ApiRequest r = completion({{"model", "tiny"}, {"prompt", "ab"}, {"max_tokens", 5}, {"temperature", 0},
-                               {"top_p", 0.5}, {"top_k", 7}, {"seed", 42}, {"stop", {"x", "yz"}},
-                               {"stream", true}, {"stream_options", {{"include_usage", true}}},
-                               {"logprobs", 3}, {"echo", true}, {"n", 1}, {"ignore_eos", true}});
+    ApiRequest r = completion({{"model", "tiny"},
+                               {"prompt", "ab"},
+                               {"max_tokens", 5},
+                               {"temperature", 0},
+                               {"top_p", 0.5},
+                               {"top_k", 7},
+                               {"seed", 42},
+                               {"stop", {"x", "yz"}},
+                               {"stream", true},
+                               {"stream_options", {{"include_usage", true}}},
+                               {"logprobs", 3},
+                               {"echo", true},
+                               {"n", 1},
+                               {"ignore_eos", true}});
     const GenerationRequest& g = r.generations[0];
     EXPECT_EQ(g.max_tokens, 5);
     EXPECT_EQ(g.sampling.temperature, 0.0f);
@@ -93,25 +109,39 @@ TEST(OpenAiApi, PromptShapes) {
     EXPECT_EQ(lists.generations[1].prompt, std::vector<int32_t>{3});
     for (const json& bad : {json(5), json::array(), json({1, "a"}), json({"a", 1}), json({{1}, 2}),
                             json({259}), json({-1}), json({json::object()}), json({1.5}), json("")})
-        EXPECT_EQ(error_of([&] { completion({{"prompt", bad}}); }), std::make_pair(400, std::string("prompt")))
+        EXPECT_EQ(error_of([&] {
+                      completion({{"prompt", bad}});
+                  }),
+                  std::make_pair(400, std::string("prompt")))
             << bad.dump();
     EXPECT_EQ(error_of([&] { completion(json::object()); }), std::make_pair(400, std::string("prompt")));
 }
 
 TEST(OpenAiApi, InvalidFieldsNameTheField) {
     const std::vector<std::pair<json, std::string>> cases = {
-        {{{"max_tokens", "5"}}, "max_tokens"},   {{{"max_tokens", -1}}, "max_tokens"},
-        {{{"max_tokens", 1.5}}, "max_tokens"},   {{{"temperature", "hot"}}, "temperature"},
-        {{{"temperature", 2.5}}, "temperature"}, {{{"temperature", -0.1}}, "temperature"},
-        {{{"top_p", 0}}, "top_p"},               {{{"top_p", 1.1}}, "top_p"},
-        {{{"top_k", -2}}, "top_k"},              {{{"top_k", true}}, "top_k"},
-        {{{"seed", "x"}}, "seed"},               {{{"stop", 3}}, "stop"},
+        {{{"max_tokens", "5"}}, "max_tokens"},
+        {{{"max_tokens", -1}}, "max_tokens"},
+        {{{"max_tokens", 1.5}}, "max_tokens"},
+        {{{"temperature", "hot"}}, "temperature"},
+        {{{"temperature", 2.5}}, "temperature"},
+        {{{"temperature", -0.1}}, "temperature"},
+        {{{"top_p", 0}}, "top_p"},
+        {{{"top_p", 1.1}}, "top_p"},
+        {{{"top_k", -2}}, "top_k"},
+        {{{"top_k", true}}, "top_k"},
+        {{{"seed", "x"}}, "seed"},
+        {{{"stop", 3}}, "stop"},
         {{{"stop", {"a", "b", "c", "d", "e"}}}, "stop"},
-        {{{"stop", {"a", 1}}}, "stop"},          {{{"stop", ""}}, "stop"},
-        {{{"stream", "yes"}}, "stream"},         {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},
-        {{{"logprobs", 21}}, "logprobs"},        {{{"logprobs", -1}}, "logprobs"},
-        {{{"echo", 1}}, "echo"},                 {{{"n", 2}}, "n"},
-        {{{"ignore_eos", "no"}}, "ignore_eos"},  {{{"model", 3}}, "model"},
+        {{{"stop", {"a", 1}}}, "stop"},
+        {{{"stop", ""}}, "stop"},
+        {{{"stream", "yes"}}, "stream"},
+        {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},
+        {{{"logprobs", 21}}, "logprobs"},
+        {{{"logprobs", -1}}, "logprobs"},
+        {{{"echo", 1}}, "echo"},
+        {{{"n", 2}}, "n"},
+        {{{"ignore_eos", "no"}}, "ignore_eos"},
+        {{{"model", 3}}, "model"},
         {{{"presence_penalty", 1}}, "presence_penalty"},
         {{{"max_tokens", 60}}, "max_tokens"},  // 2 prompt tokens + 60 > the context of 64
     };
@@ -122,7 +152,9 @@ TEST(OpenAiApi, InvalidFieldsNameTheField) {
         EXPECT_EQ(status, 400) << body.dump();
         EXPECT_EQ(got, param) << body.dump();
     }
-    EXPECT_EQ(error_of([&] { completion({{"prompt", "ab"}, {"model", "gpt-4"}}); }),
+    EXPECT_EQ(error_of([&] {
+                  completion({{"prompt", "ab"}, {"model", "gpt-4"}});
+              }),
               std::make_pair(404, std::string("model")));
     EXPECT_NO_THROW(completion({{"prompt", "ab"}, {"max_tokens", 62}}));  // exactly the context
     EXPECT_NO_THROW(completion({{"prompt", "ab"}, {"temperature", nullptr}, {"user", "u"}}));
@@ -130,7 +162,8 @@ TEST(OpenAiApi, InvalidFieldsNameTheField) {
 
 TEST(OpenAiApi, JsonBody) {
     EXPECT_EQ(parse_json_body(R"({"a": 1})")["a"], 1);
-    for (const std::string bad : {"{", "", "[1]", "nope", "{\"a\": \"\xff\"}", "{\"a\": \"\xc3\"}", "{\"a\":1}x"})
+    for (const std::string bad :
+         {"{", "", "[1]", "nope", "{\"a\": \"\xff\"}", "{\"a\": \"\xc3\"}", "{\"a\":1}x"})
         EXPECT_EQ(error_of([&] { parse_json_body(bad); }).first, 400) << bad;
 }
 
@@ -138,16 +171,21 @@ TEST(OpenAiApi, ChatTemplateAndStops) {
     ApiRequest r = chat({{"messages", {{{"role", "user"}, {"content", "hey"}}}}, {"max_tokens", 4}});
     ASSERT_EQ(r.generations.size(), 1u);
     const GenerationRequest& g = r.generations[0];
-    const std::string expected = "<|im_start|>system\nYou are tiny.<|im_end|>\n<|im_start|>user\nhey<|im_end|>\n"
-                                 "<|im_start|>assistant\n";
+    const std::string expected =
+        "<|im_start|>system\nYou are tiny.<|im_end|>\n<|im_start|>user\nhey<|im_end|>\n"
+        "<|im_start|>assistant\n";
     EXPECT_EQ(g.prompt, fx().tok.encode(expected, true));
     EXPECT_EQ(g.stop_ids, (std::vector<int32_t>{test::kTinyEos, test::kTinyImEnd}));
     // A system message replaces the default one; text parts are joined; no max_tokens = the rest.
-    ApiRequest s = chat({{"messages",
-                          {{{"role", "system"}, {"content", "S"}},
-                           {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
-                         {"logprobs", true}, {"top_logprobs", 2}});
-    const std::string sys = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n";
+    ApiRequest s =
+        chat({{"messages",
+               {{{"role", "system"}, {"content", "S"}},
+                {{"role", "user"},
+                 {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
+              {"logprobs", true},
+              {"top_logprobs", 2}});
+    const std::string sys =
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n";
     EXPECT_EQ(s.generations[0].prompt, fx().tok.encode(sys, true));
     EXPECT_EQ(s.generations[0].max_tokens, 64 - int64_t(s.generations[0].prompt.size()));
     EXPECT_EQ(s.logprobs, 2);
@@ -234,8 +272,10 @@ TEST(OpenAiApi, CompletionResponseWithEchoAndLogprobs) {
 }
 
 TEST(OpenAiApi, ChatResponseAndLogprobs) {
-    ApiRequest r = chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"logprobs", true},
-                         {"top_logprobs", 1}, {"max_tokens", 3}});
+    ApiRequest r = chat({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                         {"logprobs", true},
+                         {"top_logprobs", 1},
+                         {"max_tokens", 3}});
     ChoiceResult c;
     GenerationEvent e;
     e.tokens = {'o', 'k'};
@@ -274,7 +314,8 @@ std::vector<std::string> sse_data(const std::string& s) {
 }
 
 TEST(OpenAiApi, ChatStreamChunks) {
-    ApiRequest r = chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"stream", true},
+    ApiRequest r = chat({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                         {"stream", true},
                          {"stream_options", {{"include_usage", true}}}});
     StreamFormatter f(r, {"chatcmpl-9", "tiny", 5}, fx().tok);
     std::string all = f.begin();
@@ -335,7 +376,7 @@ TEST(OpenAiApi, ErrorsAndText) {
     EXPECT_EQ(utf8_lossy("a\xC3\xA9"), "a\xC3\xA9");
     EXPECT_EQ(utf8_lossy("a\xC3"), "a\xEF\xBF\xBD");
     EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
-    EXPECT_EQ(utf8_lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");              // overlong
+    EXPECT_EQ(utf8_lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong
     EXPECT_EQ(token_text(fx().tok, 0xC3), "\xEF\xBF\xBD");
 }
 
@@ -360,11 +401,11 @@ TEST(ServeMetrics, PrometheusText) {
     s.cache.used_bytes = 1024;
     const std::string t = m.render(s);
     EXPECT_EQ(m.responses(200), 2);
-    for (const char* line : {"hydra_http_requests_total{route=\"/v1/completions\"} 1\n",
-                             "hydra_http_responses_total{code=\"200\"} 2\n", "hydra_http_responses_total{code=\"400\"} 1\n",
-                             "hydra_requests_waiting 3\n", "hydra_generated_tokens_total 17\n",
-                             "hydra_cache_used_bytes 1024\n", "# TYPE hydra_requests_running gauge\n",
-                             "hydra_prefix_cache_entries 0\n"})
+    for (const char* line :
+         {"hydra_http_requests_total{route=\"/v1/completions\"} 1\n",
+          "hydra_http_responses_total{code=\"200\"} 2\n", "hydra_http_responses_total{code=\"400\"} 1\n",
+          "hydra_requests_waiting 3\n", "hydra_generated_tokens_total 17\n", "hydra_cache_used_bytes 1024\n",
+          "# TYPE hydra_requests_running gauge\n", "hydra_prefix_cache_entries 0\n"})
         EXPECT_NE(t.find(line), std::string::npos) << line;
 }
 

@@ -56,8 +56,8 @@ void serve(const ServeOptions& o) {
     apply_threads(o.threads);
     HYDRA_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '{}'", o.device);
     HYDRA_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got {}", o.port);
-    const std::string api_key = o.api_key.empty() && std::getenv("HYDRA_API_KEY") ? std::getenv("HYDRA_API_KEY")
-                                                                                 : o.api_key;
+    const std::string api_key =
+        o.api_key.empty() && std::getenv("HYDRA_API_KEY") ? std::getenv("HYDRA_API_KEY") : o.api_key;
     LoadedModel m = load_model_reported(o.model);
     HYDRA_CHECK(m.vocab.has_value(), "{}: the model has no tokenizer, which hydra serve needs", o.model);
     Tokenizer tok(*m.vocab, o.model);
@@ -119,15 +119,14 @@ void serve(const ServeOptions& o) {
         server.shutdown();
     });
     const char* h = o.host.find(':') != std::string::npos ? "[{}]" : "{}";
-    fmt::print("hydra serve: {} ({}, {} sequences x {} positions) listening on http://{}:{}/v1 {}\n", served.name,
-               o.device, backend->max_slots(), backend->context(), fmt::format(fmt::runtime(h), o.host), port,
-               api_key.empty() ? "" : "(API key required)");
+    fmt::print("hydra serve: {} ({}, {} sequences x {} positions) listening on http://{}:{}/v1 {}\n",
+               served.name, o.device, backend->max_slots(), backend->context(),
+               fmt::format(fmt::runtime(h), o.host), port, api_key.empty() ? "" : "(API key required)");
     std::fflush(stdout);
     server.run();
     // run() also returns when the server stops on its own: wake the signal thread so it can be joined.
     pthread_kill(signal_thread.native_handle(), SIGTERM);
-    signal_thread.join();
-    scheduler.drain();
+    signal_thread.join();  // it ran shutdown(): the scheduler is drained
     fmt::print(stderr, "hydra serve: stopped\n");
 }
 
@@ -138,26 +137,37 @@ void register_serve(CLI::App& app) {
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
     cmd->add_option("MODEL", o->model, "a .gguf file or a model directory")->capture_default_str();
     cmd->add_option("--host", o->host, "address to listen on")->capture_default_str();
-    cmd->add_option("--port", o->port, "port to listen on (0: any free port)")->capture_default_str()
+    cmd->add_option("--port", o->port, "port to listen on (0: any free port)")
+        ->capture_default_str()
         ->check(CLI::Range(0, 65535));
-    cmd->add_option("--device", o->device, "cpu | cuda")->capture_default_str()
+    cmd->add_option("--device", o->device, "cpu | cuda")
+        ->capture_default_str()
         ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_option("--max-seqs", o->max_seqs, "sequences decoded at once (default: 8 on cpu, 64 on cuda)")
         ->check(at_least(1));
-    cmd->add_option("--ctx", o->ctx, "positions per sequence, prompt + completion (default: the model's, <= 8192)")
+    cmd->add_option("--ctx", o->ctx,
+                    "positions per sequence, prompt + completion (default: the model's, <= 8192)")
         ->check(at_least(2));
     cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (default: $HYDRA_API_KEY)");
-    cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens one sequence prefills per step at most")
-        ->capture_default_str()->check(at_least(1));
+    cmd->add_option("--prefill-chunk", o->prefill_chunk,
+                    "prompt tokens one sequence prefills per step at most")
+        ->capture_default_str()
+        ->check(at_least(1));
     cmd->add_option("--max-queue", o->max_queue, "waiting requests beyond which new ones get 503")
-        ->capture_default_str()->check(at_least(0));
+        ->capture_default_str()
+        ->check(at_least(0));
     cmd->add_option("--prefix-cache-mb", o->prefix_cache_mb, "memory for prefix-cache snapshots; 0 = off")
-        ->capture_default_str()->check(at_least(0));
-    cmd->add_option("--served-name", o->served_name, "the model name clients send (default: the file's name)");
-    cmd->add_option("--cache-mb", o->cache_mb, "KV + state memory for the sequences; 0 = the backend's default")
-        ->capture_default_str()->check(at_least(0));
+        ->capture_default_str()
+        ->check(at_least(0));
+    cmd->add_option("--served-name", o->served_name,
+                    "the model name clients send (default: the file's name)");
+    cmd->add_option("--cache-mb", o->cache_mb,
+                    "KV + state memory for the sequences; 0 = the backend's default")
+        ->capture_default_str()
+        ->check(at_least(0));
     cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body accepted (413 beyond)")
-        ->capture_default_str()->check(at_least(1));
+        ->capture_default_str()
+        ->check(at_least(1));
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] { serve(*o); });
 }

@@ -115,7 +115,8 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
                                                                        : parse_chat_request(body, model));
     auto streams = std::make_shared<std::vector<std::shared_ptr<RequestStream>>>();
     try {
-        for (GenerationRequest& g : api->generations) streams->push_back(scheduler.submit(std::move(g)));
+        // A copy: the prompts stay with the request for the response's text offsets.
+        for (const GenerationRequest& g : api->generations) streams->push_back(scheduler.submit(g));
     } catch (const AdmissionError& e) {
         cancel_all(*streams);
         throw ApiError(e.http_status, e.what(), "", "", e.http_status == 503 ? "overloaded" : "");

@@ -375,26 +375,22 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& model) {
 }
 
 void accumulate(ChoiceResult& c, const GenerationEvent& e) {
-    switch (e.kind) {
-        case GenerationEvent::Kind::Tokens:
-            c.text += e.text;
-            c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
-            c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-            c.prompt_logprobs.insert(c.prompt_logprobs.end(), e.prompt_logprobs.begin(),
-                                     e.prompt_logprobs.end());
-            break;
-        case GenerationEvent::Kind::Done:
-            c.done = true;
-            c.finish_reason = e.finish_reason;
-            c.prompt_tokens = e.prompt_tokens;
-            c.completion_tokens = e.completion_tokens;
-            c.text += e.text;
-            break;
-        case GenerationEvent::Kind::Error:
-            c.done = true;
-            c.error = e.error;
-            c.error_status = e.http_status ? e.http_status : 500;
-            break;
+    if (e.kind == GenerationEvent::Kind::Error) {
+        c.done = true;
+        c.error = e.error;
+        c.error_status = e.http_status ? e.http_status : 500;
+        return;
+    }
+    // A Done event may carry the last text and tokens too (and, for max_tokens 0, the prompt logprobs).
+    c.text += e.text;
+    c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
+    c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    c.prompt_logprobs.insert(c.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+    if (e.kind == GenerationEvent::Kind::Done) {
+        c.done = true;
+        c.finish_reason = e.finish_reason;
+        c.prompt_tokens = e.prompt_tokens;
+        c.completion_tokens = e.completion_tokens;
     }
 }
 
@@ -598,35 +594,30 @@ std::string StreamFormatter::begin() {
 
 std::string StreamFormatter::on_event(size_t index, const GenerationEvent& e) {
     if (index >= choices_.size()) return "";
+    if (e.kind == GenerationEvent::Kind::Error)
+        return error(ApiError(e.http_status ? e.http_status : 500, e.error));
     ChoiceResult& c = choices_[index];
     accumulate(c, e);
     const bool completions = request_.endpoint == Endpoint::Completions;
-    if (e.kind == GenerationEvent::Kind::Tokens) {
-        std::string text = e.text;
-        std::vector<TokenLogprob> lps;
-        if (completions && request_.echo && request_.logprobs >= 0 && !e.prompt_logprobs.empty()) {
-            text = request_.echo_texts[index] + text;
-            lps = e.prompt_logprobs;
-        }
-        lps.insert(lps.end(), e.logprobs.begin(), e.logprobs.end());
-        if (text.empty() && lps.empty()) return "";
+    std::string text = e.text;
+    std::vector<TokenLogprob> lps;
+    if (completions && request_.echo && request_.logprobs >= 0 && !e.prompt_logprobs.empty()) {
+        text = request_.echo_texts[index] + text;
+        lps = e.prompt_logprobs;
+    }
+    lps.insert(lps.end(), e.logprobs.begin(), e.logprobs.end());
+    std::string out;
+    if (!text.empty() || !lps.empty()) {
         json logprobs = nullptr;
         if (request_.logprobs >= 0)
             logprobs = completions ? completion_logprobs(lps, tokenizer_, text_offset_[index])
                                    : chat_logprobs(e.logprobs, tokenizer_);
-        return chunk(index, completions ? json(utf8_lossy(text)) : json{{"content", utf8_lossy(text)}},
+        out += chunk(index, completions ? json(utf8_lossy(text)) : json{{"content", utf8_lossy(text)}},
                      std::move(logprobs), nullptr);
     }
-    if (e.kind == GenerationEvent::Kind::Done) {
-        std::string out;
-        if (!e.text.empty())
-            out +=
-                chunk(index, completions ? json(utf8_lossy(e.text)) : json{{"content", utf8_lossy(e.text)}},
-                      nullptr, nullptr);
+    if (e.kind == GenerationEvent::Kind::Done)
         out += chunk(index, completions ? json("") : json::object(), nullptr, e.finish_reason.c_str());
-        return out;
-    }
-    return error(ApiError(e.http_status ? e.http_status : 500, e.error));
+    return out;
 }
 
 std::string StreamFormatter::end() {
