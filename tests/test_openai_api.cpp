@@ -143,7 +143,7 @@ TEST(OpenAiApi, InvalidFieldsNameTheField) {
         {{{"ignore_eos", "no"}}, "ignore_eos"},
         {{{"model", 3}}, "model"},
         {{{"presence_penalty", 1}}, "presence_penalty"},
-        {{{"max_tokens", 60}}, "max_tokens"},  // 2 prompt tokens + 60 > the context of 64
+        {{{"max_tokens", 63}}, "max_tokens"},  // 2 prompt tokens + 63 > the context of 64
     };
     for (const auto& [extra, param] : cases) {
         json body = {{"prompt", "ab"}};
