@@ -53,6 +53,15 @@ std::string default_served_name(const std::string& path) {
 }
 
 void serve(const ServeOptions& o) {
+    // Signals go to one thread (sigwait), so that the shutdown runs as ordinary code. Blocked first of
+    // all, before OpenMP, the scheduler and the server start threads, which inherit the mask (a signal
+    // sent to the process is delivered to any thread that does not block it). A signal during the model
+    // load waits until the server is up, then stops it.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     apply_threads(o.threads);
     HYDRA_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '{}'", o.device);
     HYDRA_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got {}", o.port);
@@ -89,14 +98,6 @@ void serve(const ServeOptions& o) {
     const serve::ServedModel served = serve::make_served_model(
         o.served_name.empty() ? default_served_name(o.model) : o.served_name, tok, backend->context(), eos);
 
-    // Signals go to one thread (sigwait), so that the shutdown runs as ordinary code: blocked here,
-    // before the scheduler and the server start their threads, which inherit the mask.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
     serve::SchedulerConfig sc;
     sc.max_queue = o.max_queue;
     sc.prefill_chunk = o.prefill_chunk;
@@ -119,9 +120,9 @@ void serve(const ServeOptions& o) {
         server.shutdown();
     });
     const char* h = o.host.find(':') != std::string::npos ? "[{}]" : "{}";
-    fmt::print("hydra serve: {} ({}, {} sequences x {} positions) listening on http://{}:{}/v1 {}\n",
+    fmt::print("hydra serve: {} ({}, {} sequences x {} positions) listening on http://{}:{}/v1{}\n",
                served.name, o.device, backend->max_slots(), backend->context(),
-               fmt::format(fmt::runtime(h), o.host), port, api_key.empty() ? "" : "(API key required)");
+               fmt::format(fmt::runtime(h), o.host), port, api_key.empty() ? "" : " (API key required)");
     std::fflush(stdout);
     server.run();
     // run() also returns when the server stops on its own: wake the signal thread so it can be joined.
