@@ -553,3 +553,55 @@ TEST(HttpServerRealModel, GreedyEqualsGenerate) {
 
 }  // namespace
 }  // namespace hydra::serve
+
+namespace hydra::serve {
+namespace {
+
+// A client that goes away frees its sequence long before max_tokens: streaming (a failed chunk write)
+// and non-streaming (the whitespace kept-alive body of a long request fails to write).
+TEST(HttpServerRealModel, DisconnectFreesTheSequence) {
+    if (!test::default_model_present()) GTEST_SKIP() << "default model absent (tools/setup.sh fetches it)";
+    Real real;
+    TestServer server(*real.m.model, real.tok, slots(2, 1024));
+    constexpr int64_t kMax = 900;
+    int64_t before = 0;
+    for (bool stream : {true, false}) {
+        SCOPED_TRACE(stream ? "streaming" : "non-streaming");
+        httplib::Client cli("127.0.0.1", server.port());
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.headers.emplace("Content-Type", "application/json");
+        req.body = json{
+            {"prompt", "Once upon a time"},
+            {"max_tokens", kMax},
+            {"ignore_eos", true},
+            {"stream",
+             stream}}.dump();
+        std::string got;
+        req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+            got.append(d, n);
+            // Leave after the first chunk; without streaming after the first byte of the kept-alive body.
+            return !(stream ? got.find("data: ") != std::string::npos : !got.empty());
+        };
+        httplib::Response res;
+        httplib::Error err;
+        EXPECT_FALSE(cli.send(req, res, err));
+        cli.stop();
+        SchedulerStats st;
+        for (int i = 0; i < 300; ++i) {
+            st = server.scheduler().stats();
+            if (st.requests_running == 0 && st.cache.used_slots == 0) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        EXPECT_EQ(st.requests_running, 0);
+        EXPECT_EQ(st.cache.used_slots, 0);
+        std::printf("%s: %lld tokens generated before the sequence left\n", stream ? "stream" : "non-stream",
+                    (long long)(st.generated_tokens_total - before));
+        EXPECT_LT(st.generated_tokens_total - before, kMax);
+        before = st.generated_tokens_total;
+    }
+}
+
+}  // namespace
+}  // namespace hydra::serve

@@ -36,6 +36,9 @@ namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(50);
 constexpr int kRetryAfterSeconds = 1;
+// A non-streaming request answers normally when done within kCommitAfter; beyond, see generate().
+constexpr auto kCommitAfter = std::chrono::milliseconds(1000);
+constexpr auto kKeepalive = std::chrono::milliseconds(1000);
 
 void send_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status;
@@ -124,22 +127,73 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     const ResponseMeta meta = new_response_meta(endpoint, model.name);
 
     if (!api->stream) {
+        struct Pending {
+            std::shared_ptr<ApiRequest> api;
+            std::shared_ptr<std::vector<std::shared_ptr<RequestStream>>> streams;
+            std::vector<ChoiceResult> choices;
+            std::vector<bool> done;
+        };
+        auto p = std::make_shared<Pending>(Pending{api, streams, std::vector<ChoiceResult>(streams->size()),
+                                                   std::vector<bool>(streams->size(), false)});
+        auto collect = [p] {
+            poll_events(*p->streams, p->done,
+                        [&](size_t i, const GenerationEvent& e) { accumulate(p->choices[i], e); });
+        };
+        // The final body: the response, or the first choice's error.
+        auto body_of = [this, p, meta]() -> std::pair<int, std::string> {
+            for (const ChoiceResult& c : p->choices)
+                if (!c.error.empty()) {
+                    const ApiError e(c.error_status, c.error);
+                    return {e.status, error_body(e)};
+                }
+            return {200, format_response(*p->api, p->choices, meta, *model.tokenizer).dump()};
+        };
+        {
+            ++in_flight;
+            struct Leave {
+                std::atomic<int>& n;
+                ~Leave() { --n; }
+            } leave{in_flight};
+            const auto commit_at = std::chrono::steady_clock::now() + kCommitAfter;
+            while (!all_done(p->done) && std::chrono::steady_clock::now() < commit_at) collect();
+        }
+        if (all_done(p->done)) {
+            auto [status, body] = body_of();
+            res.status = status;
+            res.set_content(body, "application/json");
+            return;
+        }
+        // A long request. httplib 0.11 tells a handler nothing about its client (no is_connection_closed;
+        // DataSink::is_writable only select()s for writability), and only a failed write shows that the
+        // client is gone. So the response commits to 200 and sends JSON-legal leading whitespace now and
+        // then until the body is ready; a write that fails cancels the request and frees its slots.
+        // (An error after this point comes as an error object with status 200.)
         ++in_flight;
-        struct Leave {
-            std::atomic<int>& n;
-            ~Leave() { --n; }
-        } leave{in_flight};
-        // httplib 0.11 gives a handler no way to see that its client went away (no is_connection_closed;
-        // DataSink::is_writable only select()s for writability), so a non-streaming request runs to its end.
-        std::vector<ChoiceResult> choices(streams->size());
-        std::vector<bool> done(streams->size(), false);
-        while (!all_done(done))
-            poll_events(*streams, done,
-                        [&](size_t i, const GenerationEvent& e) { accumulate(choices[i], e); });
-        for (const ChoiceResult& c : choices)
-            if (!c.error.empty()) throw ApiError(c.error_status, c.error);
         res.status = 200;
-        res.set_content(format_response(*api, choices, meta, *model.tokenizer).dump(), "application/json");
+        res.set_chunked_content_provider(
+            "application/json",
+            [p, collect, body_of](size_t, httplib::DataSink& sink) -> bool {
+                try {
+                    const auto ping_at = std::chrono::steady_clock::now() + kKeepalive;
+                    while (!all_done(p->done) && std::chrono::steady_clock::now() < ping_at) collect();
+                    if (!all_done(p->done)) {
+                        if (sink.write(" ", 1)) return true;
+                        cancel_all(*p->streams);
+                        return false;
+                    }
+                    const std::string body = body_of().second;
+                    if (!sink.write(body.data(), body.size())) return false;
+                    sink.done();
+                    return true;
+                } catch (...) {
+                    cancel_all(*p->streams);
+                    return false;
+                }
+            },
+            [this, p](bool success) {
+                if (!success || !all_done(p->done)) cancel_all(*p->streams);
+                --in_flight;
+            });
         return;
     }
 
