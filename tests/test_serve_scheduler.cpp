@@ -3,6 +3,8 @@
 // alone, chunked prefill changes nothing, seeded sampling is reproducible and equals generate()'s.
 #include <gtest/gtest.h>
 
+#include "model/model_loader.h"
+#include "model_paths.h"
 #include "serve_fixtures.h"
 
 namespace hydra {
@@ -43,7 +45,12 @@ TEST(ServeScheduler, GreedyEqualsGenerate) {
         EXPECT_EQ(got.last.finish_reason, "length");
         EXPECT_EQ(got.last.prompt_tokens, 21);
         EXPECT_EQ(got.last.completion_tokens, 30);
-        EXPECT_GE(scheduler.stats().generated_tokens_total, 30);
+        const serve::SchedulerStats st = scheduler.stats();
+        EXPECT_EQ(st.generated_tokens_total, 30);
+        EXPECT_EQ(st.prompt_tokens_total, 21);
+        EXPECT_EQ(st.requests_total, 1);
+        EXPECT_GT(st.generated_tokens_per_second, 0);
+        EXPECT_GT(st.steps_total, 0);
     }
 }
 
@@ -115,6 +122,41 @@ TEST(ServeScheduler, SeededSamplingIsReproducibleAndEqualsGenerate) {
     EXPECT_EQ(oa.tokens, ob.tokens);
     EXPECT_EQ(oa.tokens, test::reference(model, tok, prompt, 25, {}, 0.9f, 1234, 20, 0.95f).tokens);
     EXPECT_NE(oa.tokens, oc.tokens);
+}
+
+// The default model (quantized decode weights): two different prompts batched together each give
+// `hydra generate`'s tokens, and a prefix-cache hit gives them again.
+TEST(ServeScheduler, DefaultModelEqualsGenerate) {
+    if (!test::default_model_present()) GTEST_SKIP() << "default model not fetched (tools/setup.sh)";
+    const LoadedModel loaded = load_model(test::default_model_path());
+    ASSERT_TRUE(loaded.vocab.has_value());
+    const Tokenizer tok(*loaded.vocab);
+    const LlamaModel& model = *loaded.model;
+    CpuBatchBackend backend(model, 2, 64, size_t(64) << 20);
+    Scheduler scheduler(backend, tok);
+    const std::vector<int32_t> stop = {tok.eos_id()};
+    std::vector<std::vector<int32_t>> prompts = {tok.encode_with_bos("The capital of France is"),
+                                                 tok.encode_with_bos("Once upon a time, there")};
+    std::vector<std::shared_ptr<serve::RequestStream>> streams;
+    for (const auto& p : prompts) {
+        serve::GenerationRequest r = test::greedy_request(p, 8);
+        r.stop_ids = stop;
+        streams.push_back(scheduler.submit(r));
+    }
+    std::vector<test::Outcome> got;
+    for (auto& s : streams) got.push_back(test::collect(*s));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        SCOPED_TRACE(i);
+        const test::Reference want = test::reference(model, tok, prompts[i], 8, stop);
+        ASSERT_EQ(got[i].last.kind, GenerationEvent::Kind::Done) << got[i].last.error;
+        EXPECT_EQ(got[i].tokens, want.tokens);
+        EXPECT_EQ(got[i].text, want.text);
+    }
+    serve::GenerationRequest again = test::greedy_request(prompts[0], 8);
+    again.stop_ids = stop;
+    const test::Outcome hit = test::collect(*scheduler.submit(again));
+    EXPECT_EQ(hit.last.cached_prompt_tokens, int64_t(prompts[0].size()) - 1);
+    EXPECT_EQ(hit.tokens, got[0].tokens);
 }
 
 }  // namespace

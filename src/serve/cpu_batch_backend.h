@@ -3,7 +3,7 @@
 // its own cache, so a row's result never depends on the other rows of the step. Single-token rows use
 // the quantized decode path exactly as hydra::generate() does, so greedy output through the scheduler
 // equals `hydra generate` token for token. Snapshots copy KV rows [0, pos) and the GDN states
-// (granularity 1: any position).
+// (granularity 1: any position). Not thread-safe: one thread (the scheduler's) drives it.
 #pragma once
 
 #include <cstddef>

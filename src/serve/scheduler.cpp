@@ -102,8 +102,10 @@ struct Scheduler::Impl {
     void admit();
     void drop_cancelled();
     void run_step();
+    void consume(Sequence& s, const StepRow& row, const float* logits);
     void end(Sequence& s);  // releases the slot; the sequence is removed by the caller
-    void fail_all(int status, const std::string& message);
+    void fail_running(int status, const std::string& message);
+    void fail_all(int status, const std::string& message);  // running and waiting
     void plan_prefix(Sequence& s);
 };
 
@@ -114,9 +116,14 @@ void Scheduler::Impl::loop() {
             wake.wait(lock, [&] { return stopping || !waiting.empty() || !running.empty(); });
             if (stopping) break;
         }
-        admit();
-        drop_cancelled();
-        if (!running.empty()) run_step();
+        try {
+            admit();
+            drop_cancelled();
+            if (!running.empty()) run_step();
+        } catch (const std::exception& e) {
+            // A bug or an allocation failure outside the model step: fail what runs, keep serving.
+            fail_running(500, fmt::format("internal error: {}", e.what()));
+        }
         const CacheUsage usage = backend.usage();
         std::lock_guard lock(mu);
         counters.cache = usage;
@@ -146,23 +153,30 @@ void Scheduler::Impl::plan_prefix(Sequence& s) {
 }
 
 void Scheduler::Impl::admit() {
+    {
+        // Cancelled waiting requests leave the queue without ever taking a slot.
+        std::lock_guard lock(mu);
+        std::erase_if(waiting, [](const Waiting& w) {
+            if (!w.stream->cancelled()) return false;
+            w.stream->push(error_event(499, "cancelled"));
+            return true;
+        });
+    }
     for (;;) {
-        Waiting w;
+        Waiting* front = nullptr;
         {
+            // Only this thread removes from the queue and submit() only appends, which keeps references
+            // to the elements valid, so the front is read without the lock.
             std::lock_guard lock(mu);
-            // A cancelled waiting request leaves the queue without ever taking a slot.
-            while (!waiting.empty() && waiting.front().stream->cancelled()) {
-                waiting.front().stream->push(error_event(499, "cancelled"));
-                waiting.pop_front();
-            }
             if (waiting.empty()) return;
-            w = waiting.front();
+            front = &waiting.front();
         }
-        const GenerationRequest& r = w.request;
+        const GenerationRequest& r = front->request;
         const int64_t need = int64_t(r.prompt.size()) + std::max<int64_t>(r.max_tokens, 1);
         bool taken = false, never = false;
-        int32_t slot = backend.acquire();
+        const int32_t slot = backend.acquire();
         if (slot < 0) {
+            // Every slot is free when nothing runs; a backend that still has none can never serve it.
             never = running.empty();
         } else {
             try {
@@ -177,17 +191,20 @@ void Scheduler::Impl::admit() {
             }
         }
         if (!taken && !never) return;  // FIFO: it waits, and so do the ones behind it
+        Waiting w;
         {
             // Counted as running before it leaves the queue, so drain() never sees it in neither.
             std::lock_guard lock(mu);
+            w = std::move(waiting.front());
             waiting.pop_front();
             ++running_count;
         }
         if (never) {
-            w.stream->push(
-                error_event(503, fmt::format("the request needs the cache of {} positions, more than the "
-                                             "server's cache memory holds",
-                                             need)));
+            w.stream->push(error_event(
+                503,
+                fmt::format("the request needs a cache of {} positions, more than the server's cache memory "
+                            "or sequence slots hold",
+                            need)));
             continue;
         }
         auto s = std::make_unique<Sequence>(std::move(w.request), std::move(w.stream), w.seed, tokenizer);
@@ -200,8 +217,9 @@ void Scheduler::Impl::admit() {
             backend.release(slot);
             continue;
         }
-        if (s->cached > 0) {
+        {
             std::lock_guard lock(mu);
+            counters.prompt_tokens_total += s->prompt_len();
             counters.cached_prompt_tokens_total += s->cached;
         }
         running.push_back(std::move(s));
@@ -220,6 +238,33 @@ void Scheduler::Impl::drop_cancelled() {
         s->stream().push(error_event(499, "cancelled"));
         return true;
     });
+}
+
+// One row's logits: prompt logprobs, the snapshot at the planned position, the next token.
+void Scheduler::Impl::consume(Sequence& s, const StepRow& row, const float* l) {
+    const int64_t V = backend.vocab_size();
+    const int64_t T = int64_t(row.tokens.size());
+    if (!s.prompt_done()) {
+        // Logit j of the row belongs to prompt position prefilled + T - n_logits + j.
+        const int64_t first = s.prefilled + T - row.n_logits;
+        for (int64_t j = 0; j < row.n_logits; ++j) {
+            const int64_t p = first + j;
+            std::span<const float> lj(l + j * V, size_t(V));
+            if (p + 1 < s.prompt_len()) s.prompt_logits(p, lj);
+        }
+        s.prefilled += T;
+        if (s.prefilled == s.snapshot_at) {
+            try {
+                prefix.insert(std::span(s.request().prompt).first(size_t(s.snapshot_at)),
+                              backend.snapshot(s.slot));
+            } catch (const std::exception&) {
+                // A snapshot that cannot be made only costs a later cache miss.
+            }
+        }
+        if (s.prompt_done()) s.next_logits({l + (row.n_logits - 1) * V, size_t(V)});
+    } else {
+        s.next_logits({l, size_t(V)});
+    }
 }
 
 void Scheduler::Impl::run_step() {
@@ -262,41 +307,24 @@ void Scheduler::Impl::run_step() {
 
     const int64_t V = backend.vocab_size();
     const float* l = logits.data();
-    int64_t generated = 0, prompt_tokens = 0;
+    int64_t generated = 0;
+    std::vector<char> failed(rows.size(), 0);
     for (size_t i = 0; i < rows.size(); ++i) {
         Sequence& s = *owners[i];
-        const StepRow& row = rows[i];
-        const int64_t T = int64_t(row.tokens.size());
         const int64_t before = s.generated();
-        if (!s.prompt_done()) {
-            // Logit j of the row belongs to prompt position prefilled + T - n_logits + j.
-            const int64_t first = s.prefilled + T - row.n_logits;
-            for (int64_t j = 0; j < row.n_logits; ++j) {
-                const int64_t p = first + j;
-                std::span<const float> lj(l + j * V, size_t(V));
-                if (p + 1 < s.prompt_len()) s.prompt_logits(p, lj);
-            }
-            s.prefilled += T;
-            prompt_tokens += T;
-            if (s.prefilled == s.snapshot_at) {
-                try {
-                    prefix.insert(std::span(s.request().prompt).first(size_t(s.snapshot_at)),
-                                  backend.snapshot(s.slot));
-                } catch (const std::exception&) {
-                    // A snapshot that cannot be made only costs a later cache miss.
-                }
-            }
-            if (s.prompt_done()) s.next_logits({l + (row.n_logits - 1) * V, size_t(V)});
-        } else {
-            s.next_logits({l, size_t(V)});
+        try {
+            consume(s, rows[i], l);
+        } catch (const std::exception& e) {
+            s.stream().push(error_event(500, fmt::format("generation failed: {}", e.what())));
+            failed[i] = 1;
         }
-        l += row.n_logits * V;
+        l += rows[i].n_logits * V;
         generated += s.generated() - before;
     }
     // Finished sequences give their slots back, and the counters are updated, before the events go
     // out: a client that sees Done also sees its tokens and its freed slot in stats().
-    for (Sequence* s : owners)
-        if (s->finished()) end(*s);
+    for (size_t i = 0; i < owners.size(); ++i)
+        if (owners[i]->finished() || failed[i]) end(*owners[i]);
     const CacheUsage usage = backend.usage();
     const Clock::time_point now = Clock::now();
     {
@@ -304,21 +332,25 @@ void Scheduler::Impl::run_step() {
         counters.cache = usage;
         ++counters.steps_total;
         counters.generated_tokens_total += generated;
-        counters.prompt_tokens_total += prompt_tokens;
         rate.emplace_back(now, generated);
         while (!rate.empty() && now - rate.front().first > std::chrono::duration<double>(kRateWindowSeconds))
             rate.pop_front();
     }
-    for (Sequence* s : owners) s->publish();
-    std::erase_if(running, [](const std::unique_ptr<Sequence>& s) { return s->finished(); });
+    for (size_t i = 0; i < owners.size(); ++i)
+        if (!failed[i]) owners[i]->publish();
+    std::erase_if(running, [](const std::unique_ptr<Sequence>& s) { return s->finished() || s->slot < 0; });
 }
 
-void Scheduler::Impl::fail_all(int status, const std::string& message) {
+void Scheduler::Impl::fail_running(int status, const std::string& message) {
     for (auto& s : running) {
         end(*s);
         s->stream().push(error_event(status, message));
     }
     running.clear();
+}
+
+void Scheduler::Impl::fail_all(int status, const std::string& message) {
+    fail_running(status, message);
     std::lock_guard lock(mu);
     for (Waiting& w : waiting) w.stream->push(error_event(status, message));
     waiting.clear();
@@ -381,17 +413,6 @@ std::shared_ptr<RequestStream> Scheduler::submit(GenerationRequest request) {
     }
 
     auto stream = std::make_shared<RequestStream>();
-    if (request.max_tokens == 0 && !request.prompt_logprobs) {
-        // Nothing to compute: the answer is an empty completion.
-        GenerationEvent done;
-        done.kind = GenerationEvent::Kind::Done;
-        done.finish_reason = "length";
-        done.prompt_tokens = n;
-        stream->push(std::move(done));
-        std::lock_guard lock(m.mu);
-        ++m.counters.requests_total;
-        return stream;
-    }
     {
         std::lock_guard lock(m.mu);
         if (m.draining || m.stopping) {
@@ -403,9 +424,18 @@ std::shared_ptr<RequestStream> Scheduler::submit(GenerationRequest request) {
             throw AdmissionError(503,
                                  fmt::format("the queue is full ({} requests waiting)", m.waiting.size()));
         }
+        ++m.counters.requests_total;
+        if (request.max_tokens == 0 && !request.prompt_logprobs) {
+            // Nothing to compute: the answer is an empty completion.
+            GenerationEvent done;
+            done.kind = GenerationEvent::Kind::Done;
+            done.finish_reason = "length";
+            done.prompt_tokens = n;
+            stream->push(std::move(done));
+            return stream;
+        }
         const uint64_t seed = request.sampling.seed ? *request.sampling.seed : m.seeds.next_u64();
         m.waiting.push_back({std::move(request), stream, seed});
-        ++m.counters.requests_total;
         m.counters.requests_waiting = int64_t(m.waiting.size());
     }
     m.wake.notify_all();

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "serve/token_logprobs.h"
+#include "serve/utf8_sanitize.h"
 
 namespace hydra::serve {
 
@@ -55,7 +56,10 @@ void Sequence::next_logits(std::span<const float> logits) {
     pending_.tokens.push_back(token);
     if (request_.top_logprobs >= 0)
         pending_.logprobs.push_back(token_logprob(logits, token, request_.top_logprobs));
-    StopMatcher::Result r = stop_.push(utf8_.push(tokenizer_.token_bytes(token)));
+    // Ids past the tokenizer (padding rows of a model's vocabulary) have no text.
+    const std::string_view bytes =
+        token < tokenizer_.vocab_size() ? std::string_view(tokenizer_.token_bytes(token)) : "";
+    StopMatcher::Result r = stop_.push(sanitize_utf8(utf8_.push(bytes)));
     pending_.text += r.text;
     if (r.stopped) {
         finish_reason_ = "stop";  // the stop string and whatever follows it are dropped
@@ -69,9 +73,12 @@ void Sequence::finish(const std::string& reason) {
     if (finished()) return;
     finish_reason_ = reason;
     // The end came from an id or a length: the pending bytes and held-back text were not a stop string.
-    StopMatcher::Result r = stop_.push(utf8_.flush());
+    StopMatcher::Result r = stop_.push(sanitize_utf8(utf8_.flush()));
     pending_.text += r.text;
-    if (!r.stopped) pending_.text += stop_.flush();
+    if (r.stopped)
+        finish_reason_ = "stop";
+    else
+        pending_.text += stop_.flush();
 }
 
 void Sequence::publish() {

@@ -1,5 +1,6 @@
 // Sequence: the scheduler's state of one running request: its slot and prefill progress, its own
-// seeded sampler, incremental detokenization (Utf8Stream + the tokenizer's raw token bytes), stop ids
+// seeded sampler, incremental detokenization (Utf8Stream + the tokenizer's raw token bytes, made valid
+// UTF-8 for JSON), stop ids
 // and stop strings, logprobs, and the event being built for the current step.
 #pragma once
 
