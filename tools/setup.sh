@@ -14,7 +14,7 @@ SMOLLM2_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev
   libfmt-dev libpcre2-dev zlib1g-dev libzstd-dev libtomlplusplus-dev libstb-dev libgtest-dev libbenchmark-dev python3 python3-venv unzip
-  wordnet-base wamerican libplplot-dev plplot-driver-cairo fonts-dejavu-core)
+  wordnet-base wamerican libplplot-dev plplot-driver-cairo fonts-dejavu-core libcpp-httplib-dev)
 
 need_apt=()
 for p in "${APT_PACKAGES[@]}"; do

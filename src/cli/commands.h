@@ -35,6 +35,7 @@ void register_eval(CLI::App& app);
 void register_report(CLI::App& app);
 void register_analyze(CLI::App& app);
 void register_corpus(CLI::App& app);
+void register_serve(CLI::App& app);
 
 // The MODEL argument's default: $HYDRA_MODEL, else the default model fetched by tools/setup.sh.
 std::string default_model_path();

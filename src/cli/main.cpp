@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     hydra::cli::register_report(app);
     hydra::cli::register_analyze(app);
     hydra::cli::register_corpus(app);
+    hydra::cli::register_serve(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
