@@ -35,6 +35,7 @@ struct ServeOptions {
     int64_t ctx = 0;       // 0: the model's context, at most 8192
     std::string api_key;
     int64_t prefill_chunk = 512;
+    int64_t step_tokens = 0;  // 0: prefill_chunk + max_seqs (decode rows never shorten a prefill chunk)
     int64_t max_queue = 256;
     int64_t prefix_cache_mb = 1024;
     std::string served_name;
@@ -101,6 +102,9 @@ void serve(const ServeOptions& o) {
     serve::SchedulerConfig sc;
     sc.max_queue = o.max_queue;
     sc.prefill_chunk = o.prefill_chunk;
+    // A full chunk fits next to every decode row, so chunks keep one length: on the GPU each new
+    // (chunk, keys) shape of the prefill attention builds a cuDNN plan.
+    sc.step_token_budget = o.step_tokens > 0 ? o.step_tokens : o.prefill_chunk + max_seqs;
     sc.prefix_cache = o.prefix_cache_mb > 0;
     sc.prefix_cache_bytes = size_t(o.prefix_cache_mb) << 20;
     serve::Scheduler scheduler(*backend, tok, sc);
@@ -153,6 +157,10 @@ void register_serve(CLI::App& app) {
     cmd->add_option("--prefill-chunk", o->prefill_chunk,
                     "prompt tokens one sequence prefills per step at most")
         ->capture_default_str()
+        ->check(at_least(1));
+    cmd->add_option("--step-tokens", o->step_tokens,
+                    "tokens of one scheduler step at most, decode rows + prefill chunks (default: "
+                    "--prefill-chunk + --max-seqs)")
         ->check(at_least(1));
     cmd->add_option("--max-queue", o->max_queue, "waiting requests beyond which new ones get 503")
         ->capture_default_str()
