@@ -91,7 +91,7 @@ split)  # only the model split, for the working tree as it is now
   n=1 off=0 take=$first
   while (( off < size )); do
     mkdir -p "$DEPS/gguf_$n"
-    tail -c +"$((off + 1))" "$xzm" | head -c "$take" > "$DEPS/gguf_$n/part"
+    dd if="$xzm" of="$DEPS/gguf_$n/part" iflag=skip_bytes,count_bytes skip="$off" count="$take" bs=1M status=none
     off=$((off + take)); take=$room; n=$((n + 1))
   done
   parts=$((n - 1))
