@@ -9,6 +9,9 @@
 // KV groups on others. The K / V rows past pos0 + T are NaN: reading one fails the case.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -106,6 +109,12 @@ TEST_P(PrefillAttentionParity, MatchesCpuReference) {
         const bool dnn = backend == gpu::PrefillAttention::Backend::Cudnn;
         if (dnn && !lib.loaded) {
             std::printf("cuDNN half skipped: %s\n", lib.why.c_str());
+            continue;
+        }
+        const char* shifted = std::getenv("HYDRA_CUDNN_SHIFTED");
+        if (dnn && pos0 > 0 && !(shifted && std::string(shifted) == "1")) {
+            // cudnn_attention.cu keeps the shifted mask off unless asked (an engine faulted on cuDNN 9.19)
+            std::printf("cuDNN half skipped: the shifted mask is off (HYDRA_CUDNN_SHIFTED=1)\n");
             continue;
         }
         gpu::PrefillAttention pa(backend);

@@ -462,7 +462,8 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
     return build_forward(handle, f);
 }
 
-// The inference forward of cudnn_attention.h's AttnInferShape: no stats.
+// The inference forward of cudnn_attention.h's AttnInferShape. It keeps the statistics output (into a scratch
+// buffer nobody reads): cuDNN 9.19 finalizes no engine for the same graph without it.
 BuiltPlan build_forward(cudnnHandle_t handle, const AttnInferShape& s) {
     ForwardSpec f;
     f.B = s.B, f.Tq = s.T, f.S = s.S, f.H = s.H, f.Hk = s.Hkv, f.D = s.D;
@@ -470,7 +471,7 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnInferShape& s) {
     f.qstr = {int64_t(s.T) * ldq, s.D, ldq, 1};
     f.kstr = {int64_t(s.S) * ldkv, s.D, ldkv, 1};
     f.ostr = {int64_t(s.T) * s.H * s.D, s.D, int64_t(s.H) * s.D, 1};
-    f.stats = false;
+    f.stats = true;
     return build_forward(handle, f);
 }
 
@@ -570,8 +571,8 @@ float masked_score() {
 
 // The tensors each direction binds, in the order of the pointer lists given to execute().
 const std::vector<int64_t> kForwardUids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-const std::vector<int64_t> kInferUids = {kQ, kK, kV, kO, kScale, kNegInf};                        // S == T
-const std::vector<int64_t> kInferShiftedUids = {kQ, kK, kV, kO, kScale, kNegInf, kSeqKv, kSeqQ};  // S > T
+const std::vector<int64_t> kInferUids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};  // S == T
+const std::vector<int64_t> kInferShiftedUids = {kQ, kK, kV, kO, kStats, kScale, kNegInf, kSeqKv, kSeqQ};  // S > T
 const std::vector<int64_t> kBackwardUids = {kQ,  kK,  kV,     kO,   kDO,     kStats,      kDQ,
                                             kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
 
@@ -608,9 +609,12 @@ struct CudnnAttention::Impl {
     std::string reason;
     void* workspace = nullptr;
     size_t workspace_size = 0;
+    float* infer_stats = nullptr;  // (B, H, T) statistics of the inference graph, written and never read
+    size_t infer_stats_count = 0;
 
     ~Impl() {
         if (workspace) cudaFree(workspace);
+        if (infer_stats) cudaFree(infer_stats);
         plans.clear();  // descriptors before the handle
         infer_plans.clear();
         if (handle) api().destroy(handle);
@@ -732,6 +736,17 @@ struct CudnnAttention::Impl {
         CUDA_CHECK(cudaStreamDestroy(st));
         CUDA_CHECK(cudaFree(base));
     }
+    static bool shifted_allowed() {
+        const char* e = std::getenv("HYDRA_CUDNN_SHIFTED");
+        return e && std::string(e) == "1";
+    }
+    void reserve_stats(size_t count) {
+        if (count <= infer_stats_count) return;
+        if (infer_stats) CUDA_CHECK(cudaFree(infer_stats));
+        infer_stats = nullptr;
+        CUDA_CHECK(cudaMalloc(&infer_stats, count * sizeof(float)));
+        infer_stats_count = count;
+    }
     void reserve(size_t bytes) {
         if (bytes <= workspace_size) return;
         if (workspace) CUDA_CHECK(cudaFree(workspace));
@@ -753,12 +768,13 @@ struct CudnnAttention::Impl {
                        void* o, float scale, const char* what) {
         float neg_inf = masked_score();
         int32_t skv = s.S, sq = s.T;
+        HYDRA_ASSERT(infer_stats_count >= size_t(s.B) * s.H * s.T, "inference statistics scratch not reserved");
         if (s.S == s.T)
-            execute(handle, plan, kInferUids, {(void*)q, (void*)k, (void*)v, o, &scale, &neg_inf}, workspace,
-                    what);
+            execute(handle, plan, kInferUids, {(void*)q, (void*)k, (void*)v, o, infer_stats, &scale, &neg_inf},
+                    workspace, what);
         else
             execute(handle, plan, kInferShiftedUids,
-                    {(void*)q, (void*)k, (void*)v, o, &scale, &neg_inf, &skv, &sq}, workspace, what);
+                    {(void*)q, (void*)k, (void*)v, o, infer_stats, &scale, &neg_inf, &skv, &sq}, workspace, what);
     }
     InferPlan& get_inference(const AttnInferShape& s) {
         auto it = infer_plans.find(key(s));
@@ -779,8 +795,14 @@ struct CudnnAttention::Impl {
             if (s.ld_q != 0 && s.ld_q < s.H * s.D) throw Error("ld_q is narrower than a q row");
             if (s.ld_kv != 0 && s.ld_kv < s.Hkv * s.D) throw Error("ld_kv is narrower than a k / v row");
             // the bottom-right mask (S > T) needs cuDNN 8.9.6 or later (NVIDIA's frontend): every 9.x has it
+            // The shifted (bottom-right) mask: on cuDNN 9.19 an engine of that graph faulted with an illegal
+            // address while being tuned, which poisons the CUDA context; our own kernels serve S > T unless
+            // HYDRA_CUDNN_SHIFTED=1 asks for it.
+            if (s.S != s.T && !shifted_allowed())
+                throw Error("the shifted causal mask (S > T) is off (HYDRA_CUDNN_SHIFTED=1 turns it on)");
             if (!handle) CUDNN_CALL(api().create(&handle), "cudnnCreate");
             p.fwd = build_forward(handle, s);
+            reserve_stats(size_t(s.B) * s.H * s.T);
             tune_inference(s, p.fwd);
             reserve(size_t(p.fwd.workspace));
             p.ok = true;
