@@ -68,8 +68,10 @@ void row_projections(const T* x, int64_t K, std::initializer_list<RowProj<T>> pr
             HYDRA_ASSERT(projs.size() <= std::size(tasks), "row_projections: {} projections", projs.size());
             size_t n = 0;
             for (const RowProj<T>& p : projs)
-                if (p.qw) tasks[n++] = {p.out, p.qw->type, p.qw->bytes.data(), p.M, p.bias};
-                else linear(p.out, x, p.W, p.bias, int64_t(1), K, p.M, p.qw);
+                if (p.qw)
+                    tasks[n++] = {p.out, p.qw->type, p.qw->bytes.data(), p.M, p.bias};
+                else
+                    linear(p.out, x, p.W, p.bias, int64_t(1), K, p.M, p.qw);
             if (n > 0) {
                 cpu::quantize_activations_q8(xq, x, K);
                 cpu::quant_gemv_q8(std::span<const cpu::Q8GemvTask>(tasks, n), xq);
@@ -189,7 +191,8 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
         T* k_out = cfg.qk_norm ? buf(a.k_pre, N * Dkv) : k;
         if (qz && N == 1) {
             row_projections<T>(xn, C,
-                               {{q_out, w.wq, w.bq, Dfa, qz->wq}, {k_out, w.wk, w.bk, Dkv, qz->wk},
+                               {{q_out, w.wq, w.bq, Dfa, qz->wq},
+                                {k_out, w.wk, w.bk, Dkv, qz->wk},
                                 {v, w.wv, w.bv, Dkv, qz->wv}},
                                run.q8_activations);
         } else {
@@ -305,8 +308,10 @@ void decoder_layer_block(T* x_out, const T* x_in, const ModelConfig& cfg, const 
     }
     T* proj = buf(a.proj, N * C);
     const bool q8 = qz && N == 1 && run.q8_activations;
-    if (q8) row_projections<T>(mixed, Dq, {{proj, w.wo, (const T*)nullptr, C, qz->wo}}, true);
-    else linear(proj, mixed, w.wo, (const T*)nullptr, N, Dq, C, qz ? qz->wo : nullptr);
+    if (q8)
+        row_projections<T>(mixed, Dq, {{proj, w.wo, (const T*)nullptr, C, qz->wo}}, true);
+    else
+        linear(proj, mixed, w.wo, (const T*)nullptr, N, Dq, C, qz ? qz->wo : nullptr);
     fire(run, "attn_out", proj, {N, C});
     T* x_mid = buf(a.x_mid, N * C);
     for (int64_t i = 0; i < N * C; ++i) x_mid[i] = x_in[i] + proj[i];
@@ -328,8 +333,10 @@ void decoder_layer_block(T* x_out, const T* x_in, const ModelConfig& cfg, const 
         linear(up, xn, w.w_up, (const T*)nullptr, N, C, F, qz ? qz->w_up : nullptr);
     }
     cpu::swiglu_forward(act, gate, up, N * F);
-    if (q8) row_projections<T>(act, F, {{proj, w.w_down, (const T*)nullptr, C, qz->w_down}}, true);
-    else linear(proj, act, w.w_down, (const T*)nullptr, N, F, C, qz ? qz->w_down : nullptr);
+    if (q8)
+        row_projections<T>(act, F, {{proj, w.w_down, (const T*)nullptr, C, qz->w_down}}, true);
+    else
+        linear(proj, act, w.w_down, (const T*)nullptr, N, F, C, qz ? qz->w_down : nullptr);
     fire(run, "ffn_out", proj, {N, C});
     for (int64_t i = 0; i < N * C; ++i) x_out[i] = x_mid[i] + proj[i];
     fire(run, "resid_out", x_out, {N, C});

@@ -90,7 +90,8 @@ Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, 
     return x;
 }
 
-Tensor compute_logits(const LlamaModel& model, const Tensor& hidden, bool quantized_decode, bool q8_activations) {
+Tensor compute_logits(const LlamaModel& model, const Tensor& hidden, bool quantized_decode,
+                      bool q8_activations) {
     const int64_t N = hidden.dim(0), C = model.config().hidden_size, V = model.config().vocab_size;
     HYDRA_ASSERT(hidden.dim(1) == C, "hidden width {} != {}", hidden.dim(1), C);
     Tensor logits = Tensor::zeros({N, V});
@@ -103,7 +104,8 @@ Tensor forward_last_logits(const LlamaModel& model, std::span<const int32_t> tok
                            const ForwardOptions& options) {
     Tensor hidden = forward_hidden(model, tokens, cache, options);
     const int64_t T = hidden.dim(0);
-    return compute_logits(model, hidden.rows(T - 1, T), options.quantized_decode && T == 1, options.q8_activations)
+    return compute_logits(model, hidden.rows(T - 1, T), options.quantized_decode && T == 1,
+                          options.q8_activations)
         .reshaped({model.config().vocab_size});
 }
 
