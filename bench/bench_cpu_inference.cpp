@@ -1,6 +1,7 @@
 // bench_cpu_inference: prefill and decode throughput of a model on the CPU, in the same shape as
 // llama.cpp's llama-bench (pp = prompt tokens in one batch, tg = tokens generated one at a time).
-//   bench_cpu_inference [MODEL] [--pp 512] [--tg 128] [--reps 3] [--threads N]
+//   bench_cpu_inference [MODEL] [--pp 512] [--tg 128] [--reps 3] [--threads N] [--f32-activations]
+// --f32-activations decodes with the f32-activation GEMVs (the reference) instead of 8-bit activations.
 // Prints one JSON object per test with the median tokens/s over the repetitions.
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
     std::string model_path = std::string(HYDRA_SOURCE_DIR) + "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     int64_t pp = 512, tg = 128;
     int reps = 3, threads = 0;
+    ForwardOptions options;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -38,8 +40,10 @@ int main(int argc, char** argv) {
         else if (a == "--tg") tg = std::stoll(next());
         else if (a == "--reps") reps = std::stoi(next());
         else if (a == "--threads") threads = std::stoi(next());
+        else if (a == "--f32-activations") options.q8_activations = false;
         else if (a.rfind("--", 0) == 0) {
-            fmt::print(stderr, "usage: bench_cpu_inference [MODEL] [--pp N] [--tg N] [--reps N] [--threads N]\n");
+            fmt::print(stderr, "usage: bench_cpu_inference [MODEL] [--pp N] [--tg N] [--reps N] [--threads N] "
+                                "[--f32-activations]\n");
             return 2;
         } else model_path = a;
     }
@@ -56,14 +60,14 @@ int main(int argc, char** argv) {
         for (int r = 0; r < reps + 1; ++r) {  // the first repetition warms caches and is discarded
             KVCache cache(cfg, std::max<int64_t>(pp, tg) + 1);
             auto t0 = clock::now();
-            Tensor logits = forward_last_logits(*m.model, prompt, cache);
+            Tensor logits = forward_last_logits(*m.model, prompt, cache, options);
             const double pp_s = std::chrono::duration<double>(clock::now() - t0).count();
             cache.reset();
             int32_t tok = prompt[0];
             auto t1 = clock::now();
             for (int64_t i = 0; i < tg; ++i) {
                 const int32_t one[1] = {tok};
-                logits = forward_last_logits(*m.model, one, cache);
+                logits = forward_last_logits(*m.model, one, cache, options);
                 tok = argmax({logits.f32(), size_t(cfg.vocab_size)});
             }
             const double tg_s = std::chrono::duration<double>(clock::now() - t1).count();

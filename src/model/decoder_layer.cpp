@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <iterator>
+#include <span>
 
 #include <omp.h>
 
@@ -14,6 +17,7 @@
 #include "ops/cpu/attention.h"
 #include "ops/cpu/linear.h"
 #include "ops/cpu/quant_gemv.h"
+#include "ops/cpu/quant_gemv_q8.h"
 #include "ops/cpu/rmsnorm.h"
 #include "ops/cpu/rope.h"
 #include "ops/cpu/swiglu.h"
@@ -40,6 +44,42 @@ void linear(T* out, const T* x, const T* W, const T* bias, int64_t N, int64_t K,
         }
     }
     cpu::linear_forward(out, x, W, bias, N, K, M);
+}
+
+// One projection of a group that reads the same single row: out (M) = W (M, K) @ x (+ bias).
+template <typename T>
+struct RowProj {
+    T* out;
+    const T* W;
+    const T* bias;
+    int64_t M;
+    const QuantizedWeight* qw;  // null: no quantized copy
+};
+
+// The projections of one input row x (K). With 8-bit activations (float only) the row is quantized once
+// and every projection with a quantized copy runs in one parallel region; the others (and the
+// f32-activation path) go through linear() one by one.
+template <typename T>
+void row_projections(const T* x, int64_t K, std::initializer_list<RowProj<T>> projs, bool q8) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (q8) {
+            static thread_local cpu::Q8Activations xq;
+            cpu::Q8GemvTask tasks[4];
+            HYDRA_ASSERT(projs.size() <= std::size(tasks), "row_projections: {} projections", projs.size());
+            size_t n = 0;
+            for (const RowProj<T>& p : projs)
+                if (p.qw)
+                    tasks[n++] = {p.out, p.qw->type, p.qw->bytes.data(), p.M, p.bias};
+                else
+                    linear(p.out, x, p.W, p.bias, int64_t(1), K, p.M, p.qw);
+            if (n > 0) {
+                cpu::quantize_activations_q8(xq, x, K);
+                cpu::quant_gemv_q8(std::span<const cpu::Q8GemvTask>(tasks, n), xq);
+            }
+            return;
+        }
+    }
+    for (const RowProj<T>& p : projs) linear(p.out, x, p.W, p.bias, int64_t(1), K, p.M, p.qw);
 }
 
 // Copies a (N, w) block into columns [c0, c0 + w) of an (N, row) matrix, and back.
@@ -147,18 +187,23 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
         T* q = buf(a.q, N * Dfa);
         T* k = buf(a.k, N * Dkv);
         T* v = buf(a.v, N * Dkv);
-        if (cfg.qk_norm) {
-            T* q_pre = buf(a.q_pre, N * Dfa);
-            T* k_pre = buf(a.k_pre, N * Dkv);
-            linear(q_pre, xn, w.wq, w.bq, N, C, Dfa, qz ? qz->wq : nullptr);
-            linear(k_pre, xn, w.wk, w.bk, N, C, Dkv, qz ? qz->wk : nullptr);
-            cpu::rmsnorm_forward(q, buf(a.rstd_q, N * n_fa), q_pre, w.q_norm, N * n_fa, Dh, eps);
-            cpu::rmsnorm_forward(k, buf(a.rstd_k, N * n_kv), k_pre, w.k_norm, N * n_kv, Dh, eps);
+        T* q_out = cfg.qk_norm ? buf(a.q_pre, N * Dfa) : q;
+        T* k_out = cfg.qk_norm ? buf(a.k_pre, N * Dkv) : k;
+        if (qz && N == 1) {
+            row_projections<T>(xn, C,
+                               {{q_out, w.wq, w.bq, Dfa, qz->wq},
+                                {k_out, w.wk, w.bk, Dkv, qz->wk},
+                                {v, w.wv, w.bv, Dkv, qz->wv}},
+                               run.q8_activations);
         } else {
-            linear(q, xn, w.wq, w.bq, N, C, Dfa, qz ? qz->wq : nullptr);
-            linear(k, xn, w.wk, w.bk, N, C, Dkv, qz ? qz->wk : nullptr);
+            linear(q_out, xn, w.wq, w.bq, N, C, Dfa, qz ? qz->wq : nullptr);
+            linear(k_out, xn, w.wk, w.bk, N, C, Dkv, qz ? qz->wk : nullptr);
+            linear(v, xn, w.wv, w.bv, N, C, Dkv, qz ? qz->wv : nullptr);
         }
-        linear(v, xn, w.wv, w.bv, N, C, Dkv, qz ? qz->wv : nullptr);
+        if (cfg.qk_norm) {
+            cpu::rmsnorm_forward(q, buf(a.rstd_q, N * n_fa), q_out, w.q_norm, N * n_fa, Dh, eps);
+            cpu::rmsnorm_forward(k, buf(a.rstd_k, N * n_kv), k_out, w.k_norm, N * n_kv, Dh, eps);
+        }
         T* out = n_la == 0 ? heads : buf(a.fa_out, N * Dfa);
         if (prefix) {
             // Every row sits at position pos0: rotate them as one token with N*n_fa (N*n_kv) heads.
@@ -262,7 +307,11 @@ void decoder_layer_block(T* x_out, const T* x_in, const ModelConfig& cfg, const 
         mixed = fused;
     }
     T* proj = buf(a.proj, N * C);
-    linear(proj, mixed, w.wo, (const T*)nullptr, N, Dq, C, qz ? qz->wo : nullptr);
+    const bool q8 = qz && N == 1 && run.q8_activations;
+    if (q8)
+        row_projections<T>(mixed, Dq, {{proj, w.wo, (const T*)nullptr, C, qz->wo}}, true);
+    else
+        linear(proj, mixed, w.wo, (const T*)nullptr, N, Dq, C, qz ? qz->wo : nullptr);
     fire(run, "attn_out", proj, {N, C});
     T* x_mid = buf(a.x_mid, N * C);
     for (int64_t i = 0; i < N * C; ++i) x_mid[i] = x_in[i] + proj[i];
@@ -274,10 +323,20 @@ void decoder_layer_block(T* x_out, const T* x_in, const ModelConfig& cfg, const 
     T* gate = buf(a.gate, N * F);
     T* up = buf(a.up, N * F);
     T* act = buf(a.act, N * F);
-    linear(gate, xn, w.w_gate, (const T*)nullptr, N, C, F, qz ? qz->w_gate : nullptr);
-    linear(up, xn, w.w_up, (const T*)nullptr, N, C, F, qz ? qz->w_up : nullptr);
+    if (q8) {
+        row_projections<T>(xn, C,
+                           {{gate, w.w_gate, (const T*)nullptr, F, qz->w_gate},
+                            {up, w.w_up, (const T*)nullptr, F, qz->w_up}},
+                           true);
+    } else {
+        linear(gate, xn, w.w_gate, (const T*)nullptr, N, C, F, qz ? qz->w_gate : nullptr);
+        linear(up, xn, w.w_up, (const T*)nullptr, N, C, F, qz ? qz->w_up : nullptr);
+    }
     cpu::swiglu_forward(act, gate, up, N * F);
-    linear(proj, act, w.w_down, (const T*)nullptr, N, F, C, qz ? qz->w_down : nullptr);
+    if (q8)
+        row_projections<T>(act, F, {{proj, w.w_down, (const T*)nullptr, C, qz->w_down}}, true);
+    else
+        linear(proj, act, w.w_down, (const T*)nullptr, N, F, C, qz ? qz->w_down : nullptr);
     fire(run, "ffn_out", proj, {N, C});
     for (int64_t i = 0; i < N * C; ++i) x_out[i] = x_mid[i] + proj[i];
     fire(run, "resid_out", x_out, {N, C});

@@ -72,6 +72,9 @@ struct LayerRun {
     bool save = false;                          // keep what decoder_layer_backward needs
     bool recompute_attention = false;           // save without the (B, S, n_fa, S) attention weights
     const LayerQuantized* quantized = nullptr;  // single-row steps use these copies (float only)
+    // With `quantized`: the activations of single-row steps quantized to 8 bits, integer dot products
+    // (ops/cpu/quant_gemv_q8.h); false keeps them f32 (ops/cpu/quant_gemv.h, the reference).
+    bool q8_activations = false;
     const LayerTapSink<T>* taps = nullptr;
 };
 

@@ -9,6 +9,7 @@
 #include "model/decoder_layer.h"
 #include "ops/cpu/linear.h"
 #include "ops/cpu/quant_gemv.h"
+#include "ops/cpu/quant_gemv_q8.h"
 #include "ops/cpu/rmsnorm.h"
 
 namespace hydra {
@@ -17,9 +18,15 @@ namespace {
 
 // out (T, N) = x (T, K) @ W^T, from the quantized copy for single-token steps when allowed.
 void linear(float* out, const float* x, const Tensor& w, const QuantizedWeight& qw, int64_t T, int64_t K,
-            int64_t N, bool quantized) {
+            int64_t N, bool quantized, bool q8) {
     if (quantized && T == 1 && !qw.empty()) {
-        cpu::quant_gemv(out, qw.type, qw.bytes.data(), x, N, K);
+        if (q8) {
+            static thread_local cpu::Q8Activations xq;
+            cpu::quantize_activations_q8(xq, x, K);
+            cpu::quant_gemv_q8(out, qw.type, qw.bytes.data(), xq, N);
+        } else {
+            cpu::quant_gemv(out, qw.type, qw.bytes.data(), x, N, K);
+        }
         return;
     }
     cpu::linear_forward(out, x, w.f32(), (const float*)nullptr, T, K, N);
@@ -72,6 +79,7 @@ Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, 
         run.pos0 = pos0;
         run.cache = &lc;
         run.quantized = options.quantized_decode ? &qz : nullptr;
+        run.q8_activations = options.q8_activations;
         run.taps = layer_taps ? &*layer_taps : nullptr;
         decoder_layer_forward(x.f32(), x.f32(), cfg, model.plan(), w, run, acts);
     }
@@ -82,11 +90,13 @@ Tensor forward_hidden(const LlamaModel& model, std::span<const int32_t> tokens, 
     return x;
 }
 
-Tensor compute_logits(const LlamaModel& model, const Tensor& hidden, bool quantized_decode) {
+Tensor compute_logits(const LlamaModel& model, const Tensor& hidden, bool quantized_decode,
+                      bool q8_activations) {
     const int64_t N = hidden.dim(0), C = model.config().hidden_size, V = model.config().vocab_size;
     HYDRA_ASSERT(hidden.dim(1) == C, "hidden width {} != {}", hidden.dim(1), C);
     Tensor logits = Tensor::zeros({N, V});
-    linear(logits.f32(), hidden.f32(), model.lm_head(), model.quantized_lm_head(), N, C, V, quantized_decode);
+    linear(logits.f32(), hidden.f32(), model.lm_head(), model.quantized_lm_head(), N, C, V, quantized_decode,
+           q8_activations);
     return logits;
 }
 
@@ -94,7 +104,8 @@ Tensor forward_last_logits(const LlamaModel& model, std::span<const int32_t> tok
                            const ForwardOptions& options) {
     Tensor hidden = forward_hidden(model, tokens, cache, options);
     const int64_t T = hidden.dim(0);
-    return compute_logits(model, hidden.rows(T - 1, T), options.quantized_decode && T == 1)
+    return compute_logits(model, hidden.rows(T - 1, T), options.quantized_decode && T == 1,
+                          options.q8_activations)
         .reshaped({model.config().vocab_size});
 }
 
