@@ -272,6 +272,23 @@ const float* GpuForward::graph_step(GpuCache& cache, int32_t token, bool argmax)
 }
 
 const float* GpuForward::run(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits) {
+    if (tokens.size() > 1 && cache.pos() > 0 && has_la_heads()) {
+        // A prompt continued past position 0 with LA heads: single-token steps. The multi-token layer pass
+        // starts the short convolutions from an empty window, which is right only at position 0 (the FA
+        // side alone could continue in one pass: prefill_attention.h).
+        const int64_t T = int64_t(tokens.size()), V = model_.config().vocab_size;
+        check_tokens(cache, tokens);
+        if (continued_logits_.size() < std::max<int64_t>(n_logits, 1) * V)
+            continued_logits_.resize(std::max<int64_t>(n_logits, 1) * V);
+        for (int64_t t = 0; t < T; ++t) {
+            const float* lg = run(cache, tokens.subspan(size_t(t), 1), 1);
+            const int64_t row = t - (T - n_logits);
+            if (row >= 0)
+                CUDA_CHECK(cudaMemcpyAsync(continued_logits_.data() + row * V, lg, size_t(V) * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, stream_));
+        }
+        return continued_logits_.data();
+    }
     if (graphs_on_ && tokens.size() == 1) {
         check_tokens(cache, tokens);
         if (const float* lg = graph_step(cache, tokens[0], false)) return lg;
@@ -321,6 +338,12 @@ int32_t GpuForward::forward_argmax(GpuCache& cache, std::span<const int32_t> tok
         cudaMemcpyAsync(host_token_, argmax_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return *host_token_;
+}
+
+bool GpuForward::has_la_heads() const {
+    for (int64_t l = 0; l < model_.config().num_layers; ++l)
+        if (model_.layer(l).n_la > 0) return true;
+    return false;
 }
 
 }  // namespace hydra::gpu

@@ -6,9 +6,10 @@
 //   x (T, C) fp32 -> rmsnorm -> xn bf16 -> ONE GEMM over the layer's proj block (model/device_layout.h)
 //   -> proj (T, P) bf16
 //   FA heads: [q/k head norm] -> RoPE in place -> k, v rows into the cache (bf16)
-//             T > 1 at any pos0 (a prompt, or a prompt continued after cached tokens, in one pass):
-//             gpu/prefill_attention.h over the cache rows [0, pos0 + T) (cuDNN's fused engine, else our
-//             flash kernel from position 0 / the decode kernel per row after it)
+//             T > 1: gpu/prefill_attention.h over the cache rows [0, pos0 + T) (cuDNN's fused engine, else
+//             our flash kernel from position 0 / the decode kernel per row after it); a prompt continued
+//             after cached tokens runs in one pass for a teacher, and as single-token steps for a model with
+//             LA heads (the multi-token short convolution starts from an empty window)
 //             T = 1: decode attention over the cache (gpu/decode_attention.h)
 //   LA heads: short conv + SiLU on q/k/v (carried windows) -> gates g, beta -> GDN chunked forward with
 //             h0/ht = the cached state (T > 1) or the decode step (T = 1) -> gated RMSNorm with z
@@ -113,6 +114,7 @@ class GpuForward {
     // Runs tokens and returns the device logits of the last n_logits positions (n_logits, V): a graph
     // replay for a single token when graphs are on, else the eager path.
     const float* run(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits);
+    bool has_la_heads() const;
     void run_segment(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits);
     // One single-token step through a graph (captured on first use); with `argmax` the graph also leaves
     // the greedy token in host_token_. Returns the device logits (V), or null when the capture failed
@@ -147,6 +149,7 @@ class GpuForward {
     std::unique_ptr<cuda::BlasContext> blas_;
     int64_t cap_T_ = 0, cap_logits_ = 0, cap_kv_ = 0;
     cuda::DeviceBuffer<int32_t> ids_, argmax_;
+    cuda::DeviceBuffer<float> continued_logits_;  // run(): a continued prompt's last rows, stepped
     cuda::DeviceBuffer<float> x_, gates_, rope_, partials_, logits_;
     cuda::DeviceBuffer<bf16> xn_, proj_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
     int32_t* host_token_ = nullptr;                                                      // pinned
