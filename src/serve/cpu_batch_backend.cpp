@@ -136,7 +136,8 @@ void CpuBatchBackend::step(std::span<const StepRow> rows, std::vector<float>& lo
         const Tensor hidden = forward_hidden(model_, r.tokens, cache, options);
         if (r.n_logits == 0) continue;
         const Tensor l =
-            compute_logits(model_, hidden.rows(T - r.n_logits, T), options.quantized_decode && T == 1);
+            compute_logits(model_, hidden.rows(T - r.n_logits, T), options.quantized_decode && T == 1,
+                           options.q8_activations);
         std::memcpy(out, l.f32(), l.nbytes());
         out += r.n_logits * V;
     }
