@@ -109,16 +109,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     const bool on_device = cfg.device == "cuda";
     HYDRA_CHECK(!on_device || (hooks.train_engine && hooks.generator),
                 "demo: device = cuda, but this hydra was built without CUDA (set device=cpu)");
-    const auto& steps = demo_steps();
-    size_t from_index = steps.size();
-    if (!from.empty()) {
-        auto it = std::find(steps.begin(), steps.end(), from);
-        HYDRA_CHECK(it != steps.end(), "--from: '{}' is not a demo step ({})", from, fmt::join(steps, ", "));
-        from_index = size_t(it - steps.begin());
-    }
-    auto forced = [&](const std::string& step) {
-        return size_t(std::find(steps.begin(), steps.end(), step) - steps.begin()) >= from_index;
-    };
+    const auto forced = steps_forced_from(demo_steps(), from, "demo");
     const std::string heldout_file =
         cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text;
     const fs::path out(out_dir);

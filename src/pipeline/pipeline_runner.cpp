@@ -60,17 +60,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         !on_device || (hooks.train_engine && hooks.generator && hooks.window_stats),
         "pipeline: device = cuda, but this hydra was built without CUDA (configure with -DHYDRA_CUDA=ON "
         "on a machine with the CUDA toolkit, or set device=cpu)");
-    const auto& steps = pipeline_steps();
-    size_t from_index = steps.size();
-    if (!from.empty()) {
-        auto it = std::find(steps.begin(), steps.end(), from);
-        HYDRA_CHECK(it != steps.end(), "--from: '{}' is not a pipeline step ({})", from,
-                    fmt::format("{}", fmt::join(steps, ", ")));
-        from_index = size_t(it - steps.begin());
-    }
-    auto forced = [&](const std::string& step) {
-        return size_t(std::find(steps.begin(), steps.end(), step) - steps.begin()) >= from_index;
-    };
+    const auto forced = steps_forced_from(pipeline_steps(), from, "pipeline");
     // Agreement, KL and perplexity are measured on this text; every training step leaves it out.
     const std::string heldout_file =
         cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text;

@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 
+#include <fmt/ranges.h>
+
 #include "io/atomic_dir.h"
 #include "model/head_ablation.h"
 #include "model/model_loader.h"
@@ -160,6 +162,20 @@ json read_json_or(const fs::path& path, json fallback) {
 
 void write_json(const fs::path& path, const json& j) {
     write_text_file(path, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+}
+
+std::function<bool(const std::string&)> steps_forced_from(const std::vector<std::string>& steps,
+                                                          const std::string& from, const std::string& what) {
+    size_t from_index = steps.size();
+    if (!from.empty()) {
+        auto it = std::find(steps.begin(), steps.end(), from);
+        HYDRA_CHECK(it != steps.end(), "--from: '{}' is not a {} step ({})", from, what,
+                    fmt::format("{}", fmt::join(steps, ", ")));
+        from_index = size_t(it - steps.begin());
+    }
+    return [steps, from_index](const std::string& step) {
+        return size_t(std::find(steps.begin(), steps.end(), step) - steps.begin()) >= from_index;
+    };
 }
 
 }  // namespace hydra

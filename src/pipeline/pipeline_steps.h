@@ -82,6 +82,12 @@ nlohmann::json ablation_check(const LlamaModel& teacher, const ModelText& text,
 // One line: intact, top-scored and random accuracies.
 std::string ablation_summary(const nlohmann::json& ablation);
 
+// `--from STEP` of a resumable run whose steps are `steps` in order (`what` names the run in the error): a
+// predicate that is true for STEP and every step after it (those rerun even when their records exist), false
+// for every step when `from` is empty.
+std::function<bool(const std::string&)> steps_forced_from(const std::vector<std::string>& steps,
+                                                          const std::string& from, const std::string& what);
+
 // Seconds since t0 on the steady clock (a step's timing in timings.json).
 double seconds_since(std::chrono::steady_clock::time_point t0);
 // A step's JSON record, or `fallback` when the file is missing or unreadable (the step then runs again).
