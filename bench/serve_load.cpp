@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -268,6 +269,18 @@ int main(int argc, char** argv) {
                     {"prompt_tokens", o.prompt_text.empty() ? json(o.prompt_tokens) : json(nullptr)},
                     {"max_tokens", o.max_tokens},
                     {"levels", json::array()}};
+        // The document is rewritten after every level, so that a run cut short keeps the levels it finished.
+        auto write = [&] {
+            const std::string text = out.dump(2) + "\n";
+            if (o.out.empty()) return;
+            const std::string tmp = o.out + ".tmp";
+            {
+                std::ofstream f(tmp);
+                f << text;
+                if (!f) throw std::runtime_error("cannot write " + tmp);
+            }
+            std::filesystem::rename(tmp, o.out);
+        };
         for (int64_t c : levels) {
             fmt::print(stderr, "serve_load: {} streams ...\n", c);
             out["levels"].push_back(run_level(target, o, c, model));
@@ -276,14 +289,11 @@ int main(int argc, char** argv) {
                        l["output_tokens_per_s"].get<double>(), l["ttft_ms"]["p50"].get<double>(),
                        l["ttft_ms"]["p99"].get<double>(), l["ok"].get<int64_t>(),
                        l["requests"].get<int64_t>());
+            write();
         }
-        const std::string text = out.dump(2) + "\n";
         if (o.out.empty()) {
+            const std::string text = out.dump(2) + "\n";
             std::fwrite(text.data(), 1, text.size(), stdout);
-        } else {
-            std::ofstream f(o.out);
-            f << text;
-            if (!f) throw std::runtime_error("cannot write " + o.out);
         }
     } catch (const std::exception& e) {
         fmt::print(stderr, "serve_load: error: {}\n", e.what());

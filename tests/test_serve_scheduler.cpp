@@ -107,6 +107,67 @@ TEST(ServeScheduler, ChunkedPrefillGivesTheSameTokens) {
     }
 }
 
+// Records the prompt chunks (rows of more than one token) that the scheduler hands the backend.
+class ChunkRecorder final : public serve::BatchBackend {
+public:
+    explicit ChunkRecorder(serve::BatchBackend& inner) : inner_(inner) {}
+    struct Chunk {
+        int32_t slot;
+        int64_t pos, len;
+    };
+    std::vector<Chunk> chunks;  // scheduler thread only; read after the requests are done
+
+    int64_t vocab_size() const override { return inner_.vocab_size(); }
+    int64_t max_slots() const override { return inner_.max_slots(); }
+    int64_t context() const override { return inner_.context(); }
+    int32_t acquire() override { return inner_.acquire(); }
+    void release(int32_t slot) override { inner_.release(slot); }
+    int64_t pos(int32_t slot) const override { return inner_.pos(slot); }
+    bool reserve(int32_t slot, int64_t positions) override { return inner_.reserve(slot, positions); }
+    void step(std::span<const serve::StepRow> rows, std::vector<float>& logits) override {
+        for (const serve::StepRow& r : rows)
+            if (r.tokens.size() > 1) chunks.push_back({r.slot, inner_.pos(r.slot), int64_t(r.tokens.size())});
+        inner_.step(rows, logits);
+    }
+    int64_t snapshot_granularity() const override { return inner_.snapshot_granularity(); }
+    std::shared_ptr<const serve::PrefixSnapshot> snapshot(int32_t slot) override { return inner_.snapshot(slot); }
+    void restore(int32_t slot, const serve::PrefixSnapshot& s) override { inner_.restore(slot, s); }
+    serve::CacheUsage usage() const override { return inner_.usage(); }
+
+private:
+    serve::BatchBackend& inner_;
+};
+
+// A step's token budget never cuts a prompt chunk short when another prompt chunk already runs in that step:
+// chunks start at multiples of prefill_chunk, so a GPU backend sees few shapes and few continued prompts.
+TEST(ServeScheduler, PromptChunksStayWholeMultiplesOfTheChunk) {
+    const Tokenizer& tok = test::ascii_tokenizer();
+    const LlamaModel& model = *models().hybrid;
+    CpuBatchBackend cpu(model, 4, 128, kCacheBytes);
+    ChunkRecorder backend(cpu);
+    SchedulerConfig cfg;
+    cfg.prefill_chunk = 8;
+    cfg.step_token_budget = 12;  // 8 + 4: a second prompt's chunk would be cut to 4 before
+    cfg.prefix_cache = false;
+    Scheduler scheduler(backend, tok, cfg);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::shared_ptr<serve::RequestStream>> streams;
+    for (int i = 0; i < 6; ++i) {
+        prompts.push_back(test::random_tokens(9 + 5 * i, tok.vocab_size(), 300 + i));
+        streams.push_back(scheduler.submit(test::greedy_request(prompts.back(), 6)));
+    }
+    for (int i = 0; i < 6; ++i) {
+        const test::Outcome got = test::collect(*streams[size_t(i)]);
+        ASSERT_EQ(got.last.kind, GenerationEvent::Kind::Done) << got.last.error;
+        EXPECT_EQ(got.tokens, test::reference(model, tok, prompts[size_t(i)], 6).tokens) << "request " << i;
+    }
+    ASSERT_FALSE(backend.chunks.empty());
+    for (const ChunkRecorder::Chunk& c : backend.chunks) {
+        EXPECT_EQ(c.pos % cfg.prefill_chunk, 0) << "a chunk of " << c.len << " at position " << c.pos;
+        EXPECT_LE(c.len, cfg.prefill_chunk);
+    }
+}
+
 TEST(ServeScheduler, SeededSamplingIsReproducibleAndEqualsGenerate) {
     const Tokenizer& tok = test::ascii_tokenizer();
     const LlamaModel& model = *models().teacher;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <limits>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -45,6 +46,11 @@ GpuForward::GpuForward(const GpuTrainModel& model)
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_token_), sizeof(int32_t)));
     argmax_ = cuda::DeviceBuffer<int32_t>(1);
     graphs_on_ = cuda_graphs_from_env(std::getenv("HYDRA_CUDA_GRAPHS"));
+    if (const char* e = std::getenv("HYDRA_GPU_CONTINUE"); e && *e) {
+        const std::string v(e);
+        HYDRA_CHECK(v == "pass" || v == "steps", "HYDRA_GPU_CONTINUE='{}': expected pass or steps", v);
+        continue_in_one_pass_ = v == "pass";
+    }
 }
 
 GpuForward::~GpuForward() {
@@ -272,10 +278,8 @@ const float* GpuForward::graph_step(GpuCache& cache, int32_t token, bool argmax)
 }
 
 const float* GpuForward::run(GpuCache& cache, std::span<const int32_t> tokens, int64_t n_logits) {
-    if (tokens.size() > 1 && cache.pos() > 0 && has_la_heads()) {
-        // A prompt continued past position 0 with LA heads: single-token steps. The multi-token layer pass
-        // starts the short convolutions from an empty window, which is right only at position 0 (the FA
-        // side alone could continue in one pass: prefill_attention.h).
+    if (tokens.size() > 1 && cache.pos() > 0 && !continue_in_one_pass_ && has_la_heads()) {
+        // A prompt continued past position 0 with LA heads, as single-token steps (set_continue_in_one_pass).
         const int64_t T = int64_t(tokens.size()), V = model_.config().vocab_size;
         check_tokens(cache, tokens);
         if (continued_logits_.size() < std::max<int64_t>(n_logits, 1) * V)

@@ -81,6 +81,11 @@ class GpuForward {
     // = the eager path (one launch per kernel), the reference the graphs are checked against.
     void set_cuda_graphs(bool on) { graphs_on_ = on; }
     bool cuda_graphs() const { return graphs_on_; }
+    // A prompt continued after cached tokens on a model with LA heads: in one multi-token pass (the
+    // short convolutions start from the cached windows, the GDN chunked forward from the cached state),
+    // or as single-token steps. Steps unless HYDRA_GPU_CONTINUE=pass (tests run both).
+    void set_continue_in_one_pass(bool on) { continue_in_one_pass_ = on; }
+    bool continue_in_one_pass() const { return continue_in_one_pass_; }
     struct GraphStats {
         int64_t captures = 0;        // graphs recorded (one per decode-attention grid size and output kind)
         int64_t replays = 0;         // single-token steps served by a graph
@@ -150,6 +155,7 @@ class GpuForward {
     int64_t cap_T_ = 0, cap_logits_ = 0, cap_kv_ = 0;
     cuda::DeviceBuffer<int32_t> ids_, argmax_;
     cuda::DeviceBuffer<float> continued_logits_;  // run(): a continued prompt's last rows, stepped
+    bool continue_in_one_pass_ = false;
     cuda::DeviceBuffer<float> x_, gates_, rope_, partials_, logits_;
     cuda::DeviceBuffer<bf16> xn_, proj_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
     int32_t* host_token_ = nullptr;                                                      // pinned

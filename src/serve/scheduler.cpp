@@ -4,8 +4,9 @@
 // A step: admit waiting requests in FIFO order (a slot, then the reservation for prompt + max_tokens;
 // the first that does not fit blocks the ones behind it, so a long request is not starved), drop
 // cancelled ones, then one decode row per decoding sequence and prompt chunks (at most prefill_chunk
-// per sequence) in the remaining token budget, oldest first. Decode rows go first so that a long
-// prompt never stalls the streams already decoding.
+// per sequence) in the remaining token budget, oldest first; a chunk the budget would cut waits for the
+// next step unless no prompt chunk is in this one. Decode rows go first so that a long prompt never
+// stalls the streams already decoding.
 #include "serve/scheduler.h"
 
 #include <algorithm>
@@ -278,9 +279,18 @@ void Scheduler::Impl::run_step() {
             owners.push_back(s.get());
             --budget;
         }
+    bool prompt_row = false;
     for (auto& s : running) {
         if (s->prompt_done() || budget <= 0) continue;
-        int64_t chunk = std::min({config.prefill_chunk, s->prompt_len() - s->prefilled, budget});
+        int64_t chunk = std::min(config.prefill_chunk, s->prompt_len() - s->prefilled);
+        // A chunk the budget would cut waits for the next step, unless it is the step's first: prompt
+        // chunks then stay whole multiples of prefill_chunk, so a backend sees few distinct chunk shapes
+        // and few continued prompts (both cost more than the chunk itself on the GPU).
+        if (chunk > budget) {
+            if (prompt_row) continue;
+            chunk = budget;
+        }
+        prompt_row = true;
         if (s->snapshot_at > s->prefilled) chunk = std::min(chunk, s->snapshot_at - s->prefilled);
         const bool last = s->prefilled + chunk == s->prompt_len();
         const int64_t n_logits = s->request().prompt_logprobs ? chunk : (last ? 1 : 0);

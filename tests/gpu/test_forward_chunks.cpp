@@ -85,7 +85,9 @@ void check_chunks(const LlamaModel& model, const std::vector<int32_t>& prompt,
     gpu::GpuTrainModel gm(model, false);
     gpu::GpuForward fwd(gm);
     gpu::GpuCache cache(gm, T + kGen + 1);
+    for (const bool one_pass : {false, true})
     for (auto backend : {gpu::PrefillAttention::Backend::Auto, gpu::PrefillAttention::Backend::Own}) {
+        fwd.set_continue_in_one_pass(one_pass);
         fwd.prefill_attention().set_backend(backend);
         (void)run_chunks(fwd, cache, prompt, {T});  // warm-up: workspaces, plans
         const Run one = run_chunks(fwd, cache, prompt, {T});
@@ -93,6 +95,7 @@ void check_chunks(const LlamaModel& model, const std::vector<int32_t>& prompt,
         for (const auto& chunks : splits) {
             const Run ch = run_chunks(fwd, cache, prompt, chunks);
             std::string label = backend == gpu::PrefillAttention::Backend::Own ? "own" : "auto";
+            label += one_pass ? " one-pass" : " steps";
             label += " chunks";
             for (int64_t n : chunks) label += " " + std::to_string(n);
             double worst = 0;
@@ -128,6 +131,7 @@ struct ChunkCase {
     bool qwen128 = false;            // Qwen-style: Dh 128, 16 / 8 heads, q/k bias and norm
     std::string granularity, ratio;  // empty: the teacher
     int index = 0;
+    FusionKind fusion = FusionKind::ScaleNorm;
 };
 
 void PrintTo(const ChunkCase& c, std::ostream* os) {
@@ -154,7 +158,7 @@ TEST_P(Chunks, MatchOnePassPrefill) {
         r.select = "random";
         r.ratio = parse_ratio(cc.ratio, "synthetic");
         r.granularity = cc.granularity;
-        r.fusion = FusionKind::ScaleNorm;
+        r.fusion = cc.fusion;
         r.seed = 7;
         r.gdn.norm_eps = c.rms_norm_eps;
         plan = build_plan(c, r);
@@ -170,7 +174,11 @@ INSTANTIATE_TEST_SUITE_P(GpuForwardChunks, Chunks,
                          ::testing::Values(ChunkCase{"teacher", false, "", "", 0},
                                            ChunkCase{"hybrid_kv_1to1", false, "kv", "1:1", 1},
                                            ChunkCase{"hybrid_head_7to1", false, "head", "7:1", 2},
-                                           ChunkCase{"qwen_style_d128", true, "", "", 3}),
+                                           ChunkCase{"qwen_style_d128", true, "", "", 3},
+                                           ChunkCase{"hybrid_kv_1to1_hymba", false, "kv", "1:1", 4,
+                                                     FusionKind::Hymba},
+                                           ChunkCase{"hybrid_head_7to1_nofusion", false, "head", "7:1", 5,
+                                                     FusionKind::None}),
                          [](const ::testing::TestParamInfo<ChunkCase>& info) { return info.param.name; });
 
 TEST(GpuForwardChunks, RealModel) {
