@@ -171,5 +171,98 @@ TEST(PipelineRun, HeldoutTextIsLeftOutOfEveryStage) {
     fs::remove_all(out);
 }
 
+// Variants for the long-context baselines: stages are a per-variant subset, the teacher (all-fa) may run
+// longctx only, nope needs LA heads, rope_scaling is checked before anything runs.
+TEST(PipelineConfig, VariantStagesAndPositions) {
+    PipelineConfig c = PipelineConfig::preset("tiny-cpu");
+    c.apply_override(
+        "variants=[{\"name\":\"t-yarn\",\"select\":\"all-fa\",\"rope_scaling\":\"yarn:4\",\"stages\":[]},"
+        "{\"name\":\"h\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,\"stages\":[\"distill\",\"longctx\"]}]");
+    c.validate();
+    ASSERT_EQ(c.variants.size(), 2u);
+    EXPECT_TRUE(c.variants[0].stages.empty());
+    EXPECT_EQ(c.variants[1].stages, (std::vector<std::string>{"distill", "longctx"}));
+    EXPECT_TRUE(c.variants[1].nope);
+    const nlohmann::json j = c.to_json();
+    EXPECT_EQ(j["variants"][0]["rope_scaling"], "yarn:4");
+    PipelineConfig round = PipelineConfig::preset("tiny-cpu");
+    round.apply(j, "round trip");
+    EXPECT_EQ(round.variants[1].stages, c.variants[1].stages);
+
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"[{\"name\":\"t\",\"select\":\"all-fa\",\"stages\":[\"align\"]}]", "runs at most the longctx stage"},
+        {"[{\"name\":\"t\",\"select\":\"all-fa\",\"nope\":true,\"stages\":[]}]", "nope needs LA heads"},
+        {"[{\"name\":\"h\",\"stages\":[\"longctx\",\"align\"]}]", "in the order"},
+        {"[{\"name\":\"h\",\"stages\":[\"warmup\"]}]", "unknown stage 'warmup'"},
+        {"[{\"name\":\"h\",\"rope_scaling\":\"yarn:abc\"}]", "variant 'h': rope_scaling"},
+        {"[{\"name\":\"h\",\"nope\":1}]", "expected true or false"},
+    };
+    for (const auto& [variants, want] : bad) {
+        SCOPED_TRACE(variants);
+        PipelineConfig b = PipelineConfig::preset("tiny-cpu");
+        try {
+            b.apply_override("variants=" + variants);
+            b.validate();
+            FAIL() << "accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+        }
+    }
+}
+
+// The baselines run end to end on the CPU: the teacher with training-free YaRN (no stage), the teacher
+// fine-tuned by the longctx stage alone, and a NoPE hybrid with two stages; each model's record lists
+// the stages it ran, and the converted configs carry the positions asked for.
+TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
+    if (std::getenv("HYDRA_CACHE") || !fs::exists(fs::path(HYDRA_SOURCE_DIR) / ".cache/prose/austen_emma.txt"))
+        GTEST_SKIP() << "prose cache missing (tools/setup.sh)";
+    const fs::path out = fs::temp_directory_path() / ("hydra_test_pipeline_bl_" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    PipelineConfig c = PipelineConfig::preset("tiny-cpu");
+    for (const char* o :
+         {"teacher_train.run.steps=2", "teacher_train.data.batch_size=2", "align.run.steps=1",
+          "distill.run.steps=1", "longctx.run.steps=1", "eval.tasks=[\"passkey\"]", "eval.lengths=[256]",
+          "eval.samples=1", "eval.heldout_tokens=300",
+          "variants=[{\"name\":\"t-yarn\",\"select\":\"all-fa\",\"rope_scaling\":\"yarn:2\",\"stages\":[]},"
+          "{\"name\":\"t-ft\",\"select\":\"all-fa\",\"stages\":[\"longctx\"]},"
+          "{\"name\":\"h-nope\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,"
+          "\"stages\":[\"distill\",\"longctx\"]}]"})
+        c.apply_override(o);
+    PipelineHooks hooks;
+    hooks.synthetic_rows = [](const TrainConfig& t) {
+        static const ModelText text = byte_model_text();
+        return synthetic_task_mixer(text, training_task_options(text), t.synthetic_tasks, t.seq_len);
+    };
+    run_pipeline(c, out.string(), "", hooks);
+    auto read = [](const fs::path& p) {
+        std::ifstream in(p);
+        EXPECT_TRUE(in.good()) << p;
+        return nlohmann::json::parse(in);
+    };
+    const nlohmann::json teacher = read(out / "teacher" / "config.json");
+    const nlohmann::json yarn = read(out / "t-yarn" / "converted" / "config.json");
+    EXPECT_EQ(yarn["rope_scaling"]["rope_type"], "yarn") << yarn.dump();
+    EXPECT_EQ(yarn["max_position_embeddings"].get<int64_t>(), 2 * teacher["max_position_embeddings"].get<int64_t>());
+    for (const char* st : {"align", "distill", "longctx"}) EXPECT_FALSE(fs::exists(out / "t-yarn" / st)) << st;
+    EXPECT_TRUE(fs::exists(out / "t-ft" / "longctx" / "config.json"));
+    EXPECT_FALSE(fs::exists(out / "t-ft" / "align"));
+    EXPECT_FALSE(fs::exists(out / "h-nope" / "align"));
+    EXPECT_TRUE(fs::exists(out / "h-nope" / "longctx" / "config.json"));
+    const nlohmann::json nope = read(out / "h-nope" / "converted" / "config.json");
+    EXPECT_EQ(nope.value("hydra_fa_nope", false), true) << nope.dump();
+    for (const auto& [name, stages] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"t-yarn", {}}, {"t-ft", {"longctx"}}, {"h-nope", {"distill", "longctx"}}}) {
+        SCOPED_TRACE(name);
+        const nlohmann::json r = read(out / "results" / (name + ".json"));
+        std::vector<std::string> ran;
+        for (const auto& [k, v] : r["budget"]["stages"].items()) ran.push_back(k);
+        EXPECT_EQ(ran, stages) << r["budget"].dump();
+    }
+    std::ifstream report(out / "report.md");
+    const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("`t-yarn`: stages: none (training-free); FA heads' RoPE scaling yarn:2"), std::string::npos);
+    fs::remove_all(out);
+}
+
 }  // namespace
 }  // namespace hydra

@@ -150,21 +150,7 @@ void register_convert(CLI::App& app) {
         copt.calibration_tokens = calibration_tokens(*o, m);
         copt.seed = o->seed;
         copt.fa_nope = o->nope;
-        if (o->rope_scaling.rfind("ntk:", 0) == 0) {
-            const std::string alpha = o->rope_scaling.substr(4);
-            size_t used = 0;
-            double a = 0;
-            try {
-                a = std::stod(alpha, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            HYDRA_CHECK(!alpha.empty() && used == alpha.size(), "--rope-scaling {}: \"{}\" is not a number",
-                        o->rope_scaling, alpha);
-            copt.rope_theta = static_ntk_theta(double(cfg.rope_theta), a, cfg.rope_dim);
-        } else if (!o->rope_scaling.empty()) {
-            copt.rope_scaling = parse_rope_scaling_spec(o->rope_scaling);
-        }
+        set_rope_option(copt, o->rope_scaling, cfg, "--rope-scaling");
         ConversionStats stats;
         auto hybrid = convert_to_hybrid(*m.model, plan, copt, &stats);
 

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
+#include "model/rope_scaling.h"
 #include "model/taps.h"
 
 namespace hydra {
@@ -34,6 +36,30 @@ void fill(Tensor& t, float value) { std::fill(t.f32(), t.f32() + t.numel(), valu
 double inverse_softplus(double y) { return y > 20 ? y : std::log(std::expm1(y)); }
 
 }  // namespace
+
+void set_rope_option(ConversionOptions& options, const std::string& spec, const ModelConfig& teacher,
+                     const std::string& where) {
+    if (spec.empty()) return;
+    if (spec.rfind("ntk:", 0) == 0) {
+        const std::string alpha = spec.substr(4);
+        size_t used = 0;
+        double a = 0;
+        try {
+            a = std::stod(alpha, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        HYDRA_CHECK(!alpha.empty() && used == alpha.size() && a >= 1.0,
+                    "{} {}: \"{}\" is not a number >= 1", where, spec, alpha);
+        options.rope_theta = static_ntk_theta(double(teacher.rope_theta), a, teacher.rope_dim);
+        return;
+    }
+    try {
+        options.rope_scaling = parse_rope_scaling_spec(spec);
+    } catch (const Error& e) {
+        fail("{}: {}", where, e.what());
+    }
+}
 
 ConversionStats measure_teacher(const LlamaModel& teacher, const std::vector<int32_t>& tokens) {
     const ModelConfig& cfg = teacher.config();

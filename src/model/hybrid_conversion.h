@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "model/hybrid_plan.h"
@@ -35,6 +36,12 @@ struct ConversionOptions {
     std::optional<double> rope_theta;  // set: replaces the teacher's base (static NTK-aware scaling)
     bool fa_nope = false;              // FA heads without RoPE (needs LA heads to carry order)
 };
+
+// The positions option of a conversion from `hydra convert --rope-scaling` / a pipeline variant's
+// rope_scaling: "ntk:ALPHA" (static NTK-aware base for rope_theta), TYPE:FACTOR[,key=value...]
+// (parse_rope_scaling_spec), or "" (the teacher's own). `where` names the option in errors.
+void set_rope_option(ConversionOptions& options, const std::string& spec, const ModelConfig& teacher,
+                     const std::string& where);
 
 // What the calibration measured, per teacher layer and head (original head order).
 struct ConversionStats {

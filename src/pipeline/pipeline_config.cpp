@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/bounded_parse.h"
 #include "io/json_kind.h"
+#include "model/rope_scaling.h"
 
 namespace hydra {
 
@@ -57,15 +58,28 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
         else if (k == "fusion") out.fusion = string(e, w);
         else if (k == "layers") out.layers = string(e, w);
         else if (k == "seed") out.seed = uint64_t(integer(e, w));
-        else fail("{}: unknown key (variant keys: name, select, ratio, granularity, fusion, layers, seed)", w);
+        else if (k == "rope_scaling") out.rope_scaling = string(e, w);
+        else if (k == "nope") {
+            HYDRA_CHECK(e.is_boolean(), "{}: expected true or false, found {}", w, json_kind(e));
+            out.nope = e.get<bool>();
+        } else if (k == "stages") {
+            HYDRA_CHECK(e.is_array(), "{}: expected a list of stage names, found {}", w, json_kind(e));
+            out.stages.clear();
+            for (size_t i = 0; i < e.size(); ++i) out.stages.push_back(string(e[i], fmt::format("{}[{}]", w, i)));
+        } else
+            fail("{}: unknown key (variant keys: name, select, ratio, granularity, fusion, layers, seed, "
+                 "rope_scaling, nope, stages)",
+                 w);
     }
     HYDRA_CHECK(!out.name.empty(), "{}: a variant needs a name", where);
     return out;
 }
 
 json variant_json(const PipelineVariant& v) {
-    return {{"name", v.name},     {"select", v.select}, {"ratio", v.ratio}, {"granularity", v.granularity},
-            {"fusion", v.fusion}, {"layers", v.layers}, {"seed", v.seed}};
+    return {{"name", v.name},     {"select", v.select}, {"ratio", v.ratio},
+            {"granularity", v.granularity}, {"fusion", v.fusion}, {"layers", v.layers},
+            {"seed", v.seed},     {"rope_scaling", v.rope_scaling}, {"nope", v.nope},
+            {"stages", v.stages}};
 }
 
 TrainConfig stage_defaults(const std::string& kind) {
@@ -293,9 +307,38 @@ std::vector<std::string> PipelineConfig::heldout_tasks() const {
 
 void PipelineConfig::validate() const {
     HYDRA_CHECK(!variants.empty(), "pipeline: no variants to build");
-    for (const PipelineVariant& v : variants)
+    const std::vector<std::string> order = {"align", "distill", "longctx"};
+    for (const PipelineVariant& v : variants) {
         HYDRA_CHECK(v.name.find('/') == std::string::npos && v.name != "teacher" && v.name != "eval",
                     "pipeline: variant name '{}' must be a plain directory name other than teacher/eval", v.name);
+        // stages: known names, each once, in pipeline order
+        size_t next = 0;
+        for (const std::string& st : v.stages) {
+            const auto it = std::find(order.begin(), order.end(), st);
+            HYDRA_CHECK(it != order.end(), "pipeline: variant '{}': unknown stage '{}' (align, distill, longctx)",
+                        v.name, st);
+            const size_t at = size_t(it - order.begin());
+            HYDRA_CHECK(at >= next, "pipeline: variant '{}': stages must be in the order align, distill, longctx, "
+                        "each at most once", v.name);
+            next = at + 1;
+        }
+        if (!v.rope_scaling.empty() && v.rope_scaling.rfind("ntk:", 0) != 0) {
+            try {
+                (void)parse_rope_scaling_spec(v.rope_scaling);
+            } catch (const Error& e) {
+                fail("pipeline: variant '{}': rope_scaling: {}", v.name, e.what());
+            }
+        }
+        if (v.select == "all-fa") {
+            HYDRA_CHECK(!v.nope, "pipeline: variant '{}': nope needs LA heads to carry order (select all-fa has none)",
+                        v.name);
+            for (const std::string& st : v.stages)
+                HYDRA_CHECK(st == "longctx",
+                            "pipeline: variant '{}': an all-fa variant (the teacher) runs at most the longctx stage, "
+                            "not {} (it has no LA heads to align or distill)",
+                            v.name, st);
+        }
+    }
     HYDRA_CHECK(!eval_lengths.empty() && eval_samples > 0, "pipeline: eval needs lengths and samples > 0");
     HYDRA_CHECK(score_samples > 0 && !score_lengths.empty(), "pipeline: score needs lengths and samples > 0");
     HYDRA_CHECK(ablation_samples > 0, "pipeline: score.ablation_samples must be > 0");

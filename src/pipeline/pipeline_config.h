@@ -20,12 +20,20 @@ inline constexpr const char* kHeldoutTaskGroup = "held-out tasks";
 
 struct PipelineVariant {
     std::string name;                 // directory and label, e.g. "hydra-7:1-scores"
-    std::string select = "random";    // scores | random | uniform | layerwise | all-la
-    std::string ratio;                // LA:FA, e.g. "7:1" (empty for all-la / layerwise with layers)
+    std::string select = "random";    // scores | random | uniform | layerwise | all-la | all-fa (the teacher)
+    std::string ratio;                // LA:FA, e.g. "7:1" (empty for all-la / all-fa / layerwise with layers)
     std::string granularity = "kv";
     std::string fusion = "scale-norm";
     std::string layers;               // layerwise: "3,7"
     uint64_t seed = 1;
+    // Positions of the FA heads, as `hydra convert --rope-scaling` / `--nope` take them: "" keeps the
+    // teacher's; e.g. "yarn:4" (the teacher's context x4), "ntk:4". all-fa + rope_scaling + no stages is
+    // the teacher with training-free scaling.
+    std::string rope_scaling;
+    bool nope = false;
+    // The transfer stages this variant runs, in this order (a subset of align, distill, longctx). An
+    // all-fa variant runs at most longctx: the teacher fine-tuned at length with the hybrids' stage-3 budget.
+    std::vector<std::string> stages = {"align", "distill", "longctx"};
 };
 
 struct PipelineConfig {

@@ -59,6 +59,24 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
                       1e-6 * double(cfg.distill.steps * cfg.distill.batch_size * cfg.distill.seq_len),
                       1e-6 * double(cfg.longctx.steps * cfg.longctx.batch_size * cfg.longctx.seq_len),
                       cfg.device == "cuda" ? "GPU (CUDA)" : "CPU");
+    // Variants that differ from that: fewer stages (baselines such as the teacher fine-tuned at length),
+    // or other positions for their FA heads.
+    const std::vector<std::string> all_stages = {"align", "distill", "longctx"};
+    for (const PipelineVariant& v : cfg.variants) {
+        std::vector<std::string> notes;
+        if (v.stages != all_stages) {
+            std::string st;
+            for (const std::string& x : v.stages) st += (st.empty() ? "" : ", ") + x;
+            notes.push_back(fmt::format("stages: {}", st.empty() ? "none (training-free)" : st));
+        }
+        if (!v.rope_scaling.empty()) notes.push_back(fmt::format("FA heads' RoPE scaling {}", v.rope_scaling));
+        if (v.nope) notes.push_back("FA heads without RoPE (NoPE)");
+        if (notes.empty()) continue;
+        std::string line;
+        for (const std::string& n : notes) line += (line.empty() ? "" : "; ") + n;
+        md += fmt::format("- `{}`: {}.\n", v.name, line);
+    }
+    md += "\n";
 
     // Headline table: every measured number with its 95% bootstrap interval.
     const EvalRunInfo fallback;

@@ -228,6 +228,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             ConversionOptions co;
             co.seed = v.seed;
             co.calibration_tokens = prose_tokens(text, calib_file, cfg.calib_tokens, 20000);
+            co.fa_nope = v.nope;
+            set_rope_option(co, v.rope_scaling, tcfg, v.name + ".rope_scaling");
             ConversionStats stats;
             auto hybrid = convert_to_hybrid(*teacher.model, plan, co, &stats);
             json extra = {{"converted_from", teacher_path}, {"variant", v.name}};
@@ -244,6 +246,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         for (const auto& [kind, base] : {std::pair<std::string, const TrainConfig*>{"align", &cfg.align},
                                          {"distill", &cfg.distill},
                                          {"longctx", &cfg.longctx}}) {
+            if (std::find(v.stages.begin(), v.stages.end(), kind) == v.stages.end()) continue;
             TrainConfig tc = *base;
             tc.stage = kind;
             tc.init = previous.string();
@@ -386,7 +389,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         vi.teacher_path = teacher_path;
         for (const PipelineVariant& v : cfg.variants)
             if (v.name == name) vi.variant = &v;
-        if (vi.variant) vi.stages = stage_configs;
+        if (vi.variant)  // the stages this variant ran (its budget), as they ran
+            for (const std::string& st : vi.variant->stages)
+                if (const auto it = stage_configs.find(st); it != stage_configs.end()) vi.stages[st] = it->second;
         vi.result = &results[i];
         vi.info = &info;
         vi.heldout = agreement.value(name, json::object());
