@@ -1,7 +1,10 @@
 // GPU inference (gpu/gpu_forward.h) against the CPU reference forward (model/llama_forward.cpp, fp32):
-//   - the last position's logits within 2e-2 relative RMS (bf16 operands against fp32);
+//   - the last position's logits within max(2e-2, 2 x the CPU's bf16 floor there) relative RMS, and every
+//     position's within max(2e-2, 2 x the worst floor) (cpu_logits_floor.h: per-head normalised fusions on
+//     random weights move the CPU's own logits by up to ~0.4 at some positions when only its matrices are
+//     rounded to bf16);
 //   - GPU decode against GPU prefill: the prompt less its last 16 tokens prefilled, then those one at a
-//     time, their logits within 2e-2 of the prefill's rows;
+//     time, their logits within the same worst-position tolerance of the prefill's rows;
 //   - with real weights also: greedy continuations of 32 tokens (CPU fp32 decode against GPU decode) equal,
 //     and decode against prefill with the same top-1 everywhere (random weights give near-tied logits);
 //   - CUDA-graph decode against eager decode (same kernels: equal to fp32 rounding, 1e-5 of the largest
@@ -37,6 +40,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "cpu_logits_floor.h"
 #include "eval/eval_runner.h"
 #include "eval/model_text_encoder.h"
 #include "eval/text_sources.h"
@@ -153,9 +157,15 @@ void check_forward(const LlamaModel& model, const ModelText& text, const std::ve
         worst = std::max(worst, rel(gpu_logits.data() + t * V, cpu_logits.f32() + t * V, V));
         agree += argmax_row(gpu_logits.data() + t * V, V) == argmax_row(cpu_logits.f32() + t * V, V);
     }
-    std::printf("logits rel RMS: last %.3e, worst position %.3e; top-1 agreement %lld/%lld\n", last_rel,
-                worst, (long long)agree, (long long)T);
-    EXPECT_LT(last_rel, kTol) << "last position's logits against the CPU";
+    // the CPU's own move when only its matrices are rounded to bf16 (cpu_logits_floor.h)
+    const LogitsFloor floor = cpu_logits_floor(model, prompt);
+    const double tol_last = std::max(kTol, 2 * floor.last), tol_worst = std::max(kTol, 2 * floor.worst);
+    std::printf("logits rel RMS: last %.3e, worst position %.3e; top-1 agreement %lld/%lld; bf16 floor: last "
+                "%.3e, worst %.3e (position %lld)\n",
+                last_rel, worst, (long long)agree, (long long)T, floor.last, floor.worst,
+                (long long)floor.worst_at);
+    EXPECT_LT(last_rel, tol_last) << "last position's logits against the CPU";
+    EXPECT_LT(worst, tol_worst) << "the worst position's logits against the CPU";
 
     // greedy continuations (no stop at EOS: compare the raw argmax streams)
     ModelText nostop = text;
@@ -197,7 +207,7 @@ void check_forward(const LlamaModel& model, const ModelText& text, const std::ve
     }
     std::printf("GPU decode vs prefill, last %lld positions: worst rel RMS %.3e, top-1 equal %lld/%lld\n",
                 (long long)k, dp_worst, (long long)dp_agree, (long long)k);
-    EXPECT_LT(dp_worst, kTol) << "decode against prefill";
+    EXPECT_LT(dp_worst, tol_worst) << "decode against prefill";
     if (strict) {
         EXPECT_EQ(dp_agree, k) << "decode and prefill disagree on the top-1 token";
     }
