@@ -34,7 +34,7 @@ struct ServeOptions {
     int64_t max_seqs = 0;  // 0: 8 on the CPU, 64 on the GPU
     int64_t ctx = 0;       // 0: the model's context, at most 8192
     std::string api_key;
-    int64_t prefill_chunk = 512;
+    int64_t prefill_chunk = 0;  // 0: 512 on the CPU, the whole context on the GPU
     int64_t step_tokens = 0;  // 0: prefill_chunk + max_seqs (decode rows never shorten a prefill chunk)
     int64_t max_queue = 256;
     int64_t prefix_cache_mb = 1024;
@@ -101,10 +101,13 @@ void serve(const ServeOptions& o) {
 
     serve::SchedulerConfig sc;
     sc.max_queue = o.max_queue;
-    sc.prefill_chunk = o.prefill_chunk;
+    // On the GPU a prompt continued after cached tokens runs its attention as one decode launch per query
+    // row (gpu/prefill_attention.h), an order of magnitude slower than a prefill from position 0, so whole
+    // prompts prefill in one chunk unless asked otherwise.
+    sc.prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : (o.device == "cuda" ? backend->context() : 512);
     // A full chunk fits next to every decode row, so chunks keep one length: on the GPU each new
     // (chunk, keys) shape of the prefill attention builds a cuDNN plan.
-    sc.step_token_budget = o.step_tokens > 0 ? o.step_tokens : o.prefill_chunk + max_seqs;
+    sc.step_token_budget = o.step_tokens > 0 ? o.step_tokens : sc.prefill_chunk + max_seqs;
     sc.prefix_cache = o.prefix_cache_mb > 0;
     sc.prefix_cache_bytes = size_t(o.prefix_cache_mb) << 20;
     serve::Scheduler scheduler(*backend, tok, sc);
@@ -155,8 +158,8 @@ void register_serve(CLI::App& app) {
         ->check(at_least(2));
     cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (default: $HYDRA_API_KEY)");
     cmd->add_option("--prefill-chunk", o->prefill_chunk,
-                    "prompt tokens one sequence prefills per step at most")
-        ->capture_default_str()
+                    "prompt tokens one sequence prefills per step at most (default: 512 on cpu, the whole "
+                    "context on cuda)")
         ->check(at_least(1));
     cmd->add_option("--step-tokens", o->step_tokens,
                     "tokens of one scheduler step at most, decode rows + prefill chunks (default: "

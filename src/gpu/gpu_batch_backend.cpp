@@ -84,7 +84,7 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
     graphs_on_ = cuda_graphs_from_env(std::getenv("HYDRA_CUDA_GRAPHS"));
 
     fwd_ = std::make_unique<GpuForward>(model_);
-    fwd_->set_cuda_graphs(graphs_on_);  // its single-token steps: a prompt continued at pos0 > 0
+    fwd_->set_cuda_graphs(graphs_on_);
     scratch_ = std::make_unique<GpuCache>(model_, context_);
     blas_ = std::make_unique<cuda::BlasContext>(stream());
 

@@ -17,8 +17,8 @@
 //     chunked forward) on a scratch one-sequence cache (gpu/gpu_cache.h), whose new K/V rows are then copied
 //     into the slot's blocks and whose GDN state and windows into its slot. A row at pos0 > 0 (chunked
 //     prefill, a prefix-cache hit continued) first copies the slot's rows [0, pos0) and state into the
-//     scratch cache; GpuForward then runs it as single-token steps (its CUDA graphs) until its prefill
-//     attention takes an offset, which this path then uses as it is.
+//     scratch cache; GpuForward then continues it in one pass (its attention over the cached rows runs the
+//     decode kernel per query row, so `hydra serve --device cuda` prefills whole prompts by default).
 // Snapshots end on block boundaries (snapshot_granularity() = block_size): the slot's full blocks (shared,
 // one more reference) and a device copy of its GDN slot.
 //

@@ -8,8 +8,7 @@
 //   FA heads: [q/k head norm] -> RoPE in place -> k, v rows into the cache (bf16)
 //             T > 1: gpu/prefill_attention.h over the cache rows [0, pos0 + T) (cuDNN's fused engine, else
 //             our flash kernel from position 0 / the decode kernel per row after it); a prompt continued
-//             after cached tokens runs in one pass for a teacher, and as single-token steps for a model with
-//             LA heads (the multi-token short convolution starts from an empty window)
+//             after cached tokens runs in one pass (set_continue_in_one_pass)
 //             T = 1: decode attention over the cache (gpu/decode_attention.h)
 //   LA heads: short conv + SiLU on q/k/v (carried windows) -> gates g, beta -> GDN chunked forward with
 //             h0/ht = the cached state (T > 1) or the decode step (T = 1) -> gated RMSNorm with z
@@ -83,7 +82,8 @@ class GpuForward {
     bool cuda_graphs() const { return graphs_on_; }
     // A prompt continued after cached tokens on a model with LA heads: in one multi-token pass (the
     // short convolutions start from the cached windows, the GDN chunked forward from the cached state),
-    // or as single-token steps. Steps unless HYDRA_GPU_CONTINUE=pass (tests run both).
+    // or as single-token steps (CUDA-graph replays; slower). One pass unless HYDRA_GPU_CONTINUE=steps;
+    // GpuForwardChunks checks both against a one-pass prefill.
     void set_continue_in_one_pass(bool on) { continue_in_one_pass_ = on; }
     bool continue_in_one_pass() const { return continue_in_one_pass_; }
     struct GraphStats {
@@ -155,7 +155,7 @@ class GpuForward {
     int64_t cap_T_ = 0, cap_logits_ = 0, cap_kv_ = 0;
     cuda::DeviceBuffer<int32_t> ids_, argmax_;
     cuda::DeviceBuffer<float> continued_logits_;  // run(): a continued prompt's last rows, stepped
-    bool continue_in_one_pass_ = false;
+    bool continue_in_one_pass_ = true;
     cuda::DeviceBuffer<float> x_, gates_, rope_, partials_, logits_;
     cuda::DeviceBuffer<bf16> xn_, proj_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
     int32_t* host_token_ = nullptr;                                                      // pinned

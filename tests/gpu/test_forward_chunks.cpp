@@ -4,16 +4,18 @@
 // the GDN chunked forward from the cached state) and as single-token steps. Every position's logits within
 // max(2e-2, 2 x the CPU's bf16 floor) relative RMS (bf16 paths that round differently: cuDNN over S keys
 // against S' keys, GDN chunk boundaries moved; the floor is how far bf16 weights move the CPU's own logits,
-// cpu_logits_floor.h), then 32 greedy tokens from each. With the prefill attention on its default backend
-// (cuDNN where it loads) and on our kernels (HYDRA_PREFILL_ATTN=own's path: the flash kernel from 0, the
-// decode kernel per row after).
+// cpu_logits_floor.h; at a position where the one-pass prefill is further than that from the CPU, as at a
+// real model's outlier tokens, 2 x that distance), then 32 greedy tokens from each. With the prefill
+// attention on its default backend (cuDNN where it loads) and on our kernels (HYDRA_PREFILL_ATTN=own's path:
+// the flash kernel from 0, the decode kernel per row after).
 // Models: random weights at SmolLM2's head shape (Dh 64, 9 / 3 heads, 4 layers): the teacher, kv-granular
 // 1:1 hybrids (GDN state and conv windows carried across chunks; scale-norm and Hymba fusion), head-granular
 // 7:1 hybrids (uneven KV groups; scale-norm and no fusion), and a Qwen-style teacher at Dh 128 (16 / 8 heads,
 // q/k bias and norm); prompt 600 tokens in chunks of 250, 7 and 343 (and a 1-token chunk: 250, 1, 349).
 // Random weights give near-tied logits, so there the greedy streams are reported, not required.
 // GpuForwardChunks.RealModel: the model at $HYDRA_MODEL on 300 tokens of prose in chunks of 120, 5, 175:
-// logits within the tolerance and the 32 greedy tokens identical.
+// logits within the tolerance and the 32 greedy tokens identical up to a tie (the one-pass run's logits of
+// the two tokens within 4 x the last position's difference x the logits' RMS).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,8 +57,9 @@ int32_t argmax_row(const float* x, int64_t n) {
 }
 
 struct Run {
-    std::vector<float> logits;    // (T, V)
-    std::vector<int32_t> greedy;  // kGen tokens after the prompt
+    std::vector<float> logits;       // (T, V)
+    std::vector<int32_t> greedy;     // kGen tokens after the prompt
+    std::vector<float> step_logits;  // (kGen, V): the logits each greedy token was fed back with
 };
 
 // The prompt in the given chunks (one chunk: a plain prefill) with every position's logits, then kGen
@@ -77,7 +80,9 @@ Run run_chunks(gpu::GpuForward& fwd, gpu::GpuCache& cache, const std::vector<int
     int32_t tok = argmax_row(r.logits.data() + (at - 1) * V, V);
     for (int64_t i = 0; i < kGen; ++i) {
         r.greedy.push_back(tok);
-        tok = fwd.forward_argmax(cache, std::span<const int32_t>(&tok, 1));
+        const std::vector<float> lg = fwd.forward_last_logits(cache, std::span<const int32_t>(&tok, 1));
+        r.step_logits.insert(r.step_logits.end(), lg.begin(), lg.end());
+        tok = argmax_row(lg.data(), V);
     }
     return r;
 }
@@ -87,11 +92,12 @@ void check_chunks(const LlamaModel& model, const std::vector<int32_t>& prompt,
                   const std::vector<std::vector<int64_t>>& splits, bool strict) {
     const int64_t V = model.config().vocab_size, T = int64_t(prompt.size());
     // GPU against GPU, but the two orders of rounding move the logits as far as bf16 weights move the
-    // CPU's: the tolerance scales with that floor (cpu_logits_floor.h)
+    // CPU's (cpu_logits_floor.h), and at a real model's outlier tokens as far as the one-pass prefill
+    // itself is from the CPU: position t may differ by max(2e-2, 2 x floor, 2 x |one-pass - CPU| at t).
     const LogitsFloor floor = cpu_logits_floor(model, prompt);
     const double tol = std::max(kTol, 2 * floor.worst);
-    std::printf("bf16 floor of the CPU logits: worst %.3e (position %lld); tolerance %.3e\n", floor.worst,
-                (long long)floor.worst_at, tol);
+    std::printf("bf16 floor of the CPU logits: worst %.3e (position %lld); tolerance at least %.3e\n",
+                floor.worst, (long long)floor.worst_at, tol);
     gpu::GpuTrainModel gm(model, false);
     gpu::GpuForward fwd(gm);
     gpu::GpuCache cache(gm, T + kGen + 1);
@@ -108,14 +114,18 @@ void check_chunks(const LlamaModel& model, const std::vector<int32_t>& prompt,
             label += one_pass ? " one-pass" : " steps";
             label += " chunks";
             for (int64_t n : chunks) label += " " + std::to_string(n);
-            double worst = 0;
+            double worst = 0, excess = 0;  // excess: the largest error / allowance (> 1 fails)
             int64_t agree = 0, worst_at = 0;
             for (int64_t t = 0; t < T; ++t) {
                 const RelRms r = rel_rms(ch.logits.data() + t * V, one.logits.data() + t * V, size_t(V));
                 const double x = r.finite ? r.value : INFINITY;
                 if (x > worst) worst = x, worst_at = t;
+                const double own = rel_rms(one.logits.data() + t * V, floor.fp32.data() + t * V, size_t(V)).value;
+                excess = std::max(excess, x / std::max(tol, 2 * own));
                 agree += argmax_row(ch.logits.data() + t * V, V) == argmax_row(one.logits.data() + t * V, V);
             }
+            const double last_rel =
+                rel_rms(ch.logits.data() + (T - 1) * V, one.logits.data() + (T - 1) * V, size_t(V)).value;
             int64_t same = 0;
             while (same < kGen && ch.greedy[size_t(same)] == one.greedy[size_t(same)]) ++same;
             std::printf(
@@ -123,8 +133,21 @@ void check_chunks(const LlamaModel& model, const std::vector<int32_t>& prompt,
                 "greedy %lld/%lld equal\n",
                 label.c_str(), path_one.c_str(), fwd.prefill_attention().last_path(), worst,
                 (long long)worst_at, (long long)agree, (long long)T, (long long)same, (long long)kGen);
-            EXPECT_LT(worst, tol) << label << ": logits against the one-pass prefill";
-            if (strict) EXPECT_EQ(same, kGen) << label << ": greedy tokens part at " << same;
+            EXPECT_LE(excess, 1.0) << label << ": logits against the one-pass prefill, worst " << worst
+                                   << " at position " << worst_at;
+            if (strict && same < kGen) {
+                // the streams may part only at a tie of the one-pass run's own logits there, within 4 x the
+                // last prompt position's difference (x the logits' RMS)
+                const float* ref = same == 0 ? one.logits.data() + (T - 1) * V
+                                             : one.step_logits.data() + (same - 1) * V;
+                double ms = 0;
+                for (int64_t i = 0; i < V; ++i) ms += double(ref[i]) * double(ref[i]);
+                const double band = 4 * std::max(last_rel, floor.last) * std::sqrt(ms / double(V));
+                const double gap = double(ref[one.greedy[size_t(same)]]) - double(ref[ch.greedy[size_t(same)]]);
+                std::printf("  streams part at token %lld: logit gap %.4f, tie band %.4f\n", (long long)same, gap,
+                            band);
+                EXPECT_LE(gap, band) << label << ": greedy tokens part at " << same << " where it is no tie";
+            }
         }
     }
 }
