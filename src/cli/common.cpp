@@ -1,7 +1,9 @@
 // Options and defaults shared by the subcommands (see commands.h).
 #include <cstdlib>
+#include <optional>
 
 #include "cli/commands.h"
+#include "core/parse_number.h"
 #include "core/threading.h"
 
 namespace hydra::cli {
@@ -20,16 +22,9 @@ void apply_threads(int threads) { set_num_threads(threads); }
 CLI::Validator at_least(int64_t min) {
     return CLI::Validator(
         [min](std::string& text) -> std::string {
-            int64_t v = 0;
-            size_t used = 0;
-            try {
-                v = std::stoll(text, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            if (used == 0 || used != text.size())
-                return "must be an integer >= " + std::to_string(min) + ", got '" + text + "'";
-            if (v < min) return "must be at least " + std::to_string(min) + ", got " + text;
+            const std::optional<int64_t> v = parse_int64(text);
+            if (!v) return "must be an integer >= " + std::to_string(min) + ", got '" + text + "'";
+            if (*v < min) return "must be at least " + std::to_string(min) + ", got " + text;
             return "";
         },
         "INT>=" + std::to_string(min));

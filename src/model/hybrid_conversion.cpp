@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "core/rng.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
@@ -42,16 +43,9 @@ void set_rope_option(ConversionOptions& options, const std::string& spec, const 
     if (spec.empty()) return;
     if (spec.rfind("ntk:", 0) == 0) {
         const std::string alpha = spec.substr(4);
-        size_t used = 0;
-        double a = 0;
-        try {
-            a = std::stod(alpha, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        HYDRA_CHECK(!alpha.empty() && used == alpha.size() && a >= 1.0,
-                    "{} {}: \"{}\" is not a number >= 1", where, spec, alpha);
-        options.rope_theta = static_ntk_theta(double(teacher.rope_theta), a, teacher.rope_dim);
+        const std::optional<double> a = parse_finite_double(alpha);
+        HYDRA_CHECK(a && *a >= 1.0, "{} {}: \"{}\" is not a number >= 1", where, spec, alpha);
+        options.rope_theta = static_ntk_theta(double(teacher.rope_theta), *a, teacher.rope_dim);
         return;
     }
     try {

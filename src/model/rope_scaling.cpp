@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "io/json_kind.h"
 #include "model/model_config.h"
 
@@ -285,16 +286,9 @@ RopeScaling parse_rope_scaling_spec(const std::string& spec) {
     std::string item;
     bool first = true;
     auto number = [&](const std::string& text, const std::string& what) {
-        size_t used = 0;
-        double v = 0;
-        try {
-            v = std::stod(text, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        HYDRA_CHECK(used == text.size() && !text.empty() && std::isfinite(v),
-                    "--rope-scaling \"{}\": {} \"{}\" is not a number", spec, what, text);
-        return v;
+        const std::optional<double> v = parse_finite_double(text);
+        HYDRA_CHECK(v.has_value(), "--rope-scaling \"{}\": {} \"{}\" is not a number", spec, what, text);
+        return *v;
     };
     while (std::getline(rest, item, ',')) {
         if (first) {
