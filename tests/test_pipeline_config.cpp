@@ -133,23 +133,36 @@ TEST(EvalSampleCache, SameSamplesBuiltOnce) {
     EXPECT_NE(other, seen);
 }
 
+// A miniature tiny-cpu pipeline: a few steps per stage, one task at 256 tokens, the given variants; and
+// the hooks that give its stages synthetic rows (the preset is byte-level).
+PipelineConfig miniature(const std::string& variants) {
+    PipelineConfig c = PipelineConfig::preset("tiny-cpu");
+    for (const std::string o :
+         {"teacher_train.run.steps=3", "teacher_train.data.batch_size=2", "align.run.steps=1", "distill.run.steps=1",
+          "longctx.run.steps=1", "eval.tasks=[\"passkey\"]", "eval.lengths=[256]", "eval.samples=1",
+          "eval.heldout_tokens=300"})
+        c.apply_override(o);
+    c.apply_override("variants=" + variants);
+    return c;
+}
+
+PipelineHooks byte_level_hooks() {
+    PipelineHooks hooks;
+    hooks.synthetic_rows = [](const TrainConfig& t) {
+        static const ModelText text = byte_model_text();
+        return synthetic_task_mixer(text, training_task_options(text), t.synthetic_tasks, t.seq_len);
+    };
+    return hooks;
+}
+
 TEST(PipelineRun, HeldoutTextIsLeftOutOfEveryStage) {
     const fs::path heldout = fs::path(HYDRA_SOURCE_DIR) / ".cache/prose/austen_persuasion.txt";
     if (std::getenv("HYDRA_CACHE") || !fs::exists(heldout))
         GTEST_SKIP() << "prose cache missing (tools/setup.sh)";
     const fs::path out = fs::temp_directory_path() / ("hydra_test_pipeline_" + std::to_string(::getpid()));
     fs::remove_all(out);
-    PipelineConfig c = PipelineConfig::preset("tiny-cpu");
-    for (const char* o :
-         {"teacher_train.run.steps=4", "teacher_train.data.batch_size=2", "align.run.steps=1",
-          "distill.run.steps=1", "longctx.run.steps=1", "eval.tasks=[\"passkey\"]", "eval.lengths=[256]",
-          "eval.samples=1", "eval.heldout_tokens=300", "variants=[{\"name\":\"la\",\"select\":\"all-la\"}]"})
-        c.apply_override(o);
-    PipelineHooks hooks;
-    hooks.synthetic_rows = [](const TrainConfig& t) {
-        static const ModelText text = byte_model_text();  // the tiny-cpu preset is byte-level
-        return synthetic_task_mixer(text, training_task_options(text), t.synthetic_tasks, t.seq_len);
-    };
+    const PipelineConfig c = miniature("[{\"name\":\"la\",\"select\":\"all-la\"}]");
+    const PipelineHooks hooks = byte_level_hooks();
     run_pipeline(c, out.string(), "", hooks);
     for (const char* stage : {"teacher", "la/align", "la/distill", "la/longctx"}) {
         SCOPED_TRACE(stage);
@@ -218,21 +231,11 @@ TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
         GTEST_SKIP() << "prose cache missing (tools/setup.sh)";
     const fs::path out = fs::temp_directory_path() / ("hydra_test_pipeline_bl_" + std::to_string(::getpid()));
     fs::remove_all(out);
-    PipelineConfig c = PipelineConfig::preset("tiny-cpu");
-    for (const char* o :
-         {"teacher_train.run.steps=2", "teacher_train.data.batch_size=2", "align.run.steps=1",
-          "distill.run.steps=1", "longctx.run.steps=1", "eval.tasks=[\"passkey\"]", "eval.lengths=[256]",
-          "eval.samples=1", "eval.heldout_tokens=300",
-          "variants=[{\"name\":\"t-yarn\",\"select\":\"all-fa\",\"rope_scaling\":\"yarn:2\",\"stages\":[]},"
-          "{\"name\":\"t-ft\",\"select\":\"all-fa\",\"stages\":[\"longctx\"]},"
-          "{\"name\":\"h-nope\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,"
-          "\"stages\":[\"distill\",\"longctx\"]}]"})
-        c.apply_override(o);
-    PipelineHooks hooks;
-    hooks.synthetic_rows = [](const TrainConfig& t) {
-        static const ModelText text = byte_model_text();
-        return synthetic_task_mixer(text, training_task_options(text), t.synthetic_tasks, t.seq_len);
-    };
+    const PipelineConfig c = miniature(
+        "[{\"name\":\"t-yarn\",\"select\":\"all-fa\",\"rope_scaling\":\"yarn:2\",\"stages\":[]},"
+        "{\"name\":\"t-ft\",\"select\":\"all-fa\",\"stages\":[\"longctx\"]},"
+        "{\"name\":\"h-nope\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,\"stages\":[\"distill\",\"longctx\"]}]");
+    const PipelineHooks hooks = byte_level_hooks();
     run_pipeline(c, out.string(), "", hooks);
     auto read = [](const fs::path& p) {
         std::ifstream in(p);
