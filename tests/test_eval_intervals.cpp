@@ -356,6 +356,7 @@ TEST(ResultsMerge, RecordsFromTwoRunsMergeIntoOneReport) {
     EXPECT_NE(md.find("held-out tasks mean"), std::string::npos);
     EXPECT_NE(md.find("2.0 min"), std::string::npos);  // wall time of each
     EXPECT_TRUE(fs::exists(dir.path / "merged" / "merged.json"));
+    EXPECT_NE(md.find("## Score against cache"), std::string::npos);  // eval/pareto.h's section
 
     // Bad inputs: no records, a malformed one.
     fs::create_directories(dir.path / "empty");

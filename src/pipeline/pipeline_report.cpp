@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "eval/bootstrap.h"
+#include "eval/pareto.h"
 #include "io/atomic_dir.h"
 #include "model/model_loader.h"
 #include "report/line_plot.h"
@@ -97,6 +98,7 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
     table += "\n";
     int64_t heldout_count = 0;
     std::string heldout_from;
+    std::vector<ParetoPoint> pareto;
     for (size_t i = 0; i < in.models.size(); ++i) {
         const auto& [name, path] = in.models[i];
         const ModelEvalResult& r = (*in.results)[i];
@@ -119,6 +121,7 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
                                    it->second, ci == r.length_ci.end() ? Interval{NAN, NAN} : ci->second));
         }
         table += fmt::format(" {} |", format_with_interval(r.overall, r.overall_ci));
+        pareto.push_back({name, double(plan.kv_bytes_per_token(c, 2)), r.overall, r.overall_ci});
         for (const auto& [group, tasks] : info.groups) {
             const GroupScore g = group_score(r, tasks, info.bootstrap);
             table += fmt::format(" {} |", format_with_interval(g.overall, g.overall_ci));
@@ -157,6 +160,7 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
             "column.",
             fmt::join(held, ", "), kHeldoutTaskGroup);
     md += "\n\n![score vs length](score_vs_length.png)\n\n";
+    md += pareto_section(pareto, out);
 
     // Per-task scores.
     md += "## Per task\n\n| model | task | held out |";

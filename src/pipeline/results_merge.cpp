@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "eval/bootstrap.h"
+#include "eval/pareto.h"
 #include "eval/results_io.h"
 #include "io/atomic_dir.h"
 #include "pipeline/variant_record.h"
@@ -209,6 +210,11 @@ MergeResult write_merged_report(const std::vector<VariantRecordFile>& records, c
         "held-out metrics: windows resampled). Held-out metrics are measured on the held-out split of each "
         "run's "
         "shards (the record's heldout.source).\n\n![score vs length](score_vs_length.png)\n\n";
+    std::vector<ParetoPoint> pareto;
+    for (size_t i = 0; i < records.size(); ++i)
+        pareto.push_back({results[i].model, double(records[i].record.value("kv_bytes_per_token", int64_t(0))),
+                          results[i].overall, results[i].overall_ci});
+    md += pareto_section(pareto, out);
 
     md += "## Per task\n\n| model | task |";
     for (int64_t len : lengths) md += fmt::format(" {} |", len);
