@@ -181,6 +181,22 @@ TEST(HybridPlanBuild, ScoresSelectTopGroupsAndRejectOtherModels) {
     EXPECT_EQ(p.layers[17].fa_heads, (std::vector<int32_t>{6, 7, 8}));
     EXPECT_EQ(p.total_fa_heads(), 6);
 
+    // one method's table instead of the aggregate: its own top groups
+    std::vector<std::vector<double>> retrieval(30, std::vector<double>(9, 0.0));
+    retrieval[2][0] = 5.0;   // group 0 of layer 2
+    retrieval[29][7] = 4.0;  // group 2 of layer 29
+    j["methods"]["retrieval"]["heads"] = retrieval;
+    std::ofstream(dir / "methods.json") << j.dump();
+    const HeadScoreTable m = load_head_scores((dir / "methods.json").string(), c, "retrieval");
+    r.scores = &m;
+    const HybridPlan pm = build_plan(c, r);
+    EXPECT_EQ(pm.layers[2].fa_heads, (std::vector<int32_t>{0, 1, 2}));
+    EXPECT_EQ(pm.layers[29].fa_heads, (std::vector<int32_t>{6, 7, 8}));
+    EXPECT_EQ(pm.layers[5].fa_heads, std::vector<int32_t>{});
+    EXPECT_NE(m.source.find("#retrieval"), std::string::npos);
+    const std::string missing = error_of([&] { load_head_scores((dir / "methods.json").string(), c, "path"); });
+    EXPECT_NE(missing.find("no scores of method 'path' (the file holds: retrieval)"), std::string::npos) << missing;
+
     j["model"]["num_heads"] = 12;
     std::ofstream(dir / "other.json") << j.dump();
     EXPECT_NE(error_of([&] { load_head_scores((dir / "other.json").string(), c); }).find("made for another model"),

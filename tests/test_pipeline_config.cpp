@@ -209,6 +209,10 @@ TEST(PipelineConfig, VariantStagesAndPositions) {
         {"[{\"name\":\"h\",\"stages\":[\"warmup\"]}]", "unknown stage 'warmup'"},
         {"[{\"name\":\"h\",\"rope_scaling\":\"yarn:abc\"}]", "variant 'h': rope_scaling"},
         {"[{\"name\":\"h\",\"nope\":1}]", "expected true or false"},
+        {"[{\"name\":\"h\",\"select\":\"random\",\"ratio\":\"7:1\",\"score_method\":\"retrieval\"}]",
+         "score_method is for select scores"},
+        {"[{\"name\":\"h\",\"select\":\"scores\",\"ratio\":\"7:1\",\"score_method\":\"retrieval\"}]",
+         "not among score.methods"},
     };
     for (const auto& [variants, want] : bad) {
         SCOPED_TRACE(variants);
@@ -221,6 +225,35 @@ TEST(PipelineConfig, VariantStagesAndPositions) {
             EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
         }
     }
+}
+
+// The study presets are valid as they stand, and variants_only runs a part of one (by name, in the order
+// given; an unknown name lists the known ones).
+TEST(PipelineConfig, StudyPresetsAndVariantsOnly) {
+    for (const char* name : {"smollm2-gpu-selection", "smollm2-gpu-long"}) {
+        SCOPED_TRACE(name);
+        const PipelineConfig p = PipelineConfig::preset(name);
+        p.validate();
+        EXPECT_GE(p.variants.size(), 6u);
+        EXPECT_EQ(p.distill.steps * p.distill.batch_size * p.distill.seq_len, 3052 * 8 * 2048);  // 50.0M tokens
+    }
+    const PipelineConfig lp = PipelineConfig::preset("smollm2-gpu-long");
+    EXPECT_EQ(lp.eval_lengths.back(), 131072);
+    EXPECT_EQ(lp.longctx.seq_len, 16384);
+    EXPECT_TRUE(lp.longctx.recompute);
+    PipelineConfig sel = PipelineConfig::preset("smollm2-gpu-selection");
+    EXPECT_EQ(sel.variants[4].score_method, "retrieval");
+    sel.apply_override("variants_only=[\"all-la\",\"hydra-7:1-random-s2\"]");
+    ASSERT_EQ(sel.variants.size(), 2u);
+    EXPECT_EQ(sel.variants[0].name, "all-la");
+    EXPECT_EQ(sel.variants[1].seed, 2u);
+    std::string err;
+    try {
+        sel.apply_override("variants_only=[\"nope\"]");
+    } catch (const Error& e) {
+        err = e.what();
+    }
+    EXPECT_NE(err.find("no variant named 'nope' (variants: all-la, hydra-7:1-random-s2)"), std::string::npos) << err;
 }
 
 // The baselines run end to end on the CPU: the teacher with training-free YaRN (no stage), the teacher

@@ -39,6 +39,7 @@ struct ConvertOptions {
     bool allow_neg_eigval = false;
     std::string rope_scaling;
     bool nope = false;
+    std::string score_method;  // "": the file's aggregate
     std::string out;
     bool force = false;
     int threads = 0;
@@ -93,6 +94,9 @@ void register_convert(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"scores", "random", "uniform", "layerwise", "all-la", "all-fa"}));
     cmd->add_option("--scores", o->scores, "scores.json from `hydra score-heads` (for --select scores)");
+    cmd->add_option("--score-method", o->score_method,
+                    "select by one method's scores of the file (activation, attribution, path, retrieval, ...) "
+                    "instead of their aggregate");
     cmd->add_option("--layers", o->layers, "FA layers for --select layerwise, e.g. 3,7,11 (default: every k-th)");
     cmd->add_option("--granularity", o->granularity, "kv: whole KV groups stay FA (the KV cache shrinks); head")
         ->capture_default_str()
@@ -138,7 +142,7 @@ void register_convert(CLI::App& app) {
         req.gdn.allow_neg_eigval = o->allow_neg_eigval;
         std::optional<HeadScoreTable> scores;
         if (!o->scores.empty()) {
-            scores = load_head_scores(o->scores, cfg);
+            scores = load_head_scores(o->scores, cfg, o->score_method);
             req.scores = &*scores;
         }
         HYDRA_CHECK(o->select != "scores" || scores,

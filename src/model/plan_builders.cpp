@@ -72,7 +72,7 @@ std::vector<int64_t> parse_layer_list(const std::string& text, const std::string
     return out;
 }
 
-HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& config) {
+HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& config, const std::string& method) {
     std::ifstream in(path);
     HYDRA_CHECK(in.good(), "{}: cannot open the scores file", path);
     nlohmann::json j;
@@ -119,8 +119,22 @@ HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& conf
     };
     HeadScoreTable s;
     s.source = path;
-    s.heads = table(j["aggregate"]["heads"], config.num_layers, config.num_heads, "aggregate.heads");
-    if (j["aggregate"].contains("kv_groups")) {
+    if (!method.empty()) {
+        const bool has = j.contains("methods") && j["methods"].is_object() && j["methods"].contains(method) &&
+                         j["methods"][method].is_object() && j["methods"][method].contains("heads");
+        if (!has) {
+            std::string known;
+            if (j.contains("methods") && j["methods"].is_object())
+                for (const auto& [k, v] : j["methods"].items()) known += (known.empty() ? "" : ", ") + k;
+            fail("{}: no scores of method '{}' (the file holds: {})", path, method, known.empty() ? "none" : known);
+        }
+        s.source = path + "#" + method;
+        s.heads = table(j["methods"][method]["heads"], config.num_layers, config.num_heads,
+                        "methods." + method + ".heads");
+    } else {
+        s.heads = table(j["aggregate"]["heads"], config.num_layers, config.num_heads, "aggregate.heads");
+    }
+    if (method.empty() && j["aggregate"].contains("kv_groups")) {
         s.kv_groups = table(j["aggregate"]["kv_groups"], config.num_layers, config.num_kv_heads, "aggregate.kv_groups");
     } else {
         const int64_t G = config.group_size();

@@ -59,6 +59,7 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
         else if (k == "layers") out.layers = string(e, w);
         else if (k == "seed") out.seed = uint64_t(integer(e, w));
         else if (k == "rope_scaling") out.rope_scaling = string(e, w);
+        else if (k == "score_method") out.score_method = string(e, w);
         else if (k == "nope") {
             HYDRA_CHECK(e.is_boolean(), "{}: expected true or false, found {}", w, json_kind(e));
             out.nope = e.get<bool>();
@@ -68,7 +69,7 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
             for (size_t i = 0; i < e.size(); ++i) out.stages.push_back(string(e[i], fmt::format("{}[{}]", w, i)));
         } else
             fail("{}: unknown key (variant keys: name, select, ratio, granularity, fusion, layers, seed, "
-                 "rope_scaling, nope, stages)",
+                 "score_method, rope_scaling, nope, stages)",
                  w);
     }
     HYDRA_CHECK(!out.name.empty(), "{}: a variant needs a name", where);
@@ -78,7 +79,7 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
 json variant_json(const PipelineVariant& v) {
     return {{"name", v.name},     {"select", v.select}, {"ratio", v.ratio},
             {"granularity", v.granularity}, {"fusion", v.fusion}, {"layers", v.layers},
-            {"seed", v.seed},     {"rope_scaling", v.rope_scaling}, {"nope", v.nope},
+            {"seed", v.seed},     {"score_method", v.score_method}, {"rope_scaling", v.rope_scaling}, {"nope", v.nope},
             {"stages", v.stages}};
 }
 
@@ -96,9 +97,58 @@ TrainConfig stage_defaults(const std::string& kind) {
 
 }  // namespace
 
-std::vector<std::string> PipelineConfig::preset_names() { return {"tiny-cpu", "smollm2-gpu"}; }
+std::vector<std::string> PipelineConfig::preset_names() {
+    return {"tiny-cpu", "smollm2-gpu", "smollm2-gpu-selection", "smollm2-gpu-long"};
+}
 
 PipelineConfig PipelineConfig::preset(const std::string& name) {
+    if (name == "smollm2-gpu-selection") {
+        // Issue 33's selection study at equal budgets (50M stage-2 tokens each, on a corpus given as
+        // {align,distill,longctx}.data.corpus): which heads to keep, at which granularity and ratio, against
+        // random choices and the layer-wise hybrid. Ten students, about 7 minutes each on one H200: run in
+        // parts with variants_only=[...] and join them with `hydra report merge`.
+        PipelineConfig p = preset("smollm2-gpu");
+        p.name = name;
+        p.distill.steps = p.distill.schedule_steps = 3052;  // 3052 x 8 x 2048 = 50.0M tokens
+        p.longctx.steps = p.longctx.schedule_steps = 20;
+        p.eval_lengths = {2048, 4096, 8192};
+        p.variants = {{"hydra-7:1-scores", "scores", "7:1", "kv", "scale-norm", "", 1},
+                      {"hydra-7:1-random-s1", "random", "7:1", "kv", "scale-norm", "", 1},
+                      {"hydra-7:1-random-s2", "random", "7:1", "kv", "scale-norm", "", 2},
+                      {"hydra-7:1-random-s3", "random", "7:1", "kv", "scale-norm", "", 3},
+                      {"hydra-7:1-retrieval", "scores", "7:1", "kv", "scale-norm", "", 1, "retrieval"},
+                      {"hydra-7:1-scores-head", "scores", "7:1", "head", "scale-norm", "", 1},
+                      {"hydra-15:1-scores-head", "scores", "15:1", "head", "scale-norm", "", 1},
+                      {"hydra-3:1-scores-head", "scores", "3:1", "head", "scale-norm", "", 1},
+                      {"layerwise-3:1", "layerwise", "3:1", "kv", "none", "", 1},
+                      {"all-la", "all-la", "", "kv", "scale-norm", "", 1}};
+        return p;
+    }
+    if (name == "smollm2-gpu-long") {
+        // Issue 34's study past the teacher's 8K window: stage 3 on 16K-token rows (recomputation), the
+        // evaluation from 4K to 128K; the teacher with training-free YaRN (factor 16: its 8K window to 128K)
+        // and fine-tuned by the same stage 3, against 7:1 hybrids with YaRN, unscaled and NoPE FA heads, and
+        // the layer-wise hybrid with YaRN.
+        // Six models: run in parts with variants_only=[...], join with `hydra report merge`.
+        PipelineConfig p = preset("smollm2-gpu");
+        p.name = name;
+        p.distill.steps = p.distill.schedule_steps = 3052;
+        p.longctx.seq_len = 16384;
+        p.longctx.batch_size = 1;
+        p.longctx.steps = p.longctx.schedule_steps = 200;  // 3.3M tokens of stage 3 for every model
+        p.longctx.kl_max_position = 8192;                  // the teacher's own window: KL only where it is valid
+        p.eval_lengths = {4096, 8192, 16384, 32768, 65536, 131072};
+        p.eval_samples = 20;
+        const std::vector<std::string> all = {"align", "distill", "longctx"};
+        p.variants = {
+            {"teacher-yarn16", "all-fa", "", "kv", "none", "", 1, "", "yarn:16", false, {}},
+            {"teacher-yarn16-ft", "all-fa", "", "kv", "none", "", 1, "", "yarn:16", false, {"longctx"}},
+            {"hydra-7:1-yarn16", "scores", "7:1", "kv", "scale-norm", "", 1, "", "yarn:16", false, all},
+            {"hydra-7:1", "scores", "7:1", "kv", "scale-norm", "", 1, "", "", false, all},
+            {"hydra-7:1-nope", "scores", "7:1", "kv", "scale-norm", "", 1, "", "", true, all},
+            {"layerwise-3:1-yarn16", "layerwise", "3:1", "kv", "none", "", 1, "", "yarn:16", false, all}};
+        return p;
+    }
     PipelineConfig p;
     p.name = name;
     p.align = stage_defaults("align");
@@ -231,6 +281,23 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
             HYDRA_CHECK(v.is_array(), "{}: expected a list of variants", w);
             variants.clear();
             for (size_t i = 0; i < v.size(); ++i) variants.push_back(parse_variant(v[i], fmt::format("{}[{}]", w, i)));
+        } else if (key == "variants_only") {
+            // keeps the named variants of those defined so far (a preset's study run in parts, one GPU
+            // session each; `hydra report merge` joins the parts)
+            HYDRA_CHECK(v.is_array() && !v.empty(), "{}: expected a non-empty list of variant names", w);
+            std::vector<PipelineVariant> kept;
+            for (size_t i = 0; i < v.size(); ++i) {
+                const std::string n = string(v[i], fmt::format("{}[{}]", w, i));
+                const auto it = std::find_if(variants.begin(), variants.end(),
+                                             [&](const PipelineVariant& x) { return x.name == n; });
+                if (it == variants.end()) {
+                    std::string names;
+                    for (const PipelineVariant& x : variants) names += (names.empty() ? "" : ", ") + x.name;
+                    fail("{}: no variant named '{}' (variants: {})", w, n, names);
+                }
+                kept.push_back(*it);
+            }
+            variants = std::move(kept);
         } else if (key == "score") {
             HYDRA_CHECK(v.is_object(), "{}: expected an object", w);
             for (const auto& [k, e] : v.items()) {
@@ -322,6 +389,13 @@ void PipelineConfig::validate() const {
                         "each at most once", v.name);
             next = at + 1;
         }
+        HYDRA_CHECK(v.score_method.empty() || v.select == "scores",
+                    "pipeline: variant '{}': score_method is for select scores (select is {})", v.name, v.select);
+        HYDRA_CHECK(v.score_method.empty() || !score_file.empty() ||
+                        std::find(score_methods.begin(), score_methods.end(), v.score_method) != score_methods.end(),
+                    "pipeline: variant '{}': score_method '{}' is not among score.methods, which this run scores "
+                    "(add it there, or give score.file)",
+                    v.name, v.score_method);
         if (!v.rope_scaling.empty() && v.rope_scaling.rfind("ntk:", 0) != 0) {
             try {
                 (void)parse_rope_scaling_spec(v.rope_scaling);

@@ -221,7 +221,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             req.gdn.norm_eps = tcfg.rms_norm_eps;
             std::optional<HeadScoreTable> scores;
             if (v.select == "scores") {
-                scores = load_head_scores(scores_path.string(), tcfg);
+                scores = load_head_scores(scores_path.string(), tcfg, v.score_method);
                 req.scores = &*scores;
             }
             const HybridPlan plan = build_plan(tcfg, req);
