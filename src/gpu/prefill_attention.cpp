@@ -33,7 +33,13 @@ PrefillAttention::Backend PrefillAttention::backend_from_env() {
     fail("HYDRA_PREFILL_ATTN='{}': expected auto, cudnn or own", v);
 }
 
-PrefillAttention::PrefillAttention(Backend backend) : backend_(backend) {}
+PrefillAttention::PrefillAttention(Backend backend) : backend_(backend) {
+    if (const char* e = std::getenv("HYDRA_PREFILL_OFFSET"); e && *e) {
+        const std::string v(e);
+        HYDRA_CHECK(v == "flash" || v == "decode", "HYDRA_PREFILL_OFFSET='{}': expected flash or decode", v);
+        flash_offset_ = v == "flash";
+    }
+}
 
 const __nv_bfloat16* PrefillAttention::packed_q(const __nv_bfloat16* q, int64_t ld_q, int64_t T,
                                                 int64_t width, cudaStream_t stream) {
@@ -101,22 +107,24 @@ void PrefillAttention::own(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t ld_
                            int64_t pos0, int64_t n_fa, int64_t n_kv, int64_t Dh, float scale,
                            cudaStream_t stream) {
     const int64_t width = n_fa * Dh, ldq = ld_q ? ld_q : width;
-    if (pos0 == 0) {
+    if (pos0 == 0 || flash_offset_) {
+        // the flash kernel over the S = pos0 + T cached rows, query row t at position pos0 + t
+        const int64_t S = pos0 + T;
         const __nv_bfloat16* qq = packed_q(q, ld_q, T, width, stream);  // the flash kernel reads q packed
         const __nv_bfloat16* kk = k;
         const __nv_bfloat16* vv = v;
         int64_t hkv = n_kv;
         if (!uniform_groups) {
-            __nv_bfloat16* kd = grown(kdup_, T * width);
-            __nv_bfloat16* vd = grown(vdup_, T * width);
-            cuda::gather_heads(kd, k, kv_index, T, n_kv, n_fa, Dh, stream);
-            cuda::gather_heads(vd, v, kv_index, T, n_kv, n_fa, Dh, stream);
+            __nv_bfloat16* kd = grown(kdup_, S * width);
+            __nv_bfloat16* vd = grown(vdup_, S * width);
+            cuda::gather_heads(kd, k, kv_index, S, n_kv, n_fa, Dh, stream);
+            cuda::gather_heads(vd, v, kv_index, S, n_kv, n_fa, Dh, stream);
             kk = kd, vv = vd, hkv = n_fa;
         }
         cuda::AttnShape s;
-        s.B = 1, s.T = int(T), s.H = int(n_fa), s.Hkv = int(hkv), s.D = int(Dh);
+        s.B = 1, s.T = int(T), s.S = int(S), s.H = int(n_fa), s.Hkv = int(hkv), s.D = int(Dh);
         cuda::attention_forward(s, qq, kk, vv, o, grown(lse_, T * n_fa), scale, stream);
-        last_path_ = "flash";
+        last_path_ = pos0 == 0 ? "flash" : "flash-offset";
         return;
     }
     // a query offset: one decode launch per row, row t over the keys [0, pos0 + t]

@@ -3,7 +3,7 @@
 // [0, pos0 + T) of one sequence, through cuDNN's fused inference engine (bottom-right causal mask for
 // pos0 > 0; the cuDNN half of a case is skipped where cuDNN does not load, and FAILS with cuDNN's reason
 // where it loads but cannot run the shape) and through our kernels (the flash kernel from position 0, the
-// decode kernel per row after it). Shapes: SmolLM2's heads (9 query / 3 KV, Dh 64) and Qwen3-like ones
+// decode kernel per row after it, and for pos0 > 0 also the flash kernel with a query offset). Shapes: SmolLM2's heads (9 query / 3 KV, Dh 64) and Qwen3-like ones
 // (16 / 8, Dh 128), prompts of T = 1 .. 4096 from position 0 and chunks of T in {1, 7, 64, 513} at
 // pos0 in {1, 100, 1000}; q read in place from a wider fused row (ld_q) on some; head-granular (uneven)
 // KV groups on others. The K / V rows past pos0 + T are NaN: reading one fails the case.
@@ -105,8 +105,11 @@ TEST_P(PrefillAttentionParity, MatchesCpuReference) {
     const cuda::CudnnLibrary& lib = cuda::cudnn_library();
     std::printf("device %s; cuDNN %s\n", device_name().c_str(),
                 lib.loaded ? std::to_string(lib.version).c_str() : lib.why.c_str());
-    for (auto backend : {gpu::PrefillAttention::Backend::Cudnn, gpu::PrefillAttention::Backend::Own}) {
-        const bool dnn = backend == gpu::PrefillAttention::Backend::Cudnn;
+    // the third run: our flash kernel with a query offset (pos0 > 0 only; off by default)
+    for (int run = 0; run < 3; ++run) {
+        const auto backend = run == 0 ? gpu::PrefillAttention::Backend::Cudnn : gpu::PrefillAttention::Backend::Own;
+        const bool dnn = backend == gpu::PrefillAttention::Backend::Cudnn, offset = run == 2;
+        if (offset && pos0 == 0) continue;
         if (dnn && !lib.loaded) {
             std::printf("cuDNN half skipped: %s\n", lib.why.c_str());
             continue;
@@ -118,6 +121,7 @@ TEST_P(PrefillAttentionParity, MatchesCpuReference) {
             continue;
         }
         gpu::PrefillAttention pa(backend);
+        pa.set_flash_offset(offset);
         Dev<bf16> o{T * width};
         try {
             pa.forward(o.p(), dq.p(), c.strided_q ? ld : 0, dk.p(), dv.p(), didx.p(), !c.uneven_map, T, pos0,
@@ -132,7 +136,7 @@ TEST_P(PrefillAttentionParity, MatchesCpuReference) {
         if (dnn)
             EXPECT_STREQ(pa.last_path(), "cudnn");
         else
-            EXPECT_STREQ(pa.last_path(), pos0 == 0 ? "flash" : "decode");
+            EXPECT_STREQ(pa.last_path(), pos0 == 0 ? "flash" : (offset ? "flash-offset" : "decode"));
         expect_rel(std::string("prefill attention (") + pa.last_path() + ") o", got, o_ref, kTolBf16);
     }
 }

@@ -26,6 +26,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 struct FwdArgs {
     int B, T, H, Hkv;
+    int S;      // keys per sequence (S >= T): query row r sits at position S - T + r
     float sl2;  // scale * log2(e)
     const bf16 *q, *k, *v;
     bf16* o;
@@ -52,15 +53,16 @@ __global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
     const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int q0 = qb * 128;
+    const int p0 = a.S - a.T;  // position of query row 0 (0 in training; the cached length in a continuation)
     const size_t ldq = size_t(a.H) * D, ldk = size_t(a.Hkv) * D;
     load_rows<128, D, 256>(s.Qs, LD, a.q + (size_t(b) * a.T + q0) * ldq + size_t(h) * D, ldq, a.T - q0, tid);
-    const int kend = min(a.T, q0 + 128);
+    const int kend = min(a.S, p0 + q0 + 128);
     const int nkb = (kend + 63) / 64;
     auto issue = [&](int kb, int st) {
         const int k0 = kb * 64;
-        const size_t off = (size_t(b) * a.T + k0) * ldk + size_t(hk) * D;
-        load_rows<64, D, 256>(s.Ks[st], LD, a.k + off, ldk, a.T - k0, tid);
-        load_rows<64, D, 256>(s.Vs[st], LD, a.v + off, ldk, a.T - k0, tid);
+        const size_t off = (size_t(b) * a.S + k0) * ldk + size_t(hk) * D;
+        load_rows<64, D, 256>(s.Ks[st], LD, a.k + off, ldk, a.S - k0, tid);
+        load_rows<64, D, 256>(s.Vs[st], LD, a.v + off, ldk, a.S - k0, tid);
         cp_async_commit();
     };
     issue(0, 0);  // commits the Q copies too
@@ -69,7 +71,7 @@ __global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) O[i][0] = O[i][1] = O[i][2] = O[i][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    const int wrow = q0 + warp * 16;
+    const int wrow = p0 + q0 + warp * 16;  // positions: the warp's first query row
     const int row_lo = wrow + (lane >> 2), row_hi = row_lo + 8;
     const bf16* Qw = s.Qs + warp * 16 * LD;
 
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
                 mma_bf16(S[2 * np + 1], qa, bfr[2], bfr[3]);
             }
         }
-        const bool need_mask = (k0 + 63 > wrow) || (k0 + 64 > a.T);
+        const bool need_mask = (k0 + 63 > wrow) || (k0 + 64 > a.S);
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
@@ -103,7 +105,7 @@ __global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
                 const int key = k0 + nt * 8 + ((lane & 3) << 1) + (e & 1);
                 const int row = e < 2 ? row_lo : row_hi;
                 float x = S[nt][e] * a.sl2;
-                if (need_mask && (key > row || key >= a.T)) x = -INFINITY;
+                if (need_mask && (key > row || key >= a.S)) x = -INFINITY;
                 S[nt][e] = x;
                 if (e < 2) mx0 = fmaxf(mx0, x);
                 else mx1 = fmaxf(mx1, x);
@@ -151,20 +153,21 @@ __global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const int r_lo = row_lo - p0, r_hi = row_hi - p0;  // rows of this call
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
         const int c = nt * 8 + ((lane & 3) << 1);
-        if (row_lo < a.T)
-            *reinterpret_cast<__nv_bfloat162*>(a.o + (size_t(b) * a.T + row_lo) * ldq + size_t(h) * D + c) =
+        if (r_lo < a.T)
+            *reinterpret_cast<__nv_bfloat162*>(a.o + (size_t(b) * a.T + r_lo) * ldq + size_t(h) * D + c) =
                 __floats2bfloat162_rn(O[nt][0] * i0, O[nt][1] * i0);
-        if (row_hi < a.T)
-            *reinterpret_cast<__nv_bfloat162*>(a.o + (size_t(b) * a.T + row_hi) * ldq + size_t(h) * D + c) =
+        if (r_hi < a.T)
+            *reinterpret_cast<__nv_bfloat162*>(a.o + (size_t(b) * a.T + r_hi) * ldq + size_t(h) * D + c) =
                 __floats2bfloat162_rn(O[nt][2] * i1, O[nt][3] * i1);
     }
     if ((lane & 3) == 0) {
         float* lr = a.lse + size_t(bh) * a.T;
-        if (row_lo < a.T) lr[row_lo] = m0 + log2f(l0);
-        if (row_hi < a.T) lr[row_hi] = m1 + log2f(l1);
+        if (r_lo < a.T) lr[r_lo] = m0 + log2f(l0);
+        if (r_hi < a.T) lr[r_hi] = m1 + log2f(l1);
     }
 }
 
@@ -322,6 +325,7 @@ void check_shape(const AttnShape& s) {
                                                            " Hkv=" + std::to_string(s.Hkv));
     require(s.H % s.Hkv == 0, "H=" + std::to_string(s.H) + " is not a multiple of Hkv=" + std::to_string(s.Hkv));
     require(s.D == 64 || s.D == 128, "head dim " + std::to_string(s.D) + " not supported (64 or 128)");
+    require(s.S == 0 || s.S >= s.T, "S=" + std::to_string(s.S) + " keys for T=" + std::to_string(s.T) + " queries");
     require(s.ld_qkv == 0, "these kernels read packed q, k, v (ld_qkv " + std::to_string(s.ld_qkv) +
                                " is for the cuDNN path)");
 }
@@ -337,7 +341,7 @@ void fwd_launch(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v,
                                         int(sizeof(FwdSmem<D>))));
         attr = true;
     }
-    FwdArgs a{s.B, s.T, s.H, s.Hkv, scale * kLog2e, q, k, v, o, lse};
+    FwdArgs a{s.B, s.T, s.H, s.Hkv, s.S > 0 ? s.S : s.T, scale * kLog2e, q, k, v, o, lse};
     attn_fwd_kernel<D, MINB><<<dim3((s.T + 127) / 128, s.B * s.H), 256, sizeof(FwdSmem<D>), st>>>(a);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -405,6 +409,7 @@ void attention_backward(const AttnShape& s, const bf16* q, const bf16* k, const 
                         const float* lse, const bf16* d_o, bf16* dq, bf16* dk, bf16* dv, float scale,
                         AttnWorkspace& ws, cudaStream_t stream) {
     check_shape(s);
+    require(s.S == 0 || s.S == s.T, "the backward takes queries from position 0 (S = T)");
     require(ws.shape.B == s.B && ws.shape.T == s.T && ws.shape.H == s.H && ws.shape.D == s.D,
             "workspace made for another shape");
     if (s.D == 64) bwd_impl<64>(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, ws, stream);

@@ -17,6 +17,10 @@ namespace hydra::cuda {
 
 struct AttnShape {
     int B = 0, T = 0, H = 0, Hkv = 0, D = 0;
+    // Keys per sequence for a forward whose queries continue after cached ones: k, v hold S >= T rows
+    // ((B, S, Hkv, D)) and query row r sits at position S - T + r (causal over keys 0 .. S - T + r).
+    // 0 = T (training, a prefill from position 0). The backward takes only S = T. Our kernel only.
+    int S = 0;
     // Elements between consecutive tokens of q, k, v (and dq, dk, dv): 0 = packed (H * D for q, Hkv * D
     // for k and v); the row width of a fused QKV projection otherwise, with q, k and v pointing at their
     // columns of it. o and d_o stay packed. Only the cuDNN path (cudnn_attention.h) takes a nonzero value.
