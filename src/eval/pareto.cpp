@@ -80,7 +80,8 @@ void write_pareto_plot(const std::string& path, const std::vector<ParetoPoint>& 
 
 std::string pareto_section(const std::vector<ParetoPoint>& points, const std::filesystem::path& out_dir) {
     std::string md =
-        "## Score against cache\n\nThe mean score (all tasks and lengths) against the KV cache each model keeps per "
+        "## Score against cache\n\nThe mean score (all tasks and lengths) against the KV cache each model "
+        "keeps per "
         "token. On the frontier: no other model scores at least as high with at most as many bytes (point "
         "estimates; the intervals say which differences the samples resolve).\n\n" +
         pareto_table(points);
