@@ -194,8 +194,10 @@ TEST(HybridPlanBuild, ScoresSelectTopGroupsAndRejectOtherModels) {
     EXPECT_EQ(pm.layers[29].fa_heads, (std::vector<int32_t>{6, 7, 8}));
     EXPECT_EQ(pm.layers[5].fa_heads, std::vector<int32_t>{});
     EXPECT_NE(m.source.find("#retrieval"), std::string::npos);
-    const std::string missing = error_of([&] { load_head_scores((dir / "methods.json").string(), c, "path"); });
-    EXPECT_NE(missing.find("no scores of method 'path' (the file holds: retrieval)"), std::string::npos) << missing;
+    const std::string missing =
+        error_of([&] { load_head_scores((dir / "methods.json").string(), c, "path"); });
+    EXPECT_NE(missing.find("no scores of method 'path' (the file holds: retrieval)"), std::string::npos)
+        << missing;
 
     j["model"]["num_heads"] = 12;
     std::ofstream(dir / "other.json") << j.dump();

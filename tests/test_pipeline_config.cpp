@@ -138,9 +138,9 @@ TEST(EvalSampleCache, SameSamplesBuiltOnce) {
 PipelineConfig miniature(const std::string& variants) {
     PipelineConfig c = PipelineConfig::preset("tiny-cpu");
     for (const std::string o :
-         {"teacher_train.run.steps=3", "teacher_train.data.batch_size=2", "align.run.steps=1", "distill.run.steps=1",
-          "longctx.run.steps=1", "eval.tasks=[\"passkey\"]", "eval.lengths=[256]", "eval.samples=1",
-          "eval.heldout_tokens=300"})
+         {"teacher_train.run.steps=3", "teacher_train.data.batch_size=2", "align.run.steps=1",
+          "distill.run.steps=1", "longctx.run.steps=1", "eval.tasks=[\"passkey\"]", "eval.lengths=[256]",
+          "eval.samples=1", "eval.heldout_tokens=300"})
         c.apply_override(o);
     c.apply_override("variants=" + variants);
     return c;
@@ -190,7 +190,8 @@ TEST(PipelineConfig, VariantStagesAndPositions) {
     PipelineConfig c = PipelineConfig::preset("tiny-cpu");
     c.apply_override(
         "variants=[{\"name\":\"t-yarn\",\"select\":\"all-fa\",\"rope_scaling\":\"yarn:4\",\"stages\":[]},"
-        "{\"name\":\"h\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,\"stages\":[\"distill\",\"longctx\"]}]");
+        "{\"name\":\"h\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,\"stages\":[\"distill\","
+        "\"longctx\"]}]");
     c.validate();
     ASSERT_EQ(c.variants.size(), 2u);
     EXPECT_TRUE(c.variants[0].stages.empty());
@@ -235,7 +236,8 @@ TEST(PipelineConfig, StudyPresetsAndVariantsOnly) {
         const PipelineConfig p = PipelineConfig::preset(name);
         p.validate();
         EXPECT_GE(p.variants.size(), 6u);
-        EXPECT_EQ(p.distill.steps * p.distill.batch_size * p.distill.seq_len, 3052 * 8 * 2048);  // 50.0M tokens
+        EXPECT_EQ(p.distill.steps * p.distill.batch_size * p.distill.seq_len,
+                  3052 * 8 * 2048);  // 50.0M tokens
     }
     const PipelineConfig lp = PipelineConfig::preset("smollm2-gpu-long");
     EXPECT_EQ(lp.eval_lengths.back(), 131072);
@@ -253,21 +255,24 @@ TEST(PipelineConfig, StudyPresetsAndVariantsOnly) {
     } catch (const Error& e) {
         err = e.what();
     }
-    EXPECT_NE(err.find("no variant named 'nope' (variants: all-la, hydra-7:1-random-s2)"), std::string::npos) << err;
+    EXPECT_NE(err.find("no variant named 'nope' (variants: all-la, hydra-7:1-random-s2)"), std::string::npos)
+        << err;
 }
 
 // The baselines run end to end on the CPU: the teacher with training-free YaRN (no stage), the teacher
 // fine-tuned by the longctx stage alone, and a NoPE hybrid with two stages; each model's record lists
 // the stages it ran, and the converted configs carry the positions asked for.
 TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
-    if (std::getenv("HYDRA_CACHE") || !fs::exists(fs::path(HYDRA_SOURCE_DIR) / ".cache/prose/austen_emma.txt"))
+    if (std::getenv("HYDRA_CACHE") ||
+        !fs::exists(fs::path(HYDRA_SOURCE_DIR) / ".cache/prose/austen_emma.txt"))
         GTEST_SKIP() << "prose cache missing (tools/setup.sh)";
     const fs::path out = fs::temp_directory_path() / ("hydra_test_pipeline_bl_" + std::to_string(::getpid()));
     fs::remove_all(out);
     const PipelineConfig c = miniature(
         "[{\"name\":\"t-yarn\",\"select\":\"all-fa\",\"rope_scaling\":\"yarn:2\",\"stages\":[]},"
         "{\"name\":\"t-ft\",\"select\":\"all-fa\",\"stages\":[\"longctx\"]},"
-        "{\"name\":\"h-nope\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,\"stages\":[\"distill\",\"longctx\"]}]");
+        "{\"name\":\"h-nope\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,\"stages\":[\"distill\","
+        "\"longctx\"]}]");
     const PipelineHooks hooks = byte_level_hooks();
     run_pipeline(c, out.string(), "", hooks);
     auto read = [](const fs::path& p) {
@@ -278,8 +283,10 @@ TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
     const nlohmann::json teacher = read(out / "teacher" / "config.json");
     const nlohmann::json yarn = read(out / "t-yarn" / "converted" / "config.json");
     EXPECT_EQ(yarn["rope_scaling"]["rope_type"], "yarn") << yarn.dump();
-    EXPECT_EQ(yarn["max_position_embeddings"].get<int64_t>(), 2 * teacher["max_position_embeddings"].get<int64_t>());
-    for (const char* st : {"align", "distill", "longctx"}) EXPECT_FALSE(fs::exists(out / "t-yarn" / st)) << st;
+    EXPECT_EQ(yarn["max_position_embeddings"].get<int64_t>(),
+              2 * teacher["max_position_embeddings"].get<int64_t>());
+    for (const char* st : {"align", "distill", "longctx"})
+        EXPECT_FALSE(fs::exists(out / "t-yarn" / st)) << st;
     EXPECT_TRUE(fs::exists(out / "t-ft" / "longctx" / "config.json"));
     EXPECT_FALSE(fs::exists(out / "t-ft" / "align"));
     EXPECT_FALSE(fs::exists(out / "h-nope" / "align"));
@@ -296,7 +303,8 @@ TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
     }
     std::ifstream report(out / "report.md");
     const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
-    EXPECT_NE(text.find("`t-yarn`: stages: none (training-free); FA heads' RoPE scaling yarn:2"), std::string::npos);
+    EXPECT_NE(text.find("`t-yarn`: stages: none (training-free); FA heads' RoPE scaling yarn:2"),
+              std::string::npos);
     fs::remove_all(out);
 }
 

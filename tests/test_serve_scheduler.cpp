@@ -109,7 +109,7 @@ TEST(ServeScheduler, ChunkedPrefillGivesTheSameTokens) {
 
 // Records the prompt chunks (rows of more than one token) that the scheduler hands the backend.
 class ChunkRecorder final : public serve::BatchBackend {
-public:
+  public:
     explicit ChunkRecorder(serve::BatchBackend& inner) : inner_(inner) {}
     struct Chunk {
         int32_t slot;
@@ -130,11 +130,13 @@ public:
         inner_.step(rows, logits);
     }
     int64_t snapshot_granularity() const override { return inner_.snapshot_granularity(); }
-    std::shared_ptr<const serve::PrefixSnapshot> snapshot(int32_t slot) override { return inner_.snapshot(slot); }
+    std::shared_ptr<const serve::PrefixSnapshot> snapshot(int32_t slot) override {
+        return inner_.snapshot(slot);
+    }
     void restore(int32_t slot, const serve::PrefixSnapshot& s) override { inner_.restore(slot, s); }
     serve::CacheUsage usage() const override { return inner_.usage(); }
 
-private:
+  private:
     serve::BatchBackend& inner_;
 };
 

@@ -94,9 +94,10 @@ void register_convert(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"scores", "random", "uniform", "layerwise", "all-la", "all-fa"}));
     cmd->add_option("--scores", o->scores, "scores.json from `hydra score-heads` (for --select scores)");
-    cmd->add_option("--score-method", o->score_method,
-                    "select by one method's scores of the file (activation, attribution, path, retrieval, ...) "
-                    "instead of their aggregate");
+    cmd->add_option(
+        "--score-method", o->score_method,
+        "select by one method's scores of the file (activation, attribution, path, retrieval, ...) "
+        "instead of their aggregate");
     cmd->add_option("--layers", o->layers, "FA layers for --select layerwise, e.g. 3,7,11 (default: every k-th)");
     cmd->add_option("--granularity", o->granularity, "kv: whole KV groups stay FA (the KV cache shrinks); head")
         ->capture_default_str()

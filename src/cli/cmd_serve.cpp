@@ -104,7 +104,8 @@ void serve(const ServeOptions& o) {
     // On the GPU a prompt continued after cached tokens runs its attention as one decode launch per query
     // row (gpu/prefill_attention.h), an order of magnitude slower than a prefill from position 0, so whole
     // prompts prefill in one chunk unless asked otherwise.
-    sc.prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : (o.device == "cuda" ? backend->context() : 512);
+    sc.prefill_chunk =
+        o.prefill_chunk > 0 ? o.prefill_chunk : (o.device == "cuda" ? backend->context() : 512);
     // A full chunk fits next to every decode row, so chunks keep one length: on the GPU each new
     // (chunk, keys) shape of the prefill attention builds a cuDNN plan.
     sc.step_token_budget = o.step_tokens > 0 ? o.step_tokens : sc.prefill_chunk + max_seqs;

@@ -72,7 +72,8 @@ std::vector<int64_t> parse_layer_list(const std::string& text, const std::string
     return out;
 }
 
-HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& config, const std::string& method) {
+HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& config,
+                                const std::string& method) {
     std::ifstream in(path);
     HYDRA_CHECK(in.good(), "{}: cannot open the scores file", path);
     nlohmann::json j;
@@ -126,7 +127,8 @@ HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& conf
             std::string known;
             if (j.contains("methods") && j["methods"].is_object())
                 for (const auto& [k, v] : j["methods"].items()) known += (known.empty() ? "" : ", ") + k;
-            fail("{}: no scores of method '{}' (the file holds: {})", path, method, known.empty() ? "none" : known);
+            fail("{}: no scores of method '{}' (the file holds: {})", path, method,
+                 known.empty() ? "none" : known);
         }
         s.source = path + "#" + method;
         s.heads = table(j["methods"][method]["heads"], config.num_layers, config.num_heads,

@@ -33,7 +33,8 @@ struct HeadScoreTable {
 // "retrieval", KV groups as the max over their query heads) and checks that it was made for a model of
 // `config`'s shape (layers, heads, KV heads); a file for another model is an error naming both, a method
 // the file does not hold an error listing those it does.
-HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& config, const std::string& method = "");
+HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& config,
+                                const std::string& method = "");
 
 struct PlanRequest {
     std::string select = "random";  // scores | random | uniform | layerwise | all-la | all-fa

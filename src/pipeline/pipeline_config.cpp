@@ -58,28 +58,39 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
         else if (k == "fusion") out.fusion = string(e, w);
         else if (k == "layers") out.layers = string(e, w);
         else if (k == "seed") out.seed = uint64_t(integer(e, w));
-        else if (k == "rope_scaling") out.rope_scaling = string(e, w);
-        else if (k == "score_method") out.score_method = string(e, w);
+        else if (k == "rope_scaling")
+            out.rope_scaling = string(e, w);
+        else if (k == "score_method")
+            out.score_method = string(e, w);
         else if (k == "nope") {
             HYDRA_CHECK(e.is_boolean(), "{}: expected true or false, found {}", w, json_kind(e));
             out.nope = e.get<bool>();
         } else if (k == "stages") {
             HYDRA_CHECK(e.is_array(), "{}: expected a list of stage names, found {}", w, json_kind(e));
             out.stages.clear();
-            for (size_t i = 0; i < e.size(); ++i) out.stages.push_back(string(e[i], fmt::format("{}[{}]", w, i)));
+            for (size_t i = 0; i < e.size(); ++i)
+                out.stages.push_back(string(e[i], fmt::format("{}[{}]", w, i)));
         } else
-            fail("{}: unknown key (variant keys: name, select, ratio, granularity, fusion, layers, seed, "
-                 "score_method, rope_scaling, nope, stages)",
-                 w);
+            fail(
+                "{}: unknown key (variant keys: name, select, ratio, granularity, fusion, layers, seed, "
+                "score_method, rope_scaling, nope, stages)",
+                w);
     }
     HYDRA_CHECK(!out.name.empty(), "{}: a variant needs a name", where);
     return out;
 }
 
 json variant_json(const PipelineVariant& v) {
-    return {{"name", v.name},     {"select", v.select}, {"ratio", v.ratio},
-            {"granularity", v.granularity}, {"fusion", v.fusion}, {"layers", v.layers},
-            {"seed", v.seed},     {"score_method", v.score_method}, {"rope_scaling", v.rope_scaling}, {"nope", v.nope},
+    return {{"name", v.name},
+            {"select", v.select},
+            {"ratio", v.ratio},
+            {"granularity", v.granularity},
+            {"fusion", v.fusion},
+            {"layers", v.layers},
+            {"seed", v.seed},
+            {"score_method", v.score_method},
+            {"rope_scaling", v.rope_scaling},
+            {"nope", v.nope},
             {"stages", v.stages}};
 }
 
@@ -136,7 +147,7 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
         p.longctx.seq_len = 16384;
         p.longctx.batch_size = 1;
         p.longctx.steps = p.longctx.schedule_steps = 200;  // 3.3M tokens of stage 3 for every model
-        p.longctx.kl_max_position = 8192;                  // the teacher's own window: KL only where it is valid
+        p.longctx.kl_max_position = 8192;  // the teacher's own window: KL only where it is valid
         p.eval_lengths = {4096, 8192, 16384, 32768, 65536, 131072};
         p.eval_samples = 20;
         const std::vector<std::string> all = {"align", "distill", "longctx"};
@@ -382,20 +393,24 @@ void PipelineConfig::validate() const {
         size_t next = 0;
         for (const std::string& st : v.stages) {
             const auto it = std::find(order.begin(), order.end(), st);
-            HYDRA_CHECK(it != order.end(), "pipeline: variant '{}': unknown stage '{}' (align, distill, longctx)",
-                        v.name, st);
+            HYDRA_CHECK(it != order.end(),
+                        "pipeline: variant '{}': unknown stage '{}' (align, distill, longctx)", v.name, st);
             const size_t at = size_t(it - order.begin());
-            HYDRA_CHECK(at >= next, "pipeline: variant '{}': stages must be in the order align, distill, longctx, "
-                        "each at most once", v.name);
+            HYDRA_CHECK(at >= next,
+                        "pipeline: variant '{}': stages must be in the order align, distill, longctx, "
+                        "each at most once",
+                        v.name);
             next = at + 1;
         }
         HYDRA_CHECK(v.score_method.empty() || v.select == "scores",
-                    "pipeline: variant '{}': score_method is for select scores (select is {})", v.name, v.select);
-        HYDRA_CHECK(v.score_method.empty() || !score_file.empty() ||
-                        std::find(score_methods.begin(), score_methods.end(), v.score_method) != score_methods.end(),
-                    "pipeline: variant '{}': score_method '{}' is not among score.methods, which this run scores "
-                    "(add it there, or give score.file)",
-                    v.name, v.score_method);
+                    "pipeline: variant '{}': score_method is for select scores (select is {})", v.name,
+                    v.select);
+        HYDRA_CHECK(
+            v.score_method.empty() || !score_file.empty() ||
+                std::find(score_methods.begin(), score_methods.end(), v.score_method) != score_methods.end(),
+            "pipeline: variant '{}': score_method '{}' is not among score.methods, which this run scores "
+            "(add it there, or give score.file)",
+            v.name, v.score_method);
         if (!v.rope_scaling.empty() && v.rope_scaling.rfind("ntk:", 0) != 0) {
             try {
                 (void)parse_rope_scaling_spec(v.rope_scaling);
@@ -404,13 +419,15 @@ void PipelineConfig::validate() const {
             }
         }
         if (v.select == "all-fa") {
-            HYDRA_CHECK(!v.nope, "pipeline: variant '{}': nope needs LA heads to carry order (select all-fa has none)",
+            HYDRA_CHECK(!v.nope,
+                        "pipeline: variant '{}': nope needs LA heads to carry order (select all-fa has none)",
                         v.name);
             for (const std::string& st : v.stages)
-                HYDRA_CHECK(st == "longctx",
-                            "pipeline: variant '{}': an all-fa variant (the teacher) runs at most the longctx stage, "
-                            "not {} (it has no LA heads to align or distill)",
-                            v.name, st);
+                HYDRA_CHECK(
+                    st == "longctx",
+                    "pipeline: variant '{}': an all-fa variant (the teacher) runs at most the longctx stage, "
+                    "not {} (it has no LA heads to align or distill)",
+                    v.name, st);
         }
     }
     HYDRA_CHECK(!eval_lengths.empty() && eval_samples > 0, "pipeline: eval needs lengths and samples > 0");

@@ -70,7 +70,8 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
             for (const std::string& x : v.stages) st += (st.empty() ? "" : ", ") + x;
             notes.push_back(fmt::format("stages: {}", st.empty() ? "none (training-free)" : st));
         }
-        if (!v.rope_scaling.empty()) notes.push_back(fmt::format("FA heads' RoPE scaling {}", v.rope_scaling));
+        if (!v.rope_scaling.empty())
+            notes.push_back(fmt::format("FA heads' RoPE scaling {}", v.rope_scaling));
         if (v.nope) notes.push_back("FA heads without RoPE (NoPE)");
         if (notes.empty()) continue;
         std::string line;

@@ -391,7 +391,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             if (v.name == name) vi.variant = &v;
         if (vi.variant)  // the stages this variant ran (its budget), as they ran
             for (const std::string& st : vi.variant->stages)
-                if (const auto it = stage_configs.find(st); it != stage_configs.end()) vi.stages[st] = it->second;
+                if (const auto it = stage_configs.find(st); it != stage_configs.end())
+                    vi.stages[st] = it->second;
         vi.result = &results[i];
         vi.info = &info;
         vi.heldout = agreement.value(name, json::object());

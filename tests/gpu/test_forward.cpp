@@ -162,10 +162,10 @@ void check_forward(const LlamaModel& model, const ModelText& text, const std::ve
     // the CPU's own move when only its matrices are rounded to bf16 (cpu_logits_floor.h)
     const LogitsFloor floor = cpu_logits_floor(model, prompt);
     const double tol_last = std::max(kTol, 2 * floor.last), tol_worst = std::max(kTol, 2 * floor.worst);
-    std::printf("logits rel RMS: last %.3e, worst position %.3e; top-1 agreement %lld/%lld; bf16 floor: last "
-                "%.3e, worst %.3e (position %lld)\n",
-                last_rel, worst, (long long)agree, (long long)T, floor.last, floor.worst,
-                (long long)floor.worst_at);
+    std::printf(
+        "logits rel RMS: last %.3e, worst position %.3e; top-1 agreement %lld/%lld; bf16 floor: last "
+        "%.3e, worst %.3e (position %lld)\n",
+        last_rel, worst, (long long)agree, (long long)T, floor.last, floor.worst, (long long)floor.worst_at);
     EXPECT_LT(last_rel, tol_last) << "last position's logits against the CPU";
     // Random weights: the floor explains every position. Real weights carry a few tokens of 5-9x the usual
     // activation norm (hydra analyze), whose bf16 activations move more than the weight floor shows
@@ -211,7 +211,8 @@ void check_forward(const LlamaModel& model, const ModelText& text, const std::ve
         const double gap = double(l[cg.tokens[size_t(same)]]) - double(l[gg.tokens[size_t(same)]]);
         std::printf("streams part at token %lld: CPU logit gap to the GPU's token %.4f, tie band %.4f\n",
                     (long long)same, gap, band);
-        EXPECT_LE(gap, band) << "greedy continuations part at token " << same << " where the CPU's choice is no tie";
+        EXPECT_LE(gap, band) << "greedy continuations part at token " << same
+                             << " where the CPU's choice is no tie";
     }
 
     // decode against prefill on the GPU

@@ -102,54 +102,59 @@ void check_chunks(const LlamaModel& model, const std::vector<int32_t>& prompt,
     gpu::GpuForward fwd(gm);
     gpu::GpuCache cache(gm, T + kGen + 1);
     for (const bool one_pass : {false, true})
-    for (auto backend : {gpu::PrefillAttention::Backend::Auto, gpu::PrefillAttention::Backend::Own}) {
-        fwd.set_continue_in_one_pass(one_pass);
-        fwd.prefill_attention().set_backend(backend);
-        (void)run_chunks(fwd, cache, prompt, {T});  // warm-up: workspaces, plans
-        const Run one = run_chunks(fwd, cache, prompt, {T});
-        const std::string path_one = fwd.prefill_attention().last_path();
-        for (const auto& chunks : splits) {
-            const Run ch = run_chunks(fwd, cache, prompt, chunks);
-            std::string label = backend == gpu::PrefillAttention::Backend::Own ? "own" : "auto";
-            label += one_pass ? " one-pass" : " steps";
-            label += " chunks";
-            for (int64_t n : chunks) label += " " + std::to_string(n);
-            double worst = 0, excess = 0;  // excess: the largest error / allowance (> 1 fails)
-            int64_t agree = 0, worst_at = 0;
-            for (int64_t t = 0; t < T; ++t) {
-                const RelRms r = rel_rms(ch.logits.data() + t * V, one.logits.data() + t * V, size_t(V));
-                const double x = r.finite ? r.value : INFINITY;
-                if (x > worst) worst = x, worst_at = t;
-                const double own = rel_rms(one.logits.data() + t * V, floor.fp32.data() + t * V, size_t(V)).value;
-                excess = std::max(excess, x / std::max(tol, 2 * own));
-                agree += argmax_row(ch.logits.data() + t * V, V) == argmax_row(one.logits.data() + t * V, V);
-            }
-            const double last_rel =
-                rel_rms(ch.logits.data() + (T - 1) * V, one.logits.data() + (T - 1) * V, size_t(V)).value;
-            int64_t same = 0;
-            while (same < kGen && ch.greedy[size_t(same)] == one.greedy[size_t(same)]) ++same;
-            std::printf(
-                "%s (prefill path %s, last chunk %s): worst rel RMS %.3e at position %lld; top-1 %lld/%lld; "
-                "greedy %lld/%lld equal\n",
-                label.c_str(), path_one.c_str(), fwd.prefill_attention().last_path(), worst,
-                (long long)worst_at, (long long)agree, (long long)T, (long long)same, (long long)kGen);
-            EXPECT_LE(excess, 1.0) << label << ": logits against the one-pass prefill, worst " << worst
-                                   << " at position " << worst_at;
-            if (strict && same < kGen) {
-                // the streams may part only at a tie of the one-pass run's own logits there, within 4 x the
-                // last prompt position's difference (x the logits' RMS)
-                const float* ref = same == 0 ? one.logits.data() + (T - 1) * V
-                                             : one.step_logits.data() + (same - 1) * V;
-                double ms = 0;
-                for (int64_t i = 0; i < V; ++i) ms += double(ref[i]) * double(ref[i]);
-                const double band = 4 * std::max(last_rel, floor.last) * std::sqrt(ms / double(V));
-                const double gap = double(ref[one.greedy[size_t(same)]]) - double(ref[ch.greedy[size_t(same)]]);
-                std::printf("  streams part at token %lld: logit gap %.4f, tie band %.4f\n", (long long)same, gap,
-                            band);
-                EXPECT_LE(gap, band) << label << ": greedy tokens part at " << same << " where it is no tie";
+        for (auto backend : {gpu::PrefillAttention::Backend::Auto, gpu::PrefillAttention::Backend::Own}) {
+            fwd.set_continue_in_one_pass(one_pass);
+            fwd.prefill_attention().set_backend(backend);
+            (void)run_chunks(fwd, cache, prompt, {T});  // warm-up: workspaces, plans
+            const Run one = run_chunks(fwd, cache, prompt, {T});
+            const std::string path_one = fwd.prefill_attention().last_path();
+            for (const auto& chunks : splits) {
+                const Run ch = run_chunks(fwd, cache, prompt, chunks);
+                std::string label = backend == gpu::PrefillAttention::Backend::Own ? "own" : "auto";
+                label += one_pass ? " one-pass" : " steps";
+                label += " chunks";
+                for (int64_t n : chunks) label += " " + std::to_string(n);
+                double worst = 0, excess = 0;  // excess: the largest error / allowance (> 1 fails)
+                int64_t agree = 0, worst_at = 0;
+                for (int64_t t = 0; t < T; ++t) {
+                    const RelRms r = rel_rms(ch.logits.data() + t * V, one.logits.data() + t * V, size_t(V));
+                    const double x = r.finite ? r.value : INFINITY;
+                    if (x > worst) worst = x, worst_at = t;
+                    const double own =
+                        rel_rms(one.logits.data() + t * V, floor.fp32.data() + t * V, size_t(V)).value;
+                    excess = std::max(excess, x / std::max(tol, 2 * own));
+                    agree +=
+                        argmax_row(ch.logits.data() + t * V, V) == argmax_row(one.logits.data() + t * V, V);
+                }
+                const double last_rel =
+                    rel_rms(ch.logits.data() + (T - 1) * V, one.logits.data() + (T - 1) * V, size_t(V)).value;
+                int64_t same = 0;
+                while (same < kGen && ch.greedy[size_t(same)] == one.greedy[size_t(same)]) ++same;
+                std::printf(
+                    "%s (prefill path %s, last chunk %s): worst rel RMS %.3e at position %lld; top-1 "
+                    "%lld/%lld; "
+                    "greedy %lld/%lld equal\n",
+                    label.c_str(), path_one.c_str(), fwd.prefill_attention().last_path(), worst,
+                    (long long)worst_at, (long long)agree, (long long)T, (long long)same, (long long)kGen);
+                EXPECT_LE(excess, 1.0) << label << ": logits against the one-pass prefill, worst " << worst
+                                       << " at position " << worst_at;
+                if (strict && same < kGen) {
+                    // the streams may part only at a tie of the one-pass run's own logits there, within 4 x
+                    // the last prompt position's difference (x the logits' RMS)
+                    const float* ref =
+                        same == 0 ? one.logits.data() + (T - 1) * V : one.step_logits.data() + (same - 1) * V;
+                    double ms = 0;
+                    for (int64_t i = 0; i < V; ++i) ms += double(ref[i]) * double(ref[i]);
+                    const double band = 4 * std::max(last_rel, floor.last) * std::sqrt(ms / double(V));
+                    const double gap =
+                        double(ref[one.greedy[size_t(same)]]) - double(ref[ch.greedy[size_t(same)]]);
+                    std::printf("  streams part at token %lld: logit gap %.4f, tie band %.4f\n",
+                                (long long)same, gap, band);
+                    EXPECT_LE(gap, band)
+                        << label << ": greedy tokens part at " << same << " where it is no tie";
+                }
             }
         }
-    }
 }
 
 std::vector<int32_t> random_prompt(int64_t n, int64_t V, uint64_t seed) {
@@ -203,16 +208,15 @@ TEST_P(Chunks, MatchOnePassPrefill) {
                  {{250, 7, 343}, {250, 1, 349}}, false);
 }
 
-INSTANTIATE_TEST_SUITE_P(GpuForwardChunks, Chunks,
-                         ::testing::Values(ChunkCase{"teacher", false, "", "", 0},
-                                           ChunkCase{"hybrid_kv_1to1", false, "kv", "1:1", 1},
-                                           ChunkCase{"hybrid_head_7to1", false, "head", "7:1", 2},
-                                           ChunkCase{"qwen_style_d128", true, "", "", 3},
-                                           ChunkCase{"hybrid_kv_1to1_hymba", false, "kv", "1:1", 4,
-                                                     FusionKind::Hymba},
-                                           ChunkCase{"hybrid_head_7to1_nofusion", false, "head", "7:1", 5,
-                                                     FusionKind::None}),
-                         [](const ::testing::TestParamInfo<ChunkCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    GpuForwardChunks, Chunks,
+    ::testing::Values(ChunkCase{"teacher", false, "", "", 0},
+                      ChunkCase{"hybrid_kv_1to1", false, "kv", "1:1", 1},
+                      ChunkCase{"hybrid_head_7to1", false, "head", "7:1", 2},
+                      ChunkCase{"qwen_style_d128", true, "", "", 3},
+                      ChunkCase{"hybrid_kv_1to1_hymba", false, "kv", "1:1", 4, FusionKind::Hymba},
+                      ChunkCase{"hybrid_head_7to1_nofusion", false, "head", "7:1", 5, FusionKind::None}),
+    [](const ::testing::TestParamInfo<ChunkCase>& info) { return info.param.name; });
 
 TEST(GpuForwardChunks, RealModel) {
     const std::string path = test::default_model_path();

@@ -3,10 +3,11 @@
 // [0, pos0 + T) of one sequence, through cuDNN's fused inference engine (bottom-right causal mask for
 // pos0 > 0; the cuDNN half of a case is skipped where cuDNN does not load, and FAILS with cuDNN's reason
 // where it loads but cannot run the shape) and through our kernels (the flash kernel from position 0, the
-// decode kernel per row after it, and for pos0 > 0 also the flash kernel with a query offset). Shapes: SmolLM2's heads (9 query / 3 KV, Dh 64) and Qwen3-like ones
-// (16 / 8, Dh 128), prompts of T = 1 .. 4096 from position 0 and chunks of T in {1, 7, 64, 513} at
-// pos0 in {1, 100, 1000}; q read in place from a wider fused row (ld_q) on some; head-granular (uneven)
-// KV groups on others. The K / V rows past pos0 + T are NaN: reading one fails the case.
+// decode kernel per row after it, and for pos0 > 0 also the flash kernel with a query offset). Shapes:
+// SmolLM2's heads (9 query / 3 KV, Dh 64) and Qwen3-like ones (16 / 8, Dh 128), prompts of T = 1 .. 4096 from
+// position 0 and chunks of T in {1, 7, 64, 513} at pos0 in {1, 100, 1000}; q read in place from a wider fused
+// row (ld_q) on some; head-granular (uneven) KV groups on others. The K / V rows past pos0 + T are NaN:
+// reading one fails the case.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -107,7 +108,8 @@ TEST_P(PrefillAttentionParity, MatchesCpuReference) {
                 lib.loaded ? std::to_string(lib.version).c_str() : lib.why.c_str());
     // the third run: our flash kernel with a query offset (pos0 > 0 only; off by default)
     for (int run = 0; run < 3; ++run) {
-        const auto backend = run == 0 ? gpu::PrefillAttention::Backend::Cudnn : gpu::PrefillAttention::Backend::Own;
+        const auto backend =
+            run == 0 ? gpu::PrefillAttention::Backend::Cudnn : gpu::PrefillAttention::Backend::Own;
         const bool dnn = backend == gpu::PrefillAttention::Backend::Cudnn, offset = run == 2;
         if (offset && pos0 == 0) continue;
         if (dnn && !lib.loaded) {

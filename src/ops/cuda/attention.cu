@@ -325,7 +325,8 @@ void check_shape(const AttnShape& s) {
                                                            " Hkv=" + std::to_string(s.Hkv));
     require(s.H % s.Hkv == 0, "H=" + std::to_string(s.H) + " is not a multiple of Hkv=" + std::to_string(s.Hkv));
     require(s.D == 64 || s.D == 128, "head dim " + std::to_string(s.D) + " not supported (64 or 128)");
-    require(s.S == 0 || s.S >= s.T, "S=" + std::to_string(s.S) + " keys for T=" + std::to_string(s.T) + " queries");
+    require(s.S == 0 || s.S >= s.T,
+            "S=" + std::to_string(s.S) + " keys for T=" + std::to_string(s.T) + " queries");
     require(s.ld_qkv == 0, "these kernels read packed q, k, v (ld_qkv " + std::to_string(s.ld_qkv) +
                                " is for the cuDNN path)");
 }
