@@ -25,6 +25,18 @@ inline ModelConfig smollm2_135m_config() {
     return c;
 }
 
+// SmolLM2's head shape (576 wide, 9 query / 3 KV heads of 64) in 4 layers with the byte tokenizer's
+// 260-token vocabulary: the GPU tests' small synthetic model.
+inline ModelConfig smollm2_heads_synthetic_config() {
+    ModelConfig c;
+    c.name = "synthetic";
+    c.vocab_size = 260, c.hidden_size = 576, c.intermediate_size = 1536, c.num_layers = 4;
+    c.num_heads = 9, c.num_kv_heads = 3, c.head_dim = 64, c.rope_dim = 64, c.max_position_embeddings = 8192;
+    c.rope_theta = 100000.f, c.tie_word_embeddings = true;
+    c.eos_token_ids = {256};  // the byte tokenizer's vocabulary (its decode checks ids)
+    return c;
+}
+
 // Random weights: matrices N(0, 0.5/sqrt(in)) so activations keep their scale, the embedding / LM head
 // N(0, 1/C) (logits of unit scale; unit_logits = false: N(0, 0.5/sqrt(C)) as every other matrix), norms and
 // fusion scales near 1, GDN gates in fla's init ranges.

@@ -33,6 +33,13 @@ inline float f16_to_f32(uint16_t h) {
     return out;
 }
 
+// An f16 at an unaligned place in a file's bytes (GGUF / GGML block scales).
+inline float load_f16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return f16_to_f32(h);
+}
+
 inline uint16_t f32_to_f16(float value) {
     uint32_t bits;
     std::memcpy(&bits, &value, 4);

@@ -86,13 +86,7 @@ const TypeTable& table() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Field readers for unaligned block bytes.
-inline float load_f16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return f16_to_f32(h);
-}
-
+// Field readers for unaligned block bytes (f16: core/half.h's load_f16).
 inline uint32_t load_u32(const uint8_t* p) {
     uint32_t v;
     std::memcpy(&v, p, 4);

@@ -47,6 +47,7 @@
 #include "gpu/gpu_train_model.h"
 #include "gpu/paged_kv_pool.h"
 #include "gpu_train_common.h"
+#include "parity.h"
 #include "model/hybrid_conversion.h"
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
@@ -64,14 +65,9 @@ constexpr int64_t kGen = 32;
 
 using serve::StepRow;
 
+// ||a - ref|| / ||ref|| over n logits (parity.h; infinite where an element is not finite)
 double rel(const float* a, const float* ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double d = double(a[i]) - double(ref[i]);
-        num += d * d;
-        den += double(ref[i]) * double(ref[i]);
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
+    return rel_rms(a, ref, size_t(n)).value;
 }
 
 int32_t argmax_of(const float* x, int64_t n) {
@@ -99,12 +95,7 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
 }
 
 std::unique_ptr<LlamaModel> synthetic(const std::string& kind, uint64_t seed) {
-    ModelConfig c;
-    c.name = "synthetic";
-    c.vocab_size = 260, c.hidden_size = 576, c.intermediate_size = 1536, c.num_layers = 4;
-    c.num_heads = 9, c.num_kv_heads = 3, c.head_dim = 64, c.rope_dim = 64, c.max_position_embeddings = 8192;
-    c.rope_theta = 100000.f, c.tie_word_embeddings = true;
-    c.eos_token_ids = {256};
+    ModelConfig c = bench::smollm2_heads_synthetic_config();
     if (kind == "qwen") c.attention_bias = true, c.qk_norm = true;
     std::optional<HybridPlan> plan;
     if (kind == "kv_1to1")

@@ -68,14 +68,9 @@ namespace {
 constexpr double kTol = 2e-2;
 constexpr int64_t kTokens = 300, kGen = 32, kSteps = 16;
 
+// ||a - ref|| / ||ref|| over n logits (parity.h; infinite where an element is not finite)
 double rel(const float* a, const float* ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double d = double(a[i]) - double(ref[i]);
-        num += d * d;
-        den += double(ref[i]) * double(ref[i]);
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
+    return rel_rms(a, ref, size_t(n)).value;
 }
 
 int32_t argmax_row(const float* x, int64_t n) {
@@ -285,12 +280,7 @@ class Synthetic : public ::testing::TestWithParam<SyntheticCase> {};
 
 TEST_P(Synthetic, MatchesCpuAndGraphsMatchEager) {
     const SyntheticCase& sc = GetParam();
-    ModelConfig c;
-    c.name = "synthetic";
-    c.vocab_size = 260, c.hidden_size = 576, c.intermediate_size = 1536, c.num_layers = 4;
-    c.num_heads = 9, c.num_kv_heads = 3, c.head_dim = 64, c.rope_dim = 64, c.max_position_embeddings = 8192;
-    c.rope_theta = 100000.f, c.tie_word_embeddings = true;
-    c.eos_token_ids = {256};  // the byte tokenizer's vocabulary (its decode checks ids)
+    ModelConfig c = bench::smollm2_heads_synthetic_config();
     if (sc.qwen) c.attention_bias = true, c.qk_norm = true;
     std::optional<HybridPlan> plan;
     if (!sc.ratio.empty()) {

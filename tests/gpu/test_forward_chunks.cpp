@@ -180,12 +180,7 @@ class Chunks : public ::testing::TestWithParam<ChunkCase> {};
 
 TEST_P(Chunks, MatchOnePassPrefill) {
     const ChunkCase& cc = GetParam();
-    ModelConfig c;
-    c.name = "synthetic";
-    c.vocab_size = 260, c.hidden_size = 576, c.intermediate_size = 1536, c.num_layers = 4;
-    c.num_heads = 9, c.num_kv_heads = 3, c.head_dim = 64, c.rope_dim = 64, c.max_position_embeddings = 8192;
-    c.rope_theta = 100000.f, c.tie_word_embeddings = true;
-    c.eos_token_ids = {256};
+    ModelConfig c = bench::smollm2_heads_synthetic_config();
     if (cc.qwen128) {
         c.hidden_size = 1024, c.num_heads = 16, c.num_kv_heads = 8, c.head_dim = 128, c.rope_dim = 128;
         c.attention_bias = true, c.qk_norm = true;

@@ -19,12 +19,6 @@ namespace hydra::cpu {
 
 namespace {
 
-inline float load_f16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return f16_to_f32(h);
-}
-
 #ifdef HYDRA_QGEMV_AVX2
 inline float hsum(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);

@@ -39,12 +39,6 @@ namespace hydra::cpu {
 
 namespace {
 
-inline float load_f16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return f16_to_f32(h);
-}
-
 float row_scalar(GgmlType type, const uint8_t* row, const Q8Activations& x) {
     const int64_t blocks = x.K / 32;
     float acc = 0;
