@@ -105,6 +105,38 @@ TEST(Bootstrap, WeightedMeansMatchTheNormalClosedForm) {
     EXPECT_THROW(bootstrap_weighted_means({a, b}, std::vector<double>{1.0}, o), Error);
 }
 
+TEST(Bootstrap, WeightedRatiosOfOneGroupIsTheRatioInterval) {
+    const std::vector<double> num = {3, 1, 4, 1, 5, 9, 2}, den = {10, 12, 9, 11, 10, 14, 8};
+    const std::vector<double> w = {1.0};
+    const Interval a = bootstrap_ratio(num, den), b = bootstrap_weighted_ratios({num}, {den}, w);
+    EXPECT_DOUBLE_EQ(a.lo, b.lo);  // same seed, same draws, same statistic
+    EXPECT_DOUBLE_EQ(a.hi, b.hi);
+}
+
+TEST(Bootstrap, WeightedRatiosMixGroupsAndDropEmptyOnes) {
+    // Every unit of a group has the same ratio (0.2 and 0.6): every resample gives 0.75 * 0.2 + 0.25 * 0.6.
+    const std::vector<double> num_a = {2, 4, 1}, den_a = {10, 20, 5}, num_b = {6, 3}, den_b = {10, 5};
+    const std::vector<double> w = {0.75, 0.25, 5.0};
+    const Interval ci = bootstrap_weighted_ratios({num_a, num_b, {}}, {den_a, den_b, {}}, w);
+    EXPECT_NEAR(ci.lo, 0.3, 1e-12);
+    EXPECT_NEAR(ci.hi, 0.3, 1e-12);
+    // Two varying groups: the mix's interval lies between the groups' own.
+    const std::vector<double> vn = {1, 3, 2, 5, 1, 4}, vd = {10, 10, 10, 10, 10, 10};
+    const std::vector<double> un = {6, 8, 7, 9}, ud = {10, 10, 10, 10};
+    const std::vector<double> half = {0.5, 0.5};
+    const Interval m = bootstrap_weighted_ratios({vn, un}, {vd, ud}, half);
+    const Interval v = bootstrap_ratio(vn, vd), u = bootstrap_ratio(un, ud);
+    EXPECT_GT(m.lo, v.lo);
+    EXPECT_LT(m.hi, u.hi);
+    EXPECT_LT(m.lo, 0.5 * (16.0 / 60 + 30.0 / 40));
+    EXPECT_GT(m.hi, 0.5 * (16.0 / 60 + 30.0 / 40));
+    const Interval none = bootstrap_weighted_ratios({{}}, {{}}, std::vector<double>{1.0});
+    EXPECT_TRUE(std::isnan(none.lo) && std::isnan(none.hi));
+    EXPECT_THROW(bootstrap_weighted_ratios({vn}, {ud}, std::vector<double>{1.0}), Error);  // sizes differ
+    EXPECT_THROW(bootstrap_weighted_ratios({vn, un}, {vd, ud}, std::vector<double>{1.0}), Error);
+    EXPECT_THROW(bootstrap_weighted_ratios({vn}, {vd}, std::vector<double>{NAN}), Error);
+}
+
 TEST(Bootstrap, DeterministicDegenerateAndChecked) {
     const std::vector<double> v = {1, 0, 1, 1, 0, 1, 0, 0, 1, 1};
     BootstrapOptions o;

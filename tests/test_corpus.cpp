@@ -21,6 +21,7 @@
 #include "corpus/dedup.h"
 #include "corpus/markup.h"
 #include "corpus/text_normalize.h"
+#include "eval/heldout_sources.h"
 #include "train/corpus_manifest.h"
 #include "train/data_loader.h"
 #include "train/mix_config.h"
@@ -388,6 +389,24 @@ TEST(CorpusMix, LoaderSamplesSourcesByWeight) {
     EXPECT_THROW(single.restore(DataCursor::from_json(saved)), Error);
     EXPECT_THROW(DataLoader(ts.train, {{0, 10, 1.0}}, 64, 1), Error);  // no window with weight
     EXPECT_THROW(DataLoader(ts.train, {{0, ts.train.size() + 1, 1.0}}, 64, 1), Error);
+}
+
+// The held-out sources of a corpus: spans in split order with the corpus's mix weights (or a mix file's).
+TEST(CorpusMix, HeldoutSourcesCarryTheTrainingWeights) {
+    TinyCorpus c(60, 60);
+    TempDir out("heldout_sources");
+    c.build(out.str("corpus"), 7, 0.2);
+    const CorpusManifest m = read_corpus_manifest(out.str("corpus"));
+    const std::vector<HeldoutSource> hs = heldout_sources(out.str("corpus"));
+    ASSERT_EQ(hs.size(), 2u);
+    EXPECT_EQ(hs[0].name, "alpha");
+    EXPECT_EQ(hs[0].weight, 3.0);
+    EXPECT_EQ(hs[1].begin, m.sources[1].heldout_begin);
+    EXPECT_EQ(hs[1].end, m.heldout_tokens);
+    spit(out.path / "mix.toml", "[weights]\nalpha = 1\nbeta = 2\n");
+    const std::vector<HeldoutSource> mixed = heldout_sources(out.str("corpus"), out.str("mix.toml"));
+    EXPECT_EQ(mixed[1].weight, 2.0);
+    EXPECT_TRUE(heldout_sources(out.str("nothing")).empty());  // plain shards: no sources
 }
 
 TEST(CorpusPack, RoundTripAndDamage) {

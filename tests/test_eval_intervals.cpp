@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "eval/eval_runner.h"
 #include "eval/heldout_metrics.h"
+#include "eval/heldout_sources.h"
 #include "eval/model_text_encoder.h"
 #include "eval/results_io.h"
 #include "eval/tasks_file.h"
@@ -308,6 +309,50 @@ TEST(HeldoutMetrics, ShardWindowsAndTinyModels) {
     EXPECT_TRUE(j["kl_ci"]["lo"].is_number());
 }
 
+// Windows are attributed to the source holding their first token; per-source metrics are those of the
+// source's windows alone, and the mix weights them by the training weights of the sources reached.
+TEST(HeldoutMetrics, BySourceMixesByTrainingWeight) {
+    const std::vector<HeldoutSource> src = {
+        {"dict", 1.0, 0, 250}, {"code", 3.0, 250, 400}, {"kernel", 4.0, 400, 900}};
+    const std::vector<int> at = window_sources(src, 100, 6);  // windows start at 0, 100, ..., 500
+    EXPECT_EQ(at, (std::vector<int>{0, 0, 0, 1, 2, 2}));
+    EXPECT_EQ(window_sources(src, 100, 10)[9], -1);  // token 900 is past every span
+    // KL sums per window (100 tokens each): dict 0.5 per token, code 0.1, kernel 0.2 and 0.4.
+    std::vector<WindowStats> ws(5);
+    const double kl[5] = {50, 50, 10, 20, 40}, agree[5] = {60, 60, 90, 80, 70};
+    for (int i = 0; i < 5; ++i) {
+        ws[size_t(i)].tokens = 100;
+        ws[size_t(i)].kl = kl[i];
+        ws[size_t(i)].agree = agree[i];
+        ws[size_t(i)].nll_student = ws[size_t(i)].nll_teacher = 200;
+    }
+    const std::vector<int> labels = {0, 0, 1, 2, 2};
+    const HeldoutBySource h = summarize_by_source(ws, labels, src);
+    ASSERT_EQ(h.sources.size(), 3u);
+    EXPECT_NEAR(h.sources[0].metrics.kl, 0.5, 1e-12);
+    EXPECT_NEAR(h.sources[1].metrics.kl, 0.1, 1e-12);
+    EXPECT_NEAR(h.sources[2].metrics.kl, 0.3, 1e-12);
+    EXPECT_NEAR(h.sources[2].metrics.top1, 0.75, 1e-12);
+    EXPECT_NEAR(h.sources[1].weight, 3.0 / 8.0, 1e-12);
+    EXPECT_NEAR(h.kl, (1.0 * 0.5 + 3.0 * 0.1 + 4.0 * 0.3) / 8.0, 1e-12);
+    EXPECT_NEAR(h.top1, (1.0 * 0.6 + 3.0 * 0.9 + 4.0 * 0.75) / 8.0, 1e-12);
+    EXPECT_NEAR(h.weight_covered, 1.0, 1e-12);
+    EXPECT_LE(h.kl_ci.lo, h.kl);
+    EXPECT_GE(h.kl_ci.hi, h.kl);
+    // A source without windows drops out of the mix, and the covered share says so.
+    const std::vector<int> no_code = {0, 0, -1, 2, 2};
+    const HeldoutBySource d = summarize_by_source(ws, no_code, src);
+    ASSERT_EQ(d.sources.size(), 2u);
+    EXPECT_NEAR(d.kl, (1.0 * 0.5 + 4.0 * 0.3) / 5.0, 1e-12);
+    EXPECT_NEAR(d.weight_covered, 5.0 / 8.0, 1e-12);
+    const json j = heldout_by_source_json(d);
+    EXPECT_EQ(j["sources"][1]["name"], "kernel");
+    EXPECT_NEAR(j["kl"].get<double>(), 0.34, 1e-9);
+    EXPECT_THROW(summarize_by_source(ws, {0, 0}, src), Error);
+    EXPECT_THROW(summarize_by_source(ws, {-1, -1, -1, -1, -1}, src), Error);
+    EXPECT_THROW(summarize_by_source(ws, {0, 0, 7, 2, 2}, src), Error);
+}
+
 TEST(ResultsMerge, RecordsFromTwoRunsMergeIntoOneReport) {
     TempDir dir("merge");
     PipelineConfig cfg = PipelineConfig::preset("tiny-cpu");
@@ -331,6 +376,14 @@ TEST(ResultsMerge, RecordsFromTwoRunsMergeIntoOneReport) {
         vi.result = res;
         vi.info = &info;
         vi.heldout = {{"tokens", 8192}, {"kl", 0.2}, {"kl_ci", {{"lo", 0.18}, {"hi", 0.22}}}, {"ppl", 9.5}};
+        if (run == "run2") {  // a newer record: the held-out detail by stage and by source
+            vi.heldout["after_stage"] = {{"distill", {{"kl", 0.15}, {"mix_kl", 0.125}}}};
+            vi.heldout["by_source"] = {{"kl", 0.175},
+                                       {"weight_covered", 0.9},
+                                       {"sources",
+                                        {{{"name", "gcide"}, {"weight", 0.25}, {"tokens", 4096}, {"kl", 0.4}},
+                                         {{"name", "go"}, {"weight", 0.75}, {"tokens", 4096}, {"kl", 0.1}}}}};
+        }
         vi.timings = {{res->model + "/distill", {{"seconds", 100.0}}},
                       {"eval/" + res->model, {{"seconds", 20.0}}},
                       {"other/distill", {{"seconds", 999.0}}}};
@@ -357,6 +410,11 @@ TEST(ResultsMerge, RecordsFromTwoRunsMergeIntoOneReport) {
     EXPECT_NE(md.find("2.0 min"), std::string::npos);  // wall time of each
     EXPECT_TRUE(fs::exists(dir.path / "merged" / "merged.json"));
     EXPECT_NE(md.find("## Score against cache"), std::string::npos);  // eval/pareto.h's section
+    EXPECT_NE(md.find("| v2 | distill | 0.150 | n/a | n/a | 0.125 |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| v2 | final | 0.200 [0.180, 0.220] |"), std::string::npos) << md;
+    EXPECT_EQ(md.find("| v1 | final |"), std::string::npos) << md;  // an older record: no detail
+    EXPECT_NE(md.find("| gcide | 0.250 | 4096 | 0.400 |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| **mix-weighted** | | | 0.175 |"), std::string::npos) << md;
 
     // Bad inputs: no records, a malformed one.
     fs::create_directories(dir.path / "empty");

@@ -305,6 +305,15 @@ TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
     const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
     EXPECT_NE(text.find("`t-yarn`: stages: none (training-free); FA heads' RoPE scaling yarn:2"),
               std::string::npos);
+    // The held-out windows are measured after every earlier stage of a variant too.
+    const nlohmann::json ag = read(out / "eval" / "agreement.json");
+    ASSERT_TRUE(ag["h-nope"].contains("after_stage")) << ag["h-nope"].dump();
+    EXPECT_TRUE(ag["h-nope"]["after_stage"].contains("distill"));
+    EXPECT_FALSE(ag["h-nope"]["after_stage"].contains("longctx"));  // the final model is the main entry
+    EXPECT_GT(ag["h-nope"]["after_stage"]["distill"]["kl"].get<double>(), 0.0);
+    EXPECT_FALSE(ag["t-ft"].contains("after_stage"));  // one stage: nothing earlier
+    EXPECT_NE(text.find("| h-nope | distill |"), std::string::npos);
+    EXPECT_NE(text.find("| h-nope | final |"), std::string::npos);
     fs::remove_all(out);
 }
 

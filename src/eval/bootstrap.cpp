@@ -122,6 +122,51 @@ Interval bootstrap_weighted_means(const std::vector<std::vector<double>>& groups
     return percentile_interval(stats, o.level);
 }
 
+Interval bootstrap_weighted_ratios(const std::vector<std::vector<double>>& num,
+                                   const std::vector<std::vector<double>>& den,
+                                   std::span<const double> weights, const BootstrapOptions& o) {
+    check_options(o);
+    HYDRA_CHECK(num.size() == den.size() && num.size() == weights.size(),
+                "bootstrap: {} numerator groups, {} denominator groups, {} weights", num.size(), den.size(),
+                weights.size());
+    std::vector<size_t> live;  // groups with tokens
+    for (size_t g = 0; g < num.size(); ++g) {
+        HYDRA_CHECK(num[g].size() == den[g].size(),
+                    "bootstrap: group {} has {} numerators but {} denominators", g, num[g].size(),
+                    den[g].size());
+        HYDRA_CHECK(std::isfinite(weights[g]), "bootstrap: weight {} of group {} is not finite", weights[g],
+                    g);
+        double total = 0;
+        for (size_t i = 0; i < num[g].size(); ++i) {
+            HYDRA_CHECK(std::isfinite(num[g][i]) && std::isfinite(den[g][i]) && den[g][i] >= 0,
+                        "bootstrap: unit {} of group {} has numerator {} and denominator {}", i, g, num[g][i],
+                        den[g][i]);
+            total += den[g][i];
+        }
+        if (total > 0) live.push_back(g);
+    }
+    if (live.empty()) return {NAN, NAN};
+    Rng rng(o.seed);
+    std::vector<double> stats(size_t(o.resamples));
+    for (double& s : stats) {
+        s = 0;
+        for (const size_t g : live) {
+            const uint64_t n = num[g].size();
+            double a = 0, b = 0;
+            while (b <= 0) {  // only possible when some units of the group have no tokens
+                a = b = 0;
+                for (uint64_t i = 0; i < n; ++i) {
+                    const size_t k = draw_index(rng, n);
+                    a += num[g][k];
+                    b += den[g][k];
+                }
+            }
+            s += weights[g] * a / b;
+        }
+    }
+    return percentile_interval(stats, o.level);
+}
+
 std::string format_with_interval(double value, const Interval& ci, int digits) {
     if (!std::isfinite(value)) return "n/a";
     if (!std::isfinite(ci.lo) || !std::isfinite(ci.hi)) return fmt::format("{:.{}f}", value, digits);

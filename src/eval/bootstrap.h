@@ -45,6 +45,15 @@ Interval bootstrap_ratio(std::span<const double> num, std::span<const double> de
 Interval bootstrap_weighted_means(const std::vector<std::vector<double>>& groups,
                                   std::span<const double> weights, const BootstrapOptions& options = {});
 
+// Stratified percentile bootstrap of sum_g weights[g] * (sum num[g] / sum den[g]): each group's units
+// (held-out windows of one corpus source) are redrawn with replacement within the group, and the
+// per-group ratios are mixed by the weights (a source's share of the training mix). Groups with no units
+// or no tokens drop out, their weight with them (the remaining weights are used as given: normalize them
+// first). All empty gives {NaN, NaN}.
+Interval bootstrap_weighted_ratios(const std::vector<std::vector<double>>& num,
+                                   const std::vector<std::vector<double>>& den,
+                                   std::span<const double> weights, const BootstrapOptions& options = {});
+
 // "57.0 [49.5, 64.0]" (value and interval with `digits` decimals); the value alone when the interval
 // has a NaN end; "n/a" for a NaN value.
 std::string format_with_interval(double value, const Interval& ci, int digits = 1);

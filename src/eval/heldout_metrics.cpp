@@ -151,16 +151,22 @@ WindowStatsFn host_window_stats_fn(const LogitsFn& teacher, const LogitsFn& stud
     };
 }
 
-HeldoutMetrics heldout_metrics(const WindowStatsFn& stats, const std::vector<std::vector<int32_t>>& windows,
-                               const BootstrapOptions& boot,
-                               const std::function<void(int64_t, int64_t)>& progress) {
+std::vector<WindowStats> collect_window_stats(const WindowStatsFn& stats,
+                                              const std::vector<std::vector<int32_t>>& windows,
+                                              const std::function<void(int64_t, int64_t)>& progress) {
     std::vector<WindowStats> ws;
     for (const std::vector<int32_t>& w : windows) {
         HYDRA_CHECK(w.size() >= 2, "a held-out window needs at least 2 tokens");
         ws.push_back(stats(w));
         if (progress) progress(int64_t(ws.size()), int64_t(windows.size()));
     }
-    return summarize_windows(ws, boot);
+    return ws;
+}
+
+HeldoutMetrics heldout_metrics(const WindowStatsFn& stats, const std::vector<std::vector<int32_t>>& windows,
+                               const BootstrapOptions& boot,
+                               const std::function<void(int64_t, int64_t)>& progress) {
+    return summarize_windows(collect_window_stats(stats, windows, progress), boot);
 }
 
 HeldoutMetrics heldout_metrics(const LogitsFn& teacher, const LogitsFn& student,

@@ -76,6 +76,11 @@ using WindowStatsFn = std::function<WindowStats(std::span<const int32_t> window)
 // The host WindowStatsFn of two LogitsFn (the same object twice: the teacher against itself, one forward).
 WindowStatsFn host_window_stats_fn(const LogitsFn& teacher, const LogitsFn& student, int64_t vocab);
 
+// The statistics of every window, in order (for summaries by source: eval/heldout_sources.h).
+std::vector<WindowStats> collect_window_stats(const WindowStatsFn& stats,
+                                              const std::vector<std::vector<int32_t>>& windows,
+                                              const std::function<void(int64_t, int64_t)>& progress = {});
+
 HeldoutMetrics heldout_metrics(const WindowStatsFn& stats, const std::vector<std::vector<int32_t>>& windows,
                                const BootstrapOptions& boot = {},
                                const std::function<void(int64_t, int64_t)>& progress = {});

@@ -14,6 +14,7 @@
 #include "eval/pareto.h"
 #include "io/atomic_dir.h"
 #include "model/model_loader.h"
+#include "pipeline/heldout_tables.h"
 #include "report/line_plot.h"
 
 namespace hydra {
@@ -161,6 +162,12 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
             "column.",
             fmt::join(held, ", "), kHeldoutTaskGroup);
     md += "\n\n![score vs length](score_vs_length.png)\n\n";
+    {
+        std::vector<std::pair<std::string, json>> detail;
+        for (const auto& [name, path] : in.models)
+            detail.emplace_back(name, in.agreement.value(name, json::object()));
+        md += heldout_detail_markdown(detail);
+    }
     md += pareto_section(pareto, out);
 
     // Per-task scores.

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "eval/eval_runner.h"
 #include "eval/heldout_metrics.h"
+#include "eval/heldout_sources.h"
 #include "eval/model_text_encoder.h"
 #include "eval/results_io.h"
 #include "eval/synthetic_mixer.h"
@@ -203,6 +204,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         cfg.heldout_text.empty() ? default_prose("austen_emma.txt") : cfg.heldout_text;
     std::vector<std::pair<std::string, std::string>> final_models;  // (name, path)
     std::map<std::string, TrainConfig> stage_configs;               // as every variant's stages ran them
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>>
+        stage_dirs;  // (stage, dir) per variant
     for (const PipelineVariant& v : cfg.variants) {
         const fs::path vdir = out / v.name;
         const fs::path converted = vdir / "converted";
@@ -257,6 +260,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             stage_configs[kind].device = cfg.device;
             train_stage(v.name + "/" + kind, stage_configs[kind], vdir / kind);
             previous = vdir / kind;
+            stage_dirs[v.name].emplace_back(kind, previous.string());
         }
         final_models.emplace_back(v.name, previous.string());
     }
@@ -285,6 +289,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     const int64_t window = cfg.distill.seq_len;
     std::vector<std::vector<int32_t>> heldout_windows_cache;
     std::string heldout_source;
+    std::vector<HeldoutSource> heldout_corpus_sources;  // empty for plain token shards
+    std::vector<int> heldout_window_sources;
     auto windows = [&]() -> const std::vector<std::vector<int32_t>>& {
         if (!heldout_windows_cache.empty()) return heldout_windows_cache;
         TrainConfig dc = cfg.distill;
@@ -301,6 +307,10 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                     "or set eval.heldout_shards)",
                     shards.dir);
         heldout_windows_cache = heldout_windows(shards.heldout, window, cfg.heldout_tokens);
+        // Weights of the mix the students trained on (the distill stage's), when these are its shards.
+        const bool own = cfg.heldout_shards.empty() || fs::path(cfg.heldout_shards) == fs::path(dc.corpus);
+        heldout_corpus_sources = heldout_sources(shards.dir, own ? dc.mix : std::string());
+        heldout_window_sources = window_sources(heldout_corpus_sources, window, heldout_windows_cache.size());
         int64_t n = 0;
         for (const auto& w : heldout_windows_cache) n += int64_t(w.size()) - 1;
         if (n < cfg.heldout_tokens)
@@ -353,18 +363,42 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         j["device"] = cfg.device;
         const auto t0 = Clock::now();
         const auto& ws = windows();
-        HeldoutMetrics hm;
-        {
-            const bool self = name == "teacher";
-            const LogitsFn student = self || on_device ? LogitsFn{} : cpu_logits_fn(*m.model);
+        // One model's held-out statistics: the whole (metrics + JSON, with the by-source table when the
+        // shards are a corpus) of `label`'s windows.
+        auto measure = [&](const LlamaModel& model, bool self, const std::string& label, HeldoutMetrics& hm) {
+            const LogitsFn student = self || on_device ? LogitsFn{} : cpu_logits_fn(model);
             const WindowStatsFn stats =
-                on_device ? hooks.window_stats(*teacher.model, self ? nullptr : m.model.get(), window)
+                on_device ? hooks.window_stats(*teacher.model, self ? nullptr : &model, window)
                           : host_window_stats_fn(teacher_logits, self ? teacher_logits : student, V);
-            hm = heldout_metrics(stats, ws, info.bootstrap, [&](int64_t d, int64_t n) {
-                if (hooks.progress) hooks.progress("held-out " + name, d, n, "");
+            const std::vector<WindowStats> per = collect_window_stats(stats, ws, [&](int64_t d, int64_t n) {
+                if (hooks.progress) hooks.progress("held-out " + label, d, n, "");
             });
+            hm = summarize_windows(per, info.bootstrap);
+            json j = heldout_metrics_json(hm);
+            if (!heldout_corpus_sources.empty())
+                j["by_source"] = heldout_by_source_json(
+                    summarize_by_source(per, heldout_window_sources, heldout_corpus_sources, info.bootstrap));
+            return j;
+        };
+        HeldoutMetrics hm;
+        agreement[name] = measure(*m.model, name == "teacher", name, hm);
+        // The same windows after each earlier stage: where the distance to the teacher was won or lost.
+        if (const auto sd = stage_dirs.find(name); sd != stage_dirs.end() && sd->second.size() > 1) {
+            json after = json::object();
+            for (size_t k = 0; k + 1 < sd->second.size(); ++k) {
+                const auto& [kind, dir] = sd->second[k];
+                const LoadedModel sm = load_model(dir);
+                HeldoutMetrics shm;
+                json sj = measure(*sm.model, false, name + "/" + kind, shm);
+                if (sj.contains("by_source")) {  // the stage table keeps only the mixed numbers
+                    sj["mix_kl"] = sj["by_source"]["kl"];
+                    sj["mix_kl_ci"] = sj["by_source"]["kl_ci"];
+                    sj.erase("by_source");
+                }
+                after[kind] = std::move(sj);
+            }
+            agreement[name]["after_stage"] = std::move(after);
         }
-        agreement[name] = heldout_metrics_json(hm);
         agreement[name]["source"] = heldout_source;
         agreement[name]["window"] = window;
         write_json(eval_dir / "agreement.json", agreement);

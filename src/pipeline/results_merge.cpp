@@ -16,6 +16,7 @@
 #include "eval/pareto.h"
 #include "eval/results_io.h"
 #include "io/atomic_dir.h"
+#include "pipeline/heldout_tables.h"
 #include "pipeline/variant_record.h"
 
 namespace hydra {
@@ -210,6 +211,13 @@ MergeResult write_merged_report(const std::vector<VariantRecordFile>& records, c
         "held-out metrics: windows resampled). Held-out metrics are measured on the held-out split of each "
         "run's "
         "shards (the record's heldout.source).\n\n![score vs length](score_vs_length.png)\n\n";
+    {
+        std::vector<std::pair<std::string, json>> detail;
+        for (const auto& f : records)
+            detail.emplace_back(f.record["model"].get<std::string>(),
+                                f.record.value("heldout", json::object()));
+        md += heldout_detail_markdown(detail);
+    }
     std::vector<ParetoPoint> pareto;
     for (size_t i = 0; i < records.size(); ++i)
         pareto.push_back({results[i].model, double(records[i].record.value("kv_bytes_per_token", int64_t(0))),
