@@ -17,7 +17,7 @@ std::vector<HeldoutSource> heldout_sources(const std::string& dir, const std::st
     std::vector<HeldoutSource> out;
     for (size_t i = 0; i < m.sources.size(); ++i) {
         const CorpusSourceEntry& s = m.sources[i];
-        if (s.heldout_end > s.heldout_begin) out.push_back({s.name, w[i], s.heldout_begin, s.heldout_end});
+        out.push_back({s.name, w[i], s.heldout_begin, s.heldout_end});  // empty spans too: the mix's whole
     }
     return out;
 }

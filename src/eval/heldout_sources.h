@@ -25,7 +25,8 @@ struct HeldoutSource {
 };
 
 // The sources of a corpus directory (manifest.json; weights from `mix_file`, else the corpus's own mix),
-// in split order, those with held-out tokens only. Empty when `dir` is plain token shards with no corpus
+// in split order; a source without held-out tokens has an empty span (no window is its, but its weight
+// counts in the share of the mix the windows reach). Empty when `dir` is plain token shards with no corpus
 // manifest. Throws hydra::Error for a malformed manifest or mix file.
 std::vector<HeldoutSource> heldout_sources(const std::string& dir, const std::string& mix_file = "");
 

@@ -146,7 +146,15 @@ MergeResult write_merged_report(const std::vector<VariantRecordFile>& records, c
         }
         std::string mix;
         const json dstage = r["data_mix"].value("stages", json::object()).value("distill", json::object());
-        if (!dstage.empty()) {
+        if (dstage.contains("corpus")) {
+            const size_t n = dstage.value("mix_weights", json::object()).size();
+            mix = fmt::format("distill: corpus `{}` ({} sources, {} mix){}", dstage["corpus"].get<std::string>(), n,
+                              dstage.value("mix_file", std::string()).empty() ? "its own" : "a file's",
+                              dstage.value("synthetic_fraction", 0.0) > 0
+                                  ? fmt::format(" + {:.0f}% synthetic rows",
+                                                100 * dstage.value("synthetic_fraction", 0.0))
+                                  : "");
+        } else if (!dstage.empty()) {
             std::vector<std::string> src;
             for (const auto& s : dstage.value("sources", json::array()))
                 if (s.is_string()) src.push_back(s.get<std::string>());

@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "io/json_kind.h"
+#include "train/corpus_manifest.h"
+#include "train/mix_config.h"
 
 namespace hydra {
 
@@ -49,6 +51,18 @@ json variant_record(const VariantRecordInputs& in) {
             {"heldout_fraction", tc.heldout_fraction},
             {"synthetic_fraction", tc.synthetic_fraction},
             {"synthetic_tasks", tc.synthetic_fraction > 0 ? json(tc.synthetic_tasks) : json::array()}};
+        if (!tc.corpus.empty()) {  // a `hydra corpus` directory replaces the prose files: its weights per source
+            json& st = j["data_mix"]["stages"][kind];
+            st["corpus"] = tc.corpus;
+            st["mix_file"] = tc.mix;
+            if (is_corpus_dir(tc.corpus)) {
+                const CorpusManifest m = read_corpus_manifest(tc.corpus);
+                const std::vector<double> w =
+                    tc.mix.empty() ? default_mix_weights(tc.corpus, m) : read_mix_weights(tc.mix, m);
+                st["mix_weights"] = json::object();
+                for (size_t i = 0; i < m.sources.size(); ++i) st["mix_weights"][m.sources[i].name] = w[i];
+            }
+        }
     }
     j["budget"]["total_tokens"] = total;
     // Wall time: this model's steps (convert and stages of a variant, its evaluation), as timings.json
