@@ -15,6 +15,7 @@
 #include "gpu/prefix_attention.h"
 #include "model/fusion.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/decode_gemv.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/fusion.h"
 #include "ops/cuda/gated_rmsnorm.h"
@@ -444,12 +445,20 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         !px || (!kc && !save && T == 1 && n_la == 0 && !a.ld_qkv && !w.w_proj),
         "GPU layer: the shared-prefix mode runs single-token rows of FA-only layers, forward only, on "
         "packed q / k / v");
-    prof.section("rmsnorm");
-    cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, w.attn_norm, N, C, eps, st);
-    if (w.w_proj) {  // every projection of the layer in one GEMM (the layout's proj block)
+    // One row, forward only: the fused GEMVs (fewer, lighter launches for the latency-bound decode step).
+    const bool gemv = env.decode_gemv && N == 1 && !save && !kb;
+    if (gemv && w.w_proj) {  // RMSNorm and every projection of the layer in one launch (xn1 written too)
         prof.section("gemm_fwd");
-        mm_fwd(b, a.xn1, C, w.w_proj, N, C, w.proj_cols, a.proj, a.ld_proj);  // (N, proj_cols) bf16
+        cuda::rmsnorm_gemv(a.proj, a.xn1, x_in, w.attn_norm, eps, w.w_proj, C, C, w.proj_cols, st);
         if (w.b_proj) cuda::bias_add(a.proj, w.b_proj, N, w.proj_cols, 0, st);
+    } else {
+        prof.section("rmsnorm");
+        cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, w.attn_norm, N, C, eps, st);
+        if (w.w_proj) {  // every projection of the layer in one GEMM (the layout's proj block)
+            prof.section("gemm_fwd");
+            mm_fwd(b, a.xn1, C, w.w_proj, N, C, w.proj_cols, a.proj, a.ld_proj);  // (N, proj_cols) bf16
+            if (w.b_proj) cuda::bias_add(a.proj, w.b_proj, N, w.proj_cols, 0, st);
+        }
     }
     if (n_fa > 0) {
         prof.section("gemm_fwd");
@@ -585,10 +594,20 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
     if (fusion_active(plan.fusion, n_la))  // into a.mixed (training) or in place (a.mixed == a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(w), eps, st);
     prof.section("gemm_fwd");
-    mm_fwd_add(b, a.mixed, HD, w.wo, N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T
+    if (gemv)
+        cuda::gemv_add(a.x_mid, x_in, a.mixed, w.wo, HD, HD, C, st);
+    else
+        mm_fwd_add(b, a.mixed, HD, w.wo, N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T
 
     prof.section("rmsnorm");
     cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, w.ffn_norm, N, C, eps, st);
+    if (gemv) {  // gate / up and SwiGLU in one launch, then down + residual
+        prof.section("gemm_fwd");
+        cuda::gemv_swiglu(a.act, a.xn2, w.w_gate, w.w_up, C, C, F, st);
+        cuda::gemv_add(x_out, a.x_mid, a.act, w.w_down, F, F, C, st);
+        prof.section("other");
+        return;
+    }
     prof.section("gemm_fwd");
     proj_forward(b, st, a.xn2, N, C, {{w.w_gate, nullptr, F}, {w.w_up, nullptr, F}}, a.gu, 2 * F);
     prof.section("swiglu");

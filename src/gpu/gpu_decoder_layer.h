@@ -232,6 +232,7 @@ struct GpuLayerEnv {
     const GpuLayerPrefix* prefix = nullptr;                // shared-prefix mode (no cache, no save)
     const GpuLayerBatch* batch = nullptr;                  // batched decode over paged caches
     const GpuHeadTaps* taps = nullptr;
+    bool decode_gemv = false;  // one-row forwards (N = 1, no save) through ops/cuda/decode_gemv.h
 };
 
 // The activation buffers of layer l for N rows, in allocation order: alloc(bytes) returns memory (or, for a

@@ -9,9 +9,10 @@
 // Backends, chosen per call:
 //   cuDNN's fused flash engine (ops/cuda/cudnn_attention.h, forward_inference: forward only, no softmax
 //   statistics, the causal mask aligned bottom-right when pos0 > 0) where cuDNN loads and runs the shape;
-//   otherwise ours: the flash kernel (ops/cuda/attention.h) for pos0 = 0; for pos0 > 0 the decode kernel
-//   (gpu/decode_attention.h) once per query row, or with HYDRA_PREFILL_OFFSET=flash / set_flash_offset the
-//   flash kernel with a query offset (AttnShape::S).
+//   otherwise ours: the flash kernel (ops/cuda/attention.h), for pos0 > 0 with a query offset (AttnShape::S);
+//   HYDRA_PREFILL_OFFSET=decode / set_flash_offset(false) runs the decode kernel (gpu/decode_attention.h)
+//   once per query row instead (the reference path: one row at a time, ~150x slower for a 32K prompt in 8K
+//   chunks).
 // HYDRA_PREFILL_ATTN = cudnn | own | auto (default) forces one (benchmarks, tests); `cudnn` fails with
 // cuDNN's reason where it cannot run a shape instead of falling back.
 //
@@ -50,8 +51,8 @@ class PrefillAttention {
     Backend backend() const { return backend_; }
     void set_backend(Backend b) { backend_ = b; }
     // Our path for queries after cached keys (pos0 > 0): the flash kernel with a query offset
-    // (cuda::AttnShape::S), or the decode kernel once per query row. The decode kernel unless
-    // HYDRA_PREFILL_OFFSET=flash (the offset kernel awaits its parity run on the GPU).
+    // (cuda::AttnShape::S, the default), or the decode kernel once per query row
+    // (HYDRA_PREFILL_OFFSET=decode).
     void set_flash_offset(bool on) { flash_offset_ = on; }
     bool flash_offset() const { return flash_offset_; }
     // What the last forward() ran: "cudnn", "flash", "flash-offset" or "decode"; and, when it was not
@@ -73,7 +74,7 @@ class PrefillAttention {
     const int32_t* uniform_index(int64_t n_fa, int64_t n_kv, cudaStream_t stream);
 
     Backend backend_;
-    bool flash_offset_ = false;
+    bool flash_offset_ = true;
     cuda::CudnnAttention cudnn_;
     const char* last_path_ = "";
     std::string cudnn_reason_;

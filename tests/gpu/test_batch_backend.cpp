@@ -158,10 +158,17 @@ void expect_batched_matches_forward(const LlamaModel& model, const std::vector<s
     double worst = 0;
     int64_t decisive = 0, agree = 0, all_agree = 0, steps = 0;
     auto compare = [&](int64_t b, const float* got, const std::vector<float>& ref) {
-        worst = std::max(worst, rel(got, ref.data(), V));
+        const double r = rel(got, ref.data(), V);
+        worst = std::max(worst, r);
         const bool same = argmax_of(got, V) == argmax_of(ref.data(), V);
         all_agree += same, ++steps;
-        if (margin_of(ref.data(), V) > 1e-2) decisive += 1, agree += same;
+        // A lead is clear when it exceeds 4 x this step's difference (relative RMS x the logits' RMS), the
+        // tie band of the forward tests: an unrecovered hybrid's bf16 rounding moves its flat logits by more
+        // than a fixed 0.01.
+        double ms = 0;
+        for (int64_t i = 0; i < V; ++i) ms += double(ref[size_t(i)]) * double(ref[size_t(i)]);
+        const double band = std::max(1e-2, 4 * r * std::sqrt(ms / double(V)));
+        if (margin_of(ref.data(), V) > band) decisive += 1, agree += same;
         (void)b;
     };
     for (int64_t b = 0; b < B; ++b) compare(b, lg.data() + b * V, refs[size_t(b)].logits[0]);

