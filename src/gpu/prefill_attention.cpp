@@ -33,7 +33,8 @@ PrefillAttention::Backend PrefillAttention::backend_from_env() {
     fail("HYDRA_PREFILL_ATTN='{}': expected auto, cudnn or own", v);
 }
 
-PrefillAttention::PrefillAttention(Backend backend) : backend_(backend) {
+PrefillAttention::PrefillAttention(Backend backend)
+    : backend_(backend), admission_(PlanAdmission::after_from_env(std::getenv("HYDRA_PREFILL_CUDNN_AFTER"))) {
     if (const char* e = std::getenv("HYDRA_PREFILL_OFFSET"); e && *e) {
         const std::string v(e);
         HYDRA_CHECK(v == "flash" || v == "decode", "HYDRA_PREFILL_OFFSET='{}': expected flash or decode", v);
@@ -151,7 +152,14 @@ void PrefillAttention::forward(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t
     HYDRA_CHECK(ld_q == 0 || ld_q >= n_fa * Dh, "prefill attention: q rows {} apart are narrower than {}",
                 ld_q, n_fa * Dh);
     HYDRA_CHECK(o && q && k && v, "prefill attention: null operand");
-    if (backend_ != Backend::Own) {
+    // the shape cuDNN would plan for (the head map is part of it: uniform or gathered groups); a collision of
+    // two shapes only moves when cuDNN starts for them
+    const uint64_t shape = (uint64_t(T) << 34) ^ (uint64_t(pos0 + T) << 2) ^ (uint64_t(n_fa) << 56) ^
+                           (uint64_t(n_kv) << 48) ^ (uint64_t(Dh) << 40) ^ (uint64_t(ld_q) << 20) ^
+                           (uniform_groups ? 1u : 0u);
+    if (backend_ == Backend::Auto && !admission_.admit(shape)) {
+        cudnn_reason_ = "a shape's first sighting runs our kernels (cuDNN plans it from the next)";
+    } else if (backend_ != Backend::Own) {
         if (try_cudnn(o, q, ld_q, k, v, kv_index, uniform_groups, T, pos0, n_fa, n_kv, Dh, scale, stream))
             return;
         HYDRA_CHECK(backend_ != Backend::Cudnn, "cuDNN prefill attention (T {}, pos0 {}) unavailable: {}", T,

@@ -14,7 +14,9 @@
 //   once per query row instead (the reference path: one row at a time, ~150x slower for a 32K prompt in 8K
 //   chunks).
 // HYDRA_PREFILL_ATTN = cudnn | own | auto (default) forces one (benchmarks, tests); `cudnn` fails with
-// cuDNN's reason where it cannot run a shape instead of falling back.
+// cuDNN's reason where it cannot run a shape instead of falling back. Under auto a shape's first sighting
+// runs ours and cuDNN builds its plan from the second (gpu/plan_admission.h: a plan costs far more than one
+// attention; HYDRA_PREFILL_CUDNN_AFTER sets the sightings, 0 = at once).
 //
 // Layouts: q (T, n_fa, Dh) bf16, rows ld_q elements apart (0: packed n_fa * Dh; e.g. the fused projection
 // row); k, v (>= pos0 + T, n_kv, Dh) bf16, packed rows; o (T, n_fa, Dh) bf16 packed, OVERWRITTEN.
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/plan_admission.h"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/device_arena.h"
 
@@ -49,6 +52,8 @@ class PrefillAttention {
                  int64_t pos0, int64_t n_fa, int64_t n_kv, int64_t Dh, float scale, cudaStream_t stream);
 
     Backend backend() const { return backend_; }
+    // Sightings of a shape before auto uses cuDNN for it (gpu/plan_admission.h).
+    void set_cudnn_after(int64_t sightings) { admission_ = PlanAdmission(sightings); }
     void set_backend(Backend b) { backend_ = b; }
     // Our path for queries after cached keys (pos0 > 0): the flash kernel with a query offset
     // (cuda::AttnShape::S, the default), or the decode kernel once per query row
@@ -75,6 +80,7 @@ class PrefillAttention {
 
     Backend backend_;
     bool flash_offset_ = true;
+    PlanAdmission admission_;
     cuda::CudnnAttention cudnn_;
     const char* last_path_ = "";
     std::string cudnn_reason_;
