@@ -268,11 +268,14 @@ TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
         GTEST_SKIP() << "prose cache missing (tools/setup.sh)";
     const fs::path out = fs::temp_directory_path() / ("hydra_test_pipeline_bl_" + std::to_string(::getpid()));
     fs::remove_all(out);
-    const PipelineConfig c = miniature(
+    PipelineConfig c = miniature(
         "[{\"name\":\"t-yarn\",\"select\":\"all-fa\",\"rope_scaling\":\"yarn:2\",\"stages\":[]},"
         "{\"name\":\"t-ft\",\"select\":\"all-fa\",\"stages\":[\"longctx\"]},"
         "{\"name\":\"h-nope\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,\"stages\":[\"distill\","
         "\"longctx\"]}]");
+    c.apply_override("eval.teacher=false");  // a study part: the teacher's row came from an earlier part
+    EXPECT_FALSE(c.eval_teacher);
+    EXPECT_EQ(c.to_json()["eval"]["teacher"], false);
     const PipelineHooks hooks = byte_level_hooks();
     run_pipeline(c, out.string(), "", hooks);
     auto read = [](const fs::path& p) {
@@ -312,6 +315,8 @@ TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
     EXPECT_FALSE(ag["h-nope"]["after_stage"].contains("longctx"));  // the final model is the main entry
     EXPECT_GT(ag["h-nope"]["after_stage"]["distill"]["kl"].get<double>(), 0.0);
     EXPECT_FALSE(ag["t-ft"].contains("after_stage"));  // one stage: nothing earlier
+    EXPECT_FALSE(ag.contains("teacher"));              // eval.teacher=false: no teacher row
+    EXPECT_FALSE(fs::exists(out / "results" / "teacher.json"));
     EXPECT_NE(text.find("| h-nope | distill |"), std::string::npos);
     EXPECT_NE(text.find("| h-nope | final |"), std::string::npos);
     fs::remove_all(out);

@@ -334,11 +334,13 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
                     heldout_shards = string(e, ww);
                 else if (k == "bootstrap_resamples")
                     bootstrap_resamples = integer(e, ww);
-                else
+                else if (k == "teacher") {
+                    HYDRA_CHECK(e.is_boolean(), "{}: expected true or false, found {}", ww, json_kind(e));
+                    eval_teacher = e.get<bool>();
+                } else
                     fail(
                         "{}: unknown key (eval keys: tasks, lengths, samples, heldout_tokens, "
-                        "heldout_shards, "
-                        "heldout_text, bootstrap_resamples)",
+                        "heldout_shards, heldout_text, bootstrap_resamples, teacher)",
                         ww);
             }
         } else {
@@ -460,7 +462,8 @@ json PipelineConfig::to_json() const {
                  {"heldout_tokens", heldout_tokens},
                  {"heldout_shards", heldout_shards},
                  {"heldout_text", heldout_text},
-                 {"bootstrap_resamples", bootstrap_resamples}};
+                 {"bootstrap_resamples", bootstrap_resamples},
+                 {"teacher", eval_teacher}};
     return j;
 }
 

@@ -63,6 +63,9 @@ struct PipelineConfig {
     std::string heldout_shards;     // a shard directory; empty: the distill stage's own shards
     std::string heldout_text;       // a prose file every stage leaves out (default: austen_persuasion.txt)
     int64_t bootstrap_resamples = 1000;  // B of the 95% percentile-bootstrap intervals
+    // Evaluate the teacher too (its row of the report). false: only the variants, for a study run in parts
+    // whose teacher record an earlier part wrote (`hydra report merge` joins them); saves its evaluation.
+    bool eval_teacher = true;
     // Evaluation tasks no stage (nor a teacher trained here) saw as synthetic training rows, reported as
     // their own group.
     std::vector<std::string> heldout_tasks() const;

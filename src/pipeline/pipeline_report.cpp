@@ -199,7 +199,8 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
     if (fs::exists(out / "teacher" / "loss_curve.png")) md += "Teacher: ![teacher loss](teacher/loss_curve.png)\n\n";
     for (const std::string stage : {"align", "distill", "longctx"}) {
         std::vector<Series> series;
-        for (size_t i = 1; i < in.models.size(); ++i) {
+        for (size_t i = 0; i < in.models.size(); ++i) {
+            if (in.models[i].first == "teacher") continue;
             const fs::path log = out / in.models[i].first / stage / "log.jsonl";
             if (fs::exists(log)) series.push_back(stage_series(log, in.models[i].first));
         }

@@ -269,7 +269,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     // perplexity on held-out shard windows.
     const fs::path eval_dir = out / "eval";
     fs::create_directories(eval_dir);
-    std::vector<std::pair<std::string, std::string>> all_models = {{"teacher", teacher_path}};
+    std::vector<std::pair<std::string, std::string>> all_models;
+    if (cfg.eval_teacher) all_models.emplace_back("teacher", teacher_path);
     all_models.insert(all_models.end(), final_models.begin(), final_models.end());
     std::vector<ModelEvalResult> results;
     SampleCache sample_cache;  // every model runs the same samples; built once
