@@ -1,7 +1,7 @@
 // Tests of the training step (train/model_step.h, model/decoder_layer.h) on teachers and HydraHead
 // hybrids: whole-model finite-difference gradient checks in double for every plan kind (head-granular
-// FA groups, hymba/la-only/scale-norm fusion, layer-wise, all-LA), frozen tensors untouched, and the KL
-// objective against finite differences.
+// FA groups, hymba/la-only/scale-norm fusion, layer-wise, all-LA, sliding-window heads), frozen tensors
+// untouched, and the KL objective against finite differences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,6 +55,13 @@ std::vector<std::pair<std::string, HybridPlan>> plans(const ModelConfig& c) {
     la.layers[0] = {{}, {0, 1, 2}};
     la.layers[1] = {{}, {0, 1, 2}};
     out.emplace_back("all-LA", la);
+    // the sliding-window baseline: head 1 of layer 0 full, the others windows of 2 and 3 with one sink
+    HybridPlan sw = HybridPlan::all_fa(c);
+    sw.fusion = FusionKind::None;
+    sw.layers[0].fa_window = {2, 0, 3};
+    sw.layers[1].fa_window = {3, 3, 0};
+    sw.window_sinks = 1;
+    out.emplace_back("sliding window", sw);
     return out;
 }
 

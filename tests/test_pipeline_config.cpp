@@ -214,6 +214,10 @@ TEST(PipelineConfig, VariantStagesAndPositions) {
          "score_method is for select scores"},
         {"[{\"name\":\"h\",\"select\":\"scores\",\"ratio\":\"7:1\",\"score_method\":\"retrieval\"}]",
          "not among score.methods"},
+        {"[{\"name\":\"w\",\"select\":\"all-fa\",\"window\":8,\"stages\":[]}]", "needs a selection with LA"},
+        {"[{\"name\":\"w\",\"select\":\"random\",\"ratio\":\"1:1\",\"window\":8,\"stages\":[\"align\"]}]",
+         "no new heads for the align stage"},
+        {"[{\"name\":\"w\",\"select\":\"random\",\"ratio\":\"1:1\",\"sinks\":2}]", "sinks need a window"},
     };
     for (const auto& [variants, want] : bad) {
         SCOPED_TRACE(variants);
@@ -272,7 +276,9 @@ TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
         "[{\"name\":\"t-yarn\",\"select\":\"all-fa\",\"rope_scaling\":\"yarn:2\",\"stages\":[]},"
         "{\"name\":\"t-ft\",\"select\":\"all-fa\",\"stages\":[\"longctx\"]},"
         "{\"name\":\"h-nope\",\"select\":\"random\",\"ratio\":\"1:1\",\"nope\":true,\"stages\":[\"distill\","
-        "\"longctx\"]}]");
+        "\"longctx\"]},"
+        "{\"name\":\"swa\",\"select\":\"random\",\"ratio\":\"1:1\",\"window\":16,\"sinks\":2}]");
+    EXPECT_EQ(c.variants[3].stages, (std::vector<std::string>{"distill", "longctx"}));  // nothing to align
     c.apply_override("eval.teacher=false");  // a study part: the teacher's row came from an earlier part
     EXPECT_FALSE(c.eval_teacher);
     EXPECT_EQ(c.to_json()["eval"]["teacher"], false);
@@ -316,6 +322,13 @@ TEST(PipelineRun, BaselineVariantsRunOnlyTheirStages) {
     EXPECT_GT(ag["h-nope"]["after_stage"]["distill"]["kl"].get<double>(), 0.0);
     EXPECT_FALSE(ag["t-ft"].contains("after_stage"));  // one stage: nothing earlier
     EXPECT_FALSE(ag.contains("teacher"));              // eval.teacher=false: no teacher row
+    // the sliding-window baseline: every head softmax, the selection's LA heads windowed, trained and
+    // evaluated
+    const nlohmann::json swa = read(out / "swa" / "longctx" / "config.json");
+    EXPECT_EQ(swa["hydra"]["plan"]["window_sinks"], 2) << swa["hydra"]["plan"].dump();
+    EXPECT_EQ(swa["hydra"]["plan"]["la_heads"], 0);
+    EXPECT_TRUE(ag.contains("swa"));
+    EXPECT_NE(text.find("sliding-window heads (window 16, 2 sinks)"), std::string::npos);
     EXPECT_FALSE(fs::exists(out / "results" / "teacher.json"));
     EXPECT_NE(text.find("| h-nope | distill |"), std::string::npos);
     EXPECT_NE(text.find("| h-nope | final |"), std::string::npos);

@@ -39,6 +39,7 @@ struct ConvertOptions {
     bool allow_neg_eigval = false;
     std::string rope_scaling;
     bool nope = false;
+    int64_t window = 0, sinks = 0;  // the head-level sliding-window baseline instead of GDN heads
     std::string score_method;  // "": the file's aggregate
     std::string out;
     bool force = false;
@@ -118,6 +119,13 @@ void register_convert(CLI::App& app) {
         "(HF semantics; keys as in config.json's rope_scaling, e.g. yarn:4,beta_fast=32), or ntk:ALPHA "
         "(static NTK-aware: a larger rope_theta)");
     cmd->add_flag("--nope", o->nope, "FA heads without RoPE (NoPE ablation; the GDN heads carry order)");
+    cmd->add_option(
+           "--window", o->window,
+           "sliding-window baseline: the heads --select would make GDN keep softmax attention over their "
+           "last N positions instead (CPU only so far)")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+    cmd->add_option("--sinks", o->sinks, "with --window: the first N positions every windowed head also sees")
+        ->check(CLI::Range(int64_t(0), int64_t(4096)));
     cmd->add_option("--out", o->out, "output model directory")->required();
     cmd->add_flag("--force", o->force,
                   "replace --out even when it is not a hydra model directory (deletes it)");
@@ -138,6 +146,8 @@ void register_convert(CLI::App& app) {
         req.granularity = o->granularity;
         req.fusion = parse_fusion(o->fusion, "--fusion");
         req.seed = o->seed;
+        req.window = o->window;
+        req.sinks = o->sinks;
         if (!o->layers.empty()) req.layers = parse_layer_list(o->layers, "--layers");
         req.gdn.norm_eps = cfg.rms_norm_eps;
         req.gdn.allow_neg_eigval = o->allow_neg_eigval;

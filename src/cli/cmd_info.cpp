@@ -54,6 +54,10 @@ void register_info(CLI::App& app) {
         fmt::print("KV cache     {} bytes/token bf16 ({} fp32); teacher {} bytes/token bf16 ({:.4f}x)\n", kv2, kv4, t2,
                    double(kv2) / double(t2));
         fmt::print("GDN state    {} bytes per sequence (fp32 recurrent + conv state)\n", plan.state_bytes(c));
+        if (plan.has_windows())
+            fmt::print(
+                "windows      the sliding-window heads' K/V rows are all kept (the cache is not bounded to "
+                "window + sinks yet): the figures above count them\n");
         auto mib = [](double b) { return b / (1024.0 * 1024.0); };
         for (int64_t n : {int64_t(4096), int64_t(32768), int64_t(131072)})
             fmt::print("cache @{:>4}K {:>10.2f} MiB per sequence bf16 KV + state (teacher {:.2f} MiB)\n", n / 1024,

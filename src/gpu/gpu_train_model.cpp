@@ -27,6 +27,11 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
     const ModelConfig& c = config_;
     const ParamArena& a = model.params();
     const char* what = with_grads ? "GPU training" : "GPU model";
+    HYDRA_CHECK(
+        !plan_.has_windows(),
+        "{}: the plan has sliding-window heads ({}); they run on the CPU only so far (the GPU attention "
+        "kernels have no window mask yet)",
+        what, plan_.ratio_summary());
     HYDRA_CHECK(c.head_dim == 64 || c.head_dim == 128, "{}: head dim {} is not supported (64 or 128)", what,
                 c.head_dim);
     HYDRA_CHECK(c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim, "{}: rope_dim {} is not supported", what,

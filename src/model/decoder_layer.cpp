@@ -206,6 +206,9 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
         }
         T* out = n_la == 0 ? heads : buf(a.fa_out, N * Dfa);
         if (prefix) {
+            HYDRA_CHECK(
+                w.fa_window.empty(),
+                "the shared-prefix mode (head scoring) runs full-attention layers, not sliding-window heads");
             // Every row sits at position pos0: rotate them as one token with N*n_fa (N*n_kv) heads.
             const RopeTable<T>& rt = rope_table_for<T>(1, pos0, cfg);
             if (rope) {
@@ -224,6 +227,7 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
             T* probs = (run.save && !run.recompute_attention) || tapped_probs ? buf(a.probs, B * S * n_fa * W)
                                                                               : nullptr;
             const int32_t* map = w.uniform_groups ? nullptr : w.kv_index.data();
+            const int32_t* win = w.fa_window.empty() ? nullptr : w.fa_window.data();
             if (run.cache) {
                 if (rope) {
                     cpu::rope_forward(q, S, n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
@@ -235,7 +239,7 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
                 std::memcpy(run.cache->k + pos0 * Dkv, k, size_t(S * Dkv) * sizeof(T));
                 std::memcpy(run.cache->v + pos0 * Dkv, v, size_t(S * Dkv) * sizeof(T));
                 cpu::causal_attention_forward(out, probs, q, (const T*)run.cache->k, (const T*)run.cache->v,
-                                              S, pos0, n_fa, n_kv, Dh, scale, map);
+                                              S, pos0, n_fa, n_kv, Dh, scale, map, win, w.window_sinks);
             } else {
                 const bool over_batch = parallel_over_batch(B);
 #pragma omp parallel for schedule(static) if (over_batch)
@@ -252,9 +256,10 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
                 fire(run, "v", v, {N, n_kv, Dh});
 #pragma omp parallel for schedule(static) if (over_batch)
                 for (int64_t b = 0; b < B; ++b)
-                    cpu::causal_attention_forward(
-                        out + b * S * Dfa, probs ? probs + b * S * n_fa * S : nullptr, q + b * S * Dfa,
-                        k + b * S * Dkv, v + b * S * Dkv, S, int64_t(0), n_fa, n_kv, Dh, scale, map);
+                    cpu::causal_attention_forward(out + b * S * Dfa,
+                                                  probs ? probs + b * S * n_fa * S : nullptr, q + b * S * Dfa,
+                                                  k + b * S * Dkv, v + b * S * Dkv, S, int64_t(0), n_fa, n_kv,
+                                                  Dh, scale, map, win, w.window_sinks);
             }
             if (tapped_probs) fire(run, "attn_probs", probs, {N, n_fa, W});
         }
@@ -421,7 +426,8 @@ void decoder_layer_backward(T* dx, const ModelConfig& cfg, const HybridPlan& pla
                 const int64_t qo = b * S * Dfa, ko = b * S * Dkv;
                 cpu::causal_attention_backward(
                     dq + qo, dk + ko, dv + ko, dfa + qo, a.q.data() + qo, a.k.data() + ko, a.v.data() + ko,
-                    keep_probs ? a.probs.data() + b * S * n_fa * S : nullptr, S, n_fa, n_kv, Dh, scale, map);
+                    keep_probs ? a.probs.data() + b * S * n_fa * S : nullptr, S, n_fa, n_kv, Dh, scale, map,
+                    w.fa_window.empty() ? nullptr : w.fa_window.data(), w.window_sinks);
                 if (rope) {
                     cpu::rope_backward(dq + qo, S, n_fa, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());
                     cpu::rope_backward(dk + ko, S, n_kv, Dh, cfg.rope_dim, rt.cos.data(), rt.sin.data());

@@ -113,7 +113,7 @@ std::unique_ptr<LlamaModel> convert_to_hybrid(const LlamaModel& teacher, const H
     if (options.rope_scaling) apply_rope_scaling(student_cfg, *options.rope_scaling);
     if (options.fa_nope) {
         HYDRA_CHECK(
-            !plan.is_all_fa(),
+            plan.total_la_heads() > 0,
             "convert: NoPE needs a hybrid (an all-FA model without RoPE would lose every position); choose "
             "a plan with LA heads");
         student_cfg.fa_nope = true;

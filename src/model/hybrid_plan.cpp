@@ -39,7 +39,20 @@ HybridPlan HybridPlan::all_fa(const ModelConfig& config) {
 bool HybridPlan::is_all_fa() const {
     for (const LayerPlan& lp : layers)
         if (!lp.la_heads.empty()) return false;
-    return true;
+    return !has_windows();  // a sliding-window head is no full attention
+}
+
+bool HybridPlan::has_windows() const {
+    for (const LayerPlan& lp : layers)
+        for (int32_t w : lp.fa_window)
+            if (w > 0) return true;
+    return false;
+}
+
+std::vector<int32_t> HybridPlan::fa_windows(int64_t layer) const {
+    const LayerPlan& lp = layers[size_t(layer)];
+    if (lp.fa_window.empty()) return std::vector<int32_t>(lp.fa_heads.size(), 0);
+    return lp.fa_window;
 }
 
 int64_t HybridPlan::total_fa_heads() const {
@@ -98,6 +111,8 @@ void HybridPlan::validate(const ModelConfig& config, const std::string& source) 
                 layers.size(), config.num_layers);
     HYDRA_CHECK(granularity == "kv" || granularity == "head",
                 "{}: plan granularity '{}' is not kv or head", source, granularity);
+    HYDRA_CHECK(window_sinks >= 0 && window_sinks <= 4096, "{}: window_sinks {} is outside 0..4096", source,
+                window_sinks);
     HYDRA_CHECK(gdn.conv_size >= 1 && gdn.conv_size <= 16, "{}: gdn.conv_size {} is outside 1..16", source,
                 gdn.conv_size);
     HYDRA_CHECK(gdn.chunk_size >= 1 && gdn.chunk_size <= 256, "{}: gdn.chunk_size {} is outside 1..256", source,
@@ -122,6 +137,12 @@ void HybridPlan::validate(const ModelConfig& config, const std::string& source) 
                         "{}: layer {} FA heads are not sorted by KV group", source, l);
         HYDRA_CHECK(std::is_sorted(lp.la_heads.begin(), lp.la_heads.end()), "{}: layer {} LA heads are not ascending",
                     source, l);
+        HYDRA_CHECK(lp.fa_window.empty() || lp.fa_window.size() == lp.fa_heads.size(),
+                    "{}: layer {} gives {} FA windows for {} FA heads", source, l, lp.fa_window.size(),
+                    lp.fa_heads.size());
+        for (int32_t w : lp.fa_window)
+            HYDRA_CHECK(w >= 0 && w <= (int32_t(1) << 30), "{}: layer {} FA window {} is outside 0..2^30",
+                        source, l, w);
         if (granularity == "kv") {
             for (int32_t h : lp.fa_heads)
                 for (int64_t m = (h / G) * G; m < (h / G + 1) * G; ++m)
@@ -143,8 +164,13 @@ nlohmann::json HybridPlan::to_json() const {
                 {"chunk_size", gdn.chunk_size},
                 {"norm_eps", gdn.norm_eps}};
     nlohmann::json ls = nlohmann::json::array();
-    for (const LayerPlan& lp : layers) ls.push_back({{"fa", lp.fa_heads}, {"la", lp.la_heads}});
+    for (const LayerPlan& lp : layers) {
+        nlohmann::json e = {{"fa", lp.fa_heads}, {"la", lp.la_heads}};
+        if (!lp.fa_window.empty()) e["fa_window"] = lp.fa_window;
+        ls.push_back(std::move(e));
+    }
     j["layers"] = ls;
+    if (has_windows()) j["window_sinks"] = window_sinks;
     j["fa_heads"] = total_fa_heads();
     j["la_heads"] = total_la_heads();
     return j;
@@ -170,7 +196,8 @@ HybridPlan HybridPlan::from_json(const nlohmann::json& j, const ModelConfig& con
     HYDRA_CHECK(j.is_object(), "{}: plan must be an object, got {}", source, json_kind(j));
     // Checkpoints written by `hydra train` before plans existed say {"kind": "teacher"}.
     if (!j.contains("layers") && j.value("kind", std::string()) == "teacher") return all_fa(config);
-    static const char* known[] = {"granularity", "fusion", "selection", "gdn", "layers", "fa_heads", "la_heads"};
+    static const char* known[] = {"granularity", "fusion",   "selection", "gdn",
+                                  "layers",      "fa_heads", "la_heads",  "window_sinks"};
     for (const auto& [key, value] : j.items())
         HYDRA_CHECK(std::find(std::begin(known), std::end(known), key) != std::end(known),
                     "{}: unknown plan key '{}'", source, key);
@@ -181,6 +208,11 @@ HybridPlan HybridPlan::from_json(const nlohmann::json& j, const ModelConfig& con
         HYDRA_CHECK(j[key].is_string(), "{}: plan.{} must be a string, got {}", source, key, json_kind(j[key]));
         out = j[key].get<std::string>();
     };
+    if (j.contains("window_sinks")) {
+        HYDRA_CHECK(j["window_sinks"].is_number_integer(), "{}: plan.window_sinks must be an integer, got {}",
+                    source, json_kind(j["window_sinks"]));
+        plan.window_sinks = j["window_sinks"].get<int64_t>();
+    }
     get_string("granularity", plan.granularity);
     get_string("selection", plan.selection);
     std::string fusion = "scale-norm";
@@ -213,6 +245,7 @@ HybridPlan HybridPlan::from_json(const nlohmann::json& j, const ModelConfig& con
         LayerPlan lp;
         lp.fa_heads = head_list(e["fa"], where + ".fa");
         lp.la_heads = head_list(e["la"], where + ".la");
+        if (e.contains("fa_window")) lp.fa_window = head_list(e["fa_window"], where + ".fa_window");
         plan.layers.push_back(std::move(lp));
     }
     plan.validate(config, source);
@@ -221,6 +254,14 @@ HybridPlan HybridPlan::from_json(const nlohmann::json& j, const ModelConfig& con
 
 std::string HybridPlan::ratio_summary() const {
     const int64_t fa = total_fa_heads(), la = total_la_heads();
+    if (has_windows()) {
+        int64_t windowed = 0, width = 0;
+        for (const LayerPlan& lp : layers)
+            for (int32_t w : lp.fa_window)
+                if (w > 0) ++windowed, width = std::max<int64_t>(width, w);
+        return fmt::format("{} full + {} sliding-window heads (window {}, {} sinks){}", fa - windowed,
+                           windowed, width, window_sinks, la ? fmt::format(" + {} LA", la) : std::string());
+    }
     if (la == 0) return fmt::format("all {} heads full attention", fa);
     if (fa == 0) return fmt::format("all {} heads Gated DeltaNet", la);
     return fmt::format("{:.2f}:1 LA:FA heads ({} FA / {} LA)", double(la) / double(fa), fa, la);

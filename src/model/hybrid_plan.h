@@ -41,6 +41,10 @@ struct GdnSettings {
 struct LayerPlan {
     std::vector<int32_t> fa_heads;  // teacher query-head indices kept FA, in the layer's head order
     std::vector<int32_t> la_heads;  // teacher query-head indices turned into GDN heads, ascending
+    // Per FA head (fa_heads' order): 0 = full causal attention, W > 0 = sliding-window attention over the
+    // last W positions plus the plan's window_sinks first ones (the head-level sliding-window baseline,
+    // DuoAttention's streaming heads). Empty: every FA head full.
+    std::vector<int32_t> fa_window;
 
     int64_t num_fa() const { return int64_t(fa_heads.size()); }
     int64_t num_la() const { return int64_t(la_heads.size()); }
@@ -53,11 +57,16 @@ struct HybridPlan {
     FusionKind fusion = FusionKind::ScaleNorm;
     GdnSettings gdn;
     std::string selection = "teacher";  // how the FA heads were chosen (provenance for reports)
+    int64_t window_sinks = 0;           // first positions every sliding-window head also attends to
 
     // The teacher: every head FA, in the original order.
     static HybridPlan all_fa(const ModelConfig& config);
 
-    bool is_all_fa() const;
+    bool is_all_fa() const;  // every head full causal attention: no LA head, no window
+    // Some FA head attends through a sliding window (LayerPlan::fa_window).
+    bool has_windows() const;
+    // The layer's per-FA-head windows (fa_heads' order, 0 = full), zeros when the layer has none.
+    std::vector<int32_t> fa_windows(int64_t layer) const;
     int64_t total_fa_heads() const;
     int64_t total_la_heads() const;
     // Distinct teacher KV groups read by the layer's FA heads, ascending (the KV cache's rows).
@@ -81,7 +90,8 @@ struct HybridPlan {
     // Parses (and validates against `config`) the "plan" object written by to_json.
     static HybridPlan from_json(const nlohmann::json& j, const ModelConfig& config, const std::string& source);
 
-    // "7.18:1 LA:FA heads (33 FA / 237 LA)".
+    // "7.18:1 LA:FA heads (33 FA / 237 LA)"; with windows "33 full + 237 sliding-window heads (window
+    // 1024, 4 sinks)".
     std::string ratio_summary() const;
 };
 

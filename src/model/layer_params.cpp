@@ -19,6 +19,14 @@ void fill_heads(LayerParams<P>& p, int64_t n_fa, int64_t n_la, int64_t n_kv, std
         p.uniform_groups = p.kv_index[size_t(h)] == h / (p.n_fa / p.n_kv);
 }
 
+// The FA heads' sliding windows (none unless the plan has some).
+template <typename P>
+void fill_windows(LayerParams<P>& p, const HybridPlan& plan, int64_t l) {
+    if (!plan.has_windows()) return;
+    p.fa_window = plan.fa_windows(l);
+    p.window_sinks = plan.window_sinks;
+}
+
 }  // namespace
 
 template <typename P>
@@ -28,6 +36,7 @@ LayerParams<P> layer_params(const ModelConfig& cfg, const HybridPlan& plan, cons
     const LayerPlan& lp = plan.layers[size_t(l)];
     fill_heads(p, lp.num_fa(), lp.num_la(), int64_t(plan.fa_kv_groups(cfg, l).size()),
                plan.fa_kv_index(cfg, l));
+    fill_windows(p, plan, l);
     if (!base) return p;
     auto at = [&](const char* suffix) -> P* {
         const std::string name = LlamaModel::layer_name(l, suffix);
@@ -72,6 +81,7 @@ LayerParams<const float> layer_params(const LlamaModel& model, int64_t l) {
     const LayerWeights& w = model.layer(l);
     LayerParams<const float> p;
     fill_heads(p, w.n_fa, w.n_la, w.n_fa_kv, w.fa_kv_index);
+    fill_windows(p, model.plan(), l);
     auto at = [](const Tensor& t) { return t.empty() ? (const float*)nullptr : t.f32(); };
     p.attn_norm = at(w.attn_norm);
     p.wq = at(w.wq);

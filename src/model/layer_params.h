@@ -21,6 +21,8 @@ struct LayerParams {
     int64_t n_fa = 0, n_la = 0, n_kv = 0;  // FA heads, LA heads, FA KV groups
     std::vector<int32_t> kv_index;         // (n_fa) KV slot of each FA head
     bool uniform_groups = true;            // kv_index is h / (n_fa / n_kv): the attention needs no map
+    std::vector<int32_t> fa_window;        // (n_fa) sliding window per FA head (0 = full); empty: none
+    int64_t window_sinks = 0;              // first keys every windowed head also attends to
     P *attn_norm = nullptr, *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
     P *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     // LA heads (GDN), see LlamaModel's linear_attn.* tensors

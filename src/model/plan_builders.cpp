@@ -252,11 +252,25 @@ HybridPlan build_plan(const ModelConfig& config, const PlanRequest& req) {
     plan.gdn = req.gdn;
     plan.selection = selection;
     plan.layers.resize(size_t(L));
+    HYDRA_CHECK(req.window >= 0 && req.sinks >= 0 && (req.window > 0 || req.sinks == 0),
+                "sliding window {} with {} sinks: the window must be > 0 for sinks, neither negative",
+                req.window, req.sinks);
     for (int64_t l = 0; l < L; ++l)
         for (int32_t h = 0; h < int32_t(H); ++h) {
             const bool keep = fa[size_t(l)][size_t(kv ? h / G : h)] != 0;
-            (keep ? plan.layers[size_t(l)].fa_heads : plan.layers[size_t(l)].la_heads).push_back(h);
+            LayerPlan& lp = plan.layers[size_t(l)];
+            if (req.window > 0) {  // the heads that would be LA attend through the window instead
+                lp.fa_heads.push_back(h);
+                lp.fa_window.push_back(keep ? 0 : int32_t(req.window));
+            } else {
+                (keep ? lp.fa_heads : lp.la_heads).push_back(h);
+            }
         }
+    if (req.window > 0) {
+        plan.window_sinks = req.sinks;
+        plan.fusion = FusionKind::None;  // softmax heads only: nothing to put on one scale
+        plan.selection += fmt::format(" + sliding window {} ({} sinks)", req.window, req.sinks);
+    }
     plan.validate(config, "plan");
     return plan;
 }

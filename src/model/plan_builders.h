@@ -45,6 +45,9 @@ struct PlanRequest {
     std::vector<int64_t> layers;    // layerwise: the FA layers (empty: every k-th layer from the ratio)
     const HeadScoreTable* scores = nullptr;  // select=scores; uniform uses it within layers when given
     GdnSettings gdn;
+    // > 0: the head-level sliding-window baseline (DuoAttention's design): the heads the selection would
+    // turn into GDN stay softmax attention over their last `window` positions plus the first `sinks`.
+    int64_t window = 0, sinks = 0;
 };
 
 // Builds and validates the plan; errors say what cannot be met and what to change.

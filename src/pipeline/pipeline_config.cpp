@@ -60,6 +60,10 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
         else if (k == "seed") out.seed = uint64_t(integer(e, w));
         else if (k == "rope_scaling")
             out.rope_scaling = string(e, w);
+        else if (k == "window")
+            out.window = integer(e, w);
+        else if (k == "sinks")
+            out.sinks = integer(e, w);
         else if (k == "score_method")
             out.score_method = string(e, w);
         else if (k == "nope") {
@@ -73,10 +77,12 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
         } else
             fail(
                 "{}: unknown key (variant keys: name, select, ratio, granularity, fusion, layers, seed, "
-                "score_method, rope_scaling, nope, stages)",
+                "score_method, rope_scaling, nope, stages, window, sinks)",
                 w);
     }
     HYDRA_CHECK(!out.name.empty(), "{}: a variant needs a name", where);
+    // A sliding-window variant has no new heads for stage 1 to align: by default it runs distill, longctx.
+    if (out.window > 0 && !v.contains("stages")) out.stages = {"distill", "longctx"};
     return out;
 }
 
@@ -91,7 +97,9 @@ json variant_json(const PipelineVariant& v) {
             {"score_method", v.score_method},
             {"rope_scaling", v.rope_scaling},
             {"nope", v.nope},
-            {"stages", v.stages}};
+            {"stages", v.stages},
+            {"window", v.window},
+            {"sinks", v.sinks}};
 }
 
 TrainConfig stage_defaults(const std::string& kind) {
@@ -420,6 +428,20 @@ void PipelineConfig::validate() const {
                 fail("pipeline: variant '{}': rope_scaling: {}", v.name, e.what());
             }
         }
+        HYDRA_CHECK(
+            v.window >= 0 && v.sinks >= 0 && (v.window > 0 || v.sinks == 0),
+            "pipeline: variant '{}': window {} and sinks {} (sinks need a window > 0; neither negative)",
+            v.name, v.window, v.sinks);
+        HYDRA_CHECK(
+            v.window == 0 || std::find(v.stages.begin(), v.stages.end(), "align") == v.stages.end(),
+            "pipeline: variant '{}': a sliding-window variant has no new heads for the align stage to "
+            "train (stages: distill, longctx)",
+            v.name);
+        HYDRA_CHECK(
+            v.window == 0 || (v.select != "all-fa" && !v.nope),
+            "pipeline: variant '{}': a sliding window replaces LA heads: it needs a selection with LA "
+            "heads (not all-fa) and keeps RoPE (no nope)",
+            v.name);
         if (v.select == "all-fa") {
             HYDRA_CHECK(!v.nope,
                         "pipeline: variant '{}': nope needs LA heads to carry order (select all-fa has none)",

@@ -35,6 +35,10 @@ struct PipelineVariant {
     // The transfer stages this variant runs, in this order (a subset of align, distill, longctx). An
     // all-fa variant runs at most longctx: the teacher fine-tuned at length with the hybrids' stage-3 budget.
     std::vector<std::string> stages = {"align", "distill", "longctx"};
+    // > 0: the head-level sliding-window baseline: the heads the selection would make LA keep softmax
+    // attention over their last `window` positions plus the first `sinks` (no GDN heads, no fusion; no
+    // align stage, so its stages default to distill, longctx). On the CPU only so far.
+    int64_t window = 0, sinks = 0;
 };
 
 struct PipelineConfig {

@@ -220,6 +220,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             req.granularity = v.granularity;
             req.fusion = parse_fusion(v.fusion, v.name + ".fusion");
             req.seed = v.seed;
+            req.window = v.window;
+            req.sinks = v.sinks;
             if (!v.layers.empty()) req.layers = parse_layer_list(v.layers, v.name + ".layers");
             req.gdn.norm_eps = tcfg.rms_norm_eps;
             std::optional<HeadScoreTable> scores;

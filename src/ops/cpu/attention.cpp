@@ -82,21 +82,33 @@ inline void softmax_row(double* x, int64_t n, int64_t n_zero) {
     for (int64_t s = n; s < n_zero; ++s) x[s] = 0;
 }
 
+// The softmax of a row whose keys are [0, n) (n = position + 1), zero up to n_zero; with a sliding window
+// W > 0 only the keys [n - W, n) and the first `sinks` ones count, the others get weight 0.
+template <typename T>
+inline void window_softmax_row(T* x, int64_t n, int64_t n_zero, int64_t window, int64_t sinks) {
+    const int64_t lo = window > 0 ? std::max<int64_t>(0, n - window) : 0;
+    const int64_t cut = std::min(sinks, lo);  // keys [cut, lo) fall between the sinks and the window
+    for (int64_t s = cut; s < lo; ++s) x[s] = T(-INFINITY);
+    softmax_row(x, n, n_zero);
+    for (int64_t s = cut; s < lo; ++s) x[s] = T(0);
+}
+
 // Scores of queries [t0, t0 + nq) of head h (absolute positions pos0 + t0 ...) against keys [0, nk) of
 // KV head g, then the masked softmax: P (nq, ld) holds the weights of the block, zero past each row's
-// last key up to column nk.
+// last key up to column nk (and outside the head's window, when it has one).
 template <typename T>
 void block_softmax(T* P, int64_t ld, const T* q, const T* k, int64_t t0, int64_t nq, int64_t nk, int64_t pos0,
-                   int64_t h, int64_t g, int64_t H, int64_t Hkv, int64_t Dh, double scale) {
+                   int64_t h, int64_t g, int64_t H, int64_t Hkv, int64_t Dh, double scale, int64_t window,
+                   int64_t sinks) {
     gemm(false, true, nq, nk, Dh, T(scale), q + (t0 * H + h) * Dh, H * Dh, k + g * Dh, Hkv * Dh, T(0), P, ld);
-    for (int64_t i = 0; i < nq; ++i) softmax_row(P + i * ld, pos0 + t0 + i + 1, nk);
+    for (int64_t i = 0; i < nq; ++i) window_softmax_row(P + i * ld, pos0 + t0 + i + 1, nk, window, sinks);
 }
 
 // A single query row against keys / values [0, n) with row stride ld: P (n) receives the weights, o (Dh)
 // the output.
 template <typename T>
 void single_query(T* P, T* o, const T* qv, const T* k, const T* v, int64_t n, int64_t ld, int64_t Dh,
-                  double scale) {
+                  double scale, int64_t window, int64_t sinks) {
     const T sc = T(scale);
     for (int64_t s = 0; s < n; ++s) {
         const T* kr = k + s * ld;
@@ -105,7 +117,7 @@ void single_query(T* P, T* o, const T* qv, const T* k, const T* v, int64_t n, in
         for (int64_t i = 0; i < Dh; ++i) d += qv[i] * kr[i];
         P[s] = sc * d;
     }
-    softmax_row(P, n, n);
+    window_softmax_row(P, n, n, window, sinks);
     std::fill(o, o + Dh, T(0));
     for (int64_t s = 0; s < n; ++s) {
         const T p = P[s];
@@ -120,7 +132,7 @@ void single_query(T* P, T* o, const T* qv, const T* k, const T* v, int64_t n, in
 template <typename T>
 void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int64_t num_tokens,
                               int64_t pos0, int64_t H, int64_t Hkv, int64_t Dh, double scale,
-                              const int32_t* kv_head_of) {
+                              const int32_t* kv_head_of, const int32_t* window_of, int64_t sinks) {
     check_map(kv_head_of, H, Hkv);
     if (num_tokens <= 0 || Dh <= 0) return;
     const int64_t group = H / std::max<int64_t>(Hkv, 1);
@@ -132,6 +144,7 @@ void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T*
     for (int64_t i = 0; i < items; ++i) {
         static thread_local std::vector<T> ws;
         const int64_t qb = i / H, h = i % H, g = kv_head(kv_head_of, h, group);
+        const int64_t win = window_of ? int64_t(window_of[h]) : 0;
         const int64_t t0 = qb * kQueryBlock, nq = std::min(kQueryBlock, num_tokens - t0);
         const int64_t nk = pos0 + t0 + nq;  // keys any row of the block may see
         T* P;
@@ -145,10 +158,10 @@ void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T*
         }
         if (nq == 1) {
             // One query (decode): dot products and an axpy loop beat two GEMM calls of one row.
-            single_query(P, out + (t0 * H + h) * Dh, q + (t0 * H + h) * Dh, k + g * Dh, v + g * Dh, nk, Hkv * Dh, Dh,
-                         scale);
+            single_query(P, out + (t0 * H + h) * Dh, q + (t0 * H + h) * Dh, k + g * Dh, v + g * Dh, nk,
+                         Hkv * Dh, Dh, scale, win, sinks);
         } else {
-            block_softmax(P, ld, q, k, t0, nq, nk, pos0, h, g, H, Hkv, Dh, scale);
+            block_softmax(P, ld, q, k, t0, nq, nk, pos0, h, g, H, Hkv, Dh, scale, win, sinks);
             gemm(false, false, nq, Dh, nk, T(1), P, ld, v + g * Dh, Hkv * Dh, T(0), out + (t0 * H + h) * Dh, H * Dh);
         }
         if (probs && nk < S)
@@ -158,15 +171,16 @@ void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T*
 
 template void causal_attention_forward<float>(float*, float*, const float*, const float*, const float*,
                                               int64_t, int64_t, int64_t, int64_t, int64_t, double,
-                                              const int32_t*);
+                                              const int32_t*, const int32_t*, int64_t);
 template void causal_attention_forward<double>(double*, double*, const double*, const double*, const double*,
                                                int64_t, int64_t, int64_t, int64_t, int64_t, double,
-                                               const int32_t*);
+                                               const int32_t*, const int32_t*, int64_t);
 
 template <typename T>
 void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                                const T* probs, int64_t num_tokens, int64_t H, int64_t Hkv, int64_t Dh,
-                               double scale, const int32_t* kv_head_of) {
+                               double scale, const int32_t* kv_head_of, const int32_t* window_of,
+                               int64_t sinks) {
     check_map(kv_head_of, H, Hkv);
     const int64_t NT = num_tokens;
     if (NT <= 0 || Dh <= 0) return;
@@ -198,7 +212,8 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
                 ldp = H * NT;
             } else {
                 T* Pw = buf + kQueryBlock * NT;
-                block_softmax(Pw, nk, q, k, t0, nq, nk, int64_t(0), h, g, H, Hkv, Dh, scale);
+                block_softmax(Pw, nk, q, k, t0, nq, nk, int64_t(0), h, g, H, Hkv, Dh, scale,
+                              window_of ? int64_t(window_of[h]) : 0, sinks);
                 P = Pw;
                 ldp = nk;
             }
@@ -255,9 +270,11 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
 
 template void causal_attention_backward<float>(float*, float*, float*, const float*, const float*,
                                                const float*, const float*, const float*, int64_t, int64_t,
-                                               int64_t, int64_t, double, const int32_t*);
+                                               int64_t, int64_t, double, const int32_t*, const int32_t*,
+                                               int64_t);
 template void causal_attention_backward<double>(double*, double*, double*, const double*, const double*,
                                                 const double*, const double*, const double*, int64_t, int64_t,
-                                                int64_t, int64_t, double, const int32_t*);
+                                                int64_t, int64_t, double, const int32_t*, const int32_t*,
+                                                int64_t);
 
 }  // namespace hydra::cpu
