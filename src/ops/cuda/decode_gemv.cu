@@ -50,6 +50,22 @@ __device__ float block_sum_squares(const float* x, int64_t in, float* red) {
     return t;
 }
 
+// f(o) for each output row o of the calling warp.
+template <class F>
+__device__ __forceinline__ void each_row(int64_t out, const F& f) {
+    const int64_t row0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRowsPerWarp;
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+        if (row0 + k >= out) return;
+        f(row0 + k);
+    }
+}
+
+// The bf16 input row in shared memory as fp32, for the whole block.
+__device__ __forceinline__ void stage_row(float* xs, const bf16* __restrict__ x, int64_t in) {
+    for (int64_t c = threadIdx.x; c < in; c += blockDim.x) xs[c] = __bfloat162float(x[c]);
+    __syncthreads();
+}
+
 __global__ void k_rmsnorm_gemv(bf16* __restrict__ y, bf16* __restrict__ xn, const float* __restrict__ x,
                                const float* __restrict__ w_norm, float eps, const bf16* __restrict__ W,
                                int64_t ld_w, int64_t in, int64_t out, bool vec) {
@@ -63,43 +79,32 @@ __global__ void k_rmsnorm_gemv(bf16* __restrict__ y, bf16* __restrict__ xn, cons
         if (xn && blockIdx.x == 0) xn[c] = v;
     }
     __syncthreads();
-    const int64_t row0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRowsPerWarp;
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-        const int64_t o = row0 + k;
-        if (o >= out) return;
+    each_row(out, [&](int64_t o) {
         const float d = row_dot(W + o * ld_w, xs, in, vec);
         if ((threadIdx.x & 31) == 0) y[o] = __float2bfloat16_rn(d);
-    }
+    });
 }
 
 __global__ void k_gemv_add(float* y, const float* r, const bf16* __restrict__ x, const bf16* __restrict__ W,
                            int64_t ld_w, int64_t in, int64_t out, bool vec) {
     extern __shared__ float xs[];
-    for (int64_t c = threadIdx.x; c < in; c += blockDim.x) xs[c] = __bfloat162float(x[c]);
-    __syncthreads();
-    const int64_t row0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRowsPerWarp;
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-        const int64_t o = row0 + k;
-        if (o >= out) return;
+    stage_row(xs, x, in);
+    each_row(out, [&](int64_t o) {
         const float d = row_dot(W + o * ld_w, xs, in, vec);
         if ((threadIdx.x & 31) == 0) y[o] = r[o] + d;  // r[o] read before y[o] is written (y may alias r)
-    }
+    });
 }
 
 __global__ void k_gemv_swiglu(bf16* __restrict__ act, const bf16* __restrict__ x, const bf16* __restrict__ Wg,
                               const bf16* __restrict__ Wu, int64_t ld_w, int64_t in, int64_t out, bool vec) {
     extern __shared__ float xs[];
-    for (int64_t c = threadIdx.x; c < in; c += blockDim.x) xs[c] = __bfloat162float(x[c]);
-    __syncthreads();
-    const int64_t row0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRowsPerWarp;
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-        const int64_t o = row0 + k;
-        if (o >= out) return;
+    stage_row(xs, x, in);
+    each_row(out, [&](int64_t o) {
         // gate and up rounded to bf16 as the GEMM's output would be, then SwiGLU's arithmetic
         const float g = __bfloat162float(__float2bfloat16_rn(row_dot(Wg + o * ld_w, xs, in, vec)));
         const float u = __bfloat162float(__float2bfloat16_rn(row_dot(Wu + o * ld_w, xs, in, vec)));
         if ((threadIdx.x & 31) == 0) act[o] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
-    }
+    });
 }
 
 void check_sizes(const char* what, int64_t in, int64_t out, int64_t ld_w) {
