@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     decode_attn_split_kernel(float* __restrict__ partials, const __nv_bfloat16* __restrict__ q,
                              const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                              const int32_t* __restrict__ kv_index, int n_kv, int L,
-                             const int32_t* __restrict__ kv_len, float scale2) {
+                             const int32_t* __restrict__ kv_len, float scale2,
+                             const int32_t* __restrict__ window, int sinks) {
     constexpr int E = D / 32, U = 4;
     const int split = blockIdx.x, h = blockIdx.y;
     int nsplit = gridDim.x;
@@ -59,6 +60,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int e = 0; e < E; ++e) qv[e] *= scale2;
 
     const int j0 = split * int(kKeysPerSplit), j1 = min(L, j0 + int(kKeysPerSplit));
+    // a sliding window W > 0 hides the keys [sinks, L - W) from the query at position L - 1
+    const int W = window ? window[h] : 0;
+    const int hide_lo = W > 0 ? sinks : L, hide_hi = W > 0 ? L - W : L;
     float m = -INFINITY, l = 0.f, acc[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[e] = 0.f;
@@ -68,26 +72,32 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = j0 + warp * U; j < j1; j += kWarps * U) {
         float s[U];
         float kx[U][E];
+        bool live[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (j + u < j1) load_row<E>(kx[u], kb + size_t(j + u) * row);
+        for (int u = 0; u < U; ++u) {
+            live[u] = j + u < j1 && (j + u < hide_lo || j + u >= hide_hi);  // the same for the whole warp
+            if (live[u]) load_row<E>(kx[u], kb + size_t(j + u) * row);
+        }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             float d = 0.f;
+            if (live[u]) {
 #pragma unroll
-            for (int e = 0; e < E; ++e) d += qv[e] * kx[u][e];
-            s[u] = j + u < j1 ? warp_sum(d) : -INFINITY;
+                for (int e = 0; e < E; ++e) d += qv[e] * kx[u][e];
+            }
+            s[u] = live[u] ? warp_sum(d) : -INFINITY;
         }
         float mn = m;
 #pragma unroll
         for (int u = 0; u < U; ++u) mn = fmaxf(mn, s[u]);
+        if (mn == -INFINITY) continue;     // every key of this step hidden by a window: nothing to add
         const float corr = exp2f(m - mn);  // m = -inf on the first pass: 0
         l *= corr;
 #pragma unroll
         for (int e = 0; e < E; ++e) acc[e] *= corr;
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            if (j + u < j1) {
+            if (live[u]) {
                 const float p = exp2f(s[u] - mn);
                 float vx[E];
                 load_row<E>(vx, vb + size_t(j + u) * row);
@@ -146,17 +156,17 @@ __global__ void __launch_bounds__(D) decode_attn_merge_kernel(__nv_bfloat16* __r
 // Both forms: grid (splits, n_q) of the split kernel, then the merge; kv_len null = L by value.
 void launch(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
             const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t L, const int32_t* kv_len,
-            int64_t splits, float scale, float* partials, cudaStream_t stream) {
+            int64_t splits, float scale, float* partials, cudaStream_t stream, const DecodeWindows& win) {
     const dim3 grid{unsigned(splits), unsigned(n_q)};
     const float s2 = scale * kLog2e;
     if (D == 64) {
-        decode_attn_split_kernel<64>
-            <<<grid, kWarps * 32, 0, stream>>>(partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2);
+        decode_attn_split_kernel<64><<<grid, kWarps * 32, 0, stream>>>(
+            partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2, win.window, int(win.sinks));
         CUDA_CHECK(cudaGetLastError());
         decode_attn_merge_kernel<64><<<unsigned(n_q), 64, 0, stream>>>(o, partials, int(splits), kv_len);
     } else {
-        decode_attn_split_kernel<128>
-            <<<grid, kWarps * 32, 0, stream>>>(partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2);
+        decode_attn_split_kernel<128><<<grid, kWarps * 32, 0, stream>>>(
+            partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2, win.window, int(win.sinks));
         CUDA_CHECK(cudaGetLastError());
         decode_attn_merge_kernel<128><<<unsigned(n_q), 128, 0, stream>>>(o, partials, int(splits), kv_len);
     }
@@ -171,24 +181,27 @@ size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L) {
     return size_t(n_q) * size_t(decode_attention_splits(L)) * size_t(D + 2);
 }
 
-void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                      const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t L, float scale,
-                      float* partials, cudaStream_t stream) {
+void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                      const __nv_bfloat16* v, const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D,
+                      int64_t L, float scale, float* partials, cudaStream_t stream,
+                      const DecodeWindows& windows) {
     HYDRA_ASSERT(D == 64 || D == 128, "decode_attention: head dim {} (64 or 128)", D);
     HYDRA_ASSERT(n_q > 0 && n_kv > 0 && L > 0 && L < (int64_t(1) << 31), "decode_attention: n_q {} n_kv {} L {}",
                  n_q, n_kv, L);
     HYDRA_ASSERT(kv_index != nullptr, "decode_attention: kv_index is required");
-    launch(o, q, k, v, kv_index, n_q, n_kv, D, L, nullptr, decode_attention_splits(L), scale, partials, stream);
+    launch(o, q, k, v, kv_index, n_q, n_kv, D, L, nullptr, decode_attention_splits(L), scale, partials,
+           stream, windows);
 }
 
-void decode_attention_dev(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                          const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, const int32_t* kv_len,
-                          int64_t max_splits, float scale, float* partials, cudaStream_t stream) {
+void decode_attention_dev(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                          const __nv_bfloat16* v, const int32_t* kv_index, int64_t n_q, int64_t n_kv,
+                          int64_t D, const int32_t* kv_len, int64_t max_splits, float scale, float* partials,
+                          cudaStream_t stream, const DecodeWindows& windows) {
     HYDRA_ASSERT(D == 64 || D == 128, "decode_attention_dev: head dim {} (64 or 128)", D);
     HYDRA_ASSERT(n_q > 0 && n_kv > 0 && max_splits > 0 && max_splits * kKeysPerSplit < (int64_t(1) << 31),
                  "decode_attention_dev: n_q {} n_kv {} max_splits {}", n_q, n_kv, max_splits);
     HYDRA_ASSERT(kv_index != nullptr && kv_len != nullptr, "decode_attention_dev: kv_index and kv_len are required");
-    launch(o, q, k, v, kv_index, n_q, n_kv, D, 0, kv_len, max_splits, scale, partials, stream);
+    launch(o, q, k, v, kv_index, n_q, n_kv, D, 0, kv_len, max_splits, scale, partials, stream, windows);
 }
 
 }  // namespace hydra::gpu

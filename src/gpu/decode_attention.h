@@ -22,22 +22,31 @@ namespace hydra::gpu {
 
 constexpr int64_t kKeysPerSplit = 128;
 
+// Sliding windows of the query heads (the head-level sliding-window baseline): window (n_q int32 in DEVICE
+// memory, or null = every head full); a head with W > 0 sees only the keys [L - W, L) and the first `sinks`.
+struct DecodeWindows {
+    const int32_t* window = nullptr;
+    int64_t sinks = 0;
+};
+
 // Key splits (blocks per head) for L keys: ceil(L / kKeysPerSplit).
 int64_t decode_attention_splits(int64_t L);
 
 // fp32 elements of the partials buffer for up to L keys.
 size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L);
 
-void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                      const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t L, float scale,
-                      float* partials, cudaStream_t stream = nullptr);
+void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                      const __nv_bfloat16* v, const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D,
+                      int64_t L, float scale, float* partials, cudaStream_t stream = nullptr,
+                      const DecodeWindows& windows = {});
 
 // Graph form: L = *kv_len (device int32), read by the kernels when they run, so one captured launch serves
 // every L with 1 <= L <= max_splits * kKeysPerSplit. The grid has max_splits splits per head; blocks past
 // L's last split exit at once. Same kernels and split boundaries as decode_attention, so the output is
 // identical bit for bit. partials: decode_attention_workspace_floats(n_q, D, max_splits * kKeysPerSplit).
-void decode_attention_dev(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                          const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, const int32_t* kv_len,
-                          int64_t max_splits, float scale, float* partials, cudaStream_t stream = nullptr);
+void decode_attention_dev(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                          const __nv_bfloat16* v, const int32_t* kv_index, int64_t n_q, int64_t n_kv,
+                          int64_t D, const int32_t* kv_len, int64_t max_splits, float scale, float* partials,
+                          cudaStream_t stream = nullptr, const DecodeWindows& windows = {});
 
 }  // namespace hydra::gpu

@@ -54,6 +54,8 @@ OpCase attention_case(int B, int T, int H, int Hkv, int D);
 // shape); fused_qkv: q|k|v read from and dq|dk|dv written to the training step's one (B T, (H + 2 Hkv) D)
 // row.
 OpCase attention_cudnn_case(int B, int T, int H, int Hkv, int D, bool fused_qkv);
+// Our attention kernels and the decode kernel with sliding windows W on every other query head, plus sinks.
+OpCase attention_window_case(int B, int T, int H, int Hkv, int D, int window, int sinks);
 
 // ---- layer ops (ops_layers.cpp) ----
 OpCase embedding_case(int64_t N, int64_t V, int64_t C);

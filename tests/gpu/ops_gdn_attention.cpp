@@ -1,5 +1,6 @@
 // GPU parity of the sequence mixers: the GDN chunked forward and backward (ops/cuda/gdn_chunk.h), the GDN
-// decode step, and causal GQA attention forward and backward (ops/cuda/attention.h, cudnn_attention.h)
+// decode step, and causal GQA attention forward and backward (ops/cuda/attention.h, cudnn_attention.h; with
+// per-head sliding windows also the decode kernel, gpu/decode_attention.h)
 // against the CPU float references (ops/cpu/gdn_recurrence.h, l2norm.h, attention.h).
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "device_io.h"
+#include "gpu/decode_attention.h"
 #include "op_case.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/gdn_recurrence.h"
@@ -172,9 +174,11 @@ struct AttnData {
     std::vector<float> q, k, v, dout, o_ref, dq_ref, dk_ref, dv_ref;
 };
 
-AttnData attention_data(int B, int T, int H, int Hkv, int D, Rng& rng) {
+AttnData attention_data(int B, int T, int H, int Hkv, int D, Rng& rng,
+                        const std::vector<int32_t>& window = {}, int sinks = 0) {
     AttnData a;
     a.s = cuda::AttnShape{B, T, H, Hkv, D};
+    const int32_t* win = window.empty() ? nullptr : window.data();
     const size_t nq = size_t(B) * T * H * D, nk = size_t(B) * T * Hkv * D;
     a.q = bf16_values(nq, rng), a.k = bf16_values(nk, rng), a.v = bf16_values(nk, rng),
     a.dout = bf16_values(nq, rng);
@@ -183,10 +187,11 @@ AttnData attention_data(int B, int T, int H, int Hkv, int D, Rng& rng) {
     for (int b = 0; b < B; ++b) {
         const size_t oq = size_t(b) * T * H * D, ok = size_t(b) * T * Hkv * D;
         cpu::causal_attention_forward<float>(a.o_ref.data() + oq, nullptr, a.q.data() + oq, a.k.data() + ok,
-                                             a.v.data() + ok, T, 0, H, Hkv, D, a.scale);
-        cpu::causal_attention_backward<float>(
-            a.dq_ref.data() + oq, a.dk_ref.data() + ok, a.dv_ref.data() + ok, a.dout.data() + oq,
-            a.q.data() + oq, a.k.data() + ok, a.v.data() + ok, nullptr, T, H, Hkv, D, a.scale);
+                                             a.v.data() + ok, T, 0, H, Hkv, D, a.scale, nullptr, win, sinks);
+        cpu::causal_attention_backward<float>(a.dq_ref.data() + oq, a.dk_ref.data() + ok,
+                                              a.dv_ref.data() + ok, a.dout.data() + oq, a.q.data() + oq,
+                                              a.k.data() + ok, a.v.data() + ok, nullptr, T, H, Hkv, D,
+                                              a.scale, nullptr, win, sinks);
     }
     return a;
 }
@@ -212,6 +217,48 @@ void run_attention(int B, int T, int H, int Hkv, int D, Rng& rng) {
     const std::vector<float> o_alt = host(o);
     cuda::attention_set_fwd_blocks_per_sm(0);
     expect_rel("attention fwd alt-regs o", o_alt, a.o_ref, kTolBf16);
+}
+
+// Our kernels with per-head sliding windows and sinks (the head-level sliding-window baseline) against the
+// CPU reference with the same windows, forward and backward; then the single-token decode kernel (both
+// forms) at the last position of each sequence against the CPU forward of that one query.
+void run_attention_window(int B, int T, int H, int Hkv, int D, const std::vector<int32_t>& window, int sinks,
+                          Rng& rng) {
+    AttnData a = attention_data(B, T, H, Hkv, D, rng, window, sinks);
+    auto dwin = dev_i32(window);
+    a.s.window = dwin.p(), a.s.sinks = sinks;
+    const size_t nq = a.q.size(), nk = a.k.size();
+    auto dq = dev_bf16(a.q), dk = dev_bf16(a.k), dv = dev_bf16(a.v), ddo = dev_bf16(a.dout);
+    Dev<bf16> o{int64_t(nq)}, gq{int64_t(nq)}, gk{int64_t(nk)}, gv{int64_t(nk)};
+    Dev<float> lse(int64_t(B) * H * T);
+    cuda::AttnWorkspace ws(a.s);
+    cuda::attention_forward(a.s, dq.p(), dk.p(), dv.p(), o.p(), lse.p(), a.scale);
+    cuda::attention_backward(a.s, dq.p(), dk.p(), dv.p(), o.p(), lse.p(), ddo.p(), gq.p(), gk.p(), gv.p(),
+                             a.scale, ws);
+    expect_rel("windowed attention fwd o", host(o), a.o_ref, kTolBf16);
+    expect_rel("windowed attention bwd dq", host(gq), a.dq_ref, kTolBf16);
+    expect_rel("windowed attention bwd dk", host(gk), a.dk_ref, kTolBf16);
+    expect_rel("windowed attention bwd dv", host(gv), a.dv_ref, kTolBf16);
+    // decode: sequence 0's last query over its T cached rows
+    std::vector<int32_t> idx(static_cast<size_t>(H));
+    for (int h = 0; h < H; ++h) idx[size_t(h)] = h / (H / Hkv);
+    auto didx = dev_i32(idx);
+    std::vector<float> q_last(a.q.begin() + size_t(T - 1) * H * D, a.q.begin() + size_t(T) * H * D);
+    std::vector<float> ref(size_t(H) * D);
+    cpu::causal_attention_forward<float>(ref.data(), nullptr, q_last.data(), a.k.data(), a.v.data(), 1, T - 1,
+                                         H, Hkv, D, a.scale, nullptr, window.data(), sinks);
+    auto dql = dev_bf16(q_last);
+    Dev<bf16> od{int64_t(H) * D};
+    Dev<float> part(int64_t(gpu::decode_attention_workspace_floats(H, D, T)));
+    const gpu::DecodeWindows dw{dwin.p(), sinks};
+    gpu::decode_attention(od.p(), dql.p(), dk.p(), dv.p(), didx.p(), H, Hkv, D, T, a.scale, part.p(), nullptr,
+                          dw);
+    expect_rel("windowed decode attention o", host(od), ref, kTolBf16);
+    auto len = dev_i32({T});
+    od.poison();
+    gpu::decode_attention_dev(od.p(), dql.p(), dk.p(), dv.p(), didx.p(), H, Hkv, D, len.p(),
+                              gpu::decode_attention_splits(T), a.scale, part.p(), nullptr, dw);
+    expect_rel("windowed decode attention (device length) o", host(od), ref, kTolBf16);
 }
 
 void run_attention_cudnn(int B, int T, int H, int Hkv, int D, bool fused, Rng& rng) {
@@ -295,6 +342,16 @@ OpCase gdn_decode_case(int B, int H, int HV, int D) {
 OpCase attention_case(int B, int T, int H, int Hkv, int D) {
     return {case_name("attention", {{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}),
             [=](Rng& rng) { run_attention(B, T, H, Hkv, D, rng); }};
+}
+
+OpCase attention_window_case(int B, int T, int H, int Hkv, int D, int window, int sinks) {
+    // the query heads alternate: full, windowed, full, ...
+    std::vector<int32_t> w(static_cast<size_t>(H));
+    for (int h = 0; h < H; ++h) w[size_t(h)] = h % 2 ? window : 0;
+    return {
+        case_name("attention_window",
+                  {{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}, {"W", window}, {"sinks", sinks}}),
+        [=](Rng& rng) { run_attention_window(B, T, H, Hkv, D, w, sinks, rng); }};
 }
 
 OpCase attention_cudnn_case(int B, int T, int H, int Hkv, int D, bool fused_qkv) {

@@ -31,7 +31,14 @@ struct FwdArgs {
     const bf16 *q, *k, *v;
     bf16* o;
     float* lse;
+    const int32_t* window;  // (H) or null: sliding windows (AttnShape::window)
+    int sinks;
 };
+
+// Key `key` is hidden from a query at position `row` by a sliding window W > 0 (sinks stay visible).
+__device__ __forceinline__ bool outside_window(int key, int row, int W, int sinks) {
+    return W > 0 && key <= row - W && key >= sinks;
+}
 
 template <int D>
 struct FwdSmem {
@@ -72,6 +79,7 @@ __global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
     for (int i = 0; i < D / 8; ++i) O[i][0] = O[i][1] = O[i][2] = O[i][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     const int wrow = p0 + q0 + warp * 16;  // positions: the warp's first query row
+    const int W = a.window ? a.window[h] : 0;
     const int row_lo = wrow + (lane >> 2), row_hi = row_lo + 8;
     const bf16* Qw = s.Qs + warp * 16 * LD;
 
@@ -96,7 +104,7 @@ __global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
                 mma_bf16(S[2 * np + 1], qa, bfr[2], bfr[3]);
             }
         }
-        const bool need_mask = (k0 + 63 > wrow) || (k0 + 64 > a.S);
+        const bool need_mask = (k0 + 63 > wrow) || (k0 + 64 > a.S) || W > 0;
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
@@ -105,7 +113,8 @@ __global__ void __launch_bounds__(256, MINB) attn_fwd_kernel(FwdArgs a) {
                 const int key = k0 + nt * 8 + ((lane & 3) << 1) + (e & 1);
                 const int row = e < 2 ? row_lo : row_hi;
                 float x = S[nt][e] * a.sl2;
-                if (need_mask && (key > row || key >= a.S)) x = -INFINITY;
+                if (need_mask && (key > row || key >= a.S || outside_window(key, row, W, a.sinks)))
+                    x = -INFINITY;
                 S[nt][e] = x;
                 if (e < 2) mx0 = fmaxf(mx0, x);
                 else mx1 = fmaxf(mx1, x);
@@ -203,6 +212,8 @@ struct BwdArgs {
     const float *lse, *dvec;
     float* dq_acc;
     bf16 *dk, *dv;
+    const int32_t* window;
+    int sinks;
 };
 
 template <int D>
@@ -257,6 +268,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_kernel(BwdArgs a) {
             zero(accP);
             GS::run(accS, s.Qs[st], LD, s.Ks, LD, warp, lane);
             GS::run(accP, s.dOs[st], LD, s.Vs, LD, warp, lane);
+            const int W = a.window ? a.window[h] : 0;
             const float* lse = a.lse + (size_t(b) * a.H + h) * a.T;
             const float* dv = a.dvec + (size_t(b) * a.H + h) * a.T;
             const int r0 = GS::row0(warp), c0 = GS::col0(warp);
@@ -273,7 +285,8 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_kernel(BwdArgs a) {
 #pragma unroll
                     for (int u = 0; u < 2; ++u) {
                         const int key = k0 + cc + u;
-                        const bool ok = rv && key <= qrow && key < a.T;
+                        const bool ok =
+                            rv && key <= qrow && key < a.T && !outside_window(key, qrow, W, a.sinks);
                         p[u] = ok ? exp2f(accS[0][nt][2 * half + u] * a.sl2 - L) : 0.f;
                         ds[u] = p[u] * (accP[0][nt][2 * half + u] - Dq);
                     }
@@ -327,6 +340,7 @@ void check_shape(const AttnShape& s) {
     require(s.D == 64 || s.D == 128, "head dim " + std::to_string(s.D) + " not supported (64 or 128)");
     require(s.S == 0 || s.S >= s.T,
             "S=" + std::to_string(s.S) + " keys for T=" + std::to_string(s.T) + " queries");
+    require(s.sinks >= 0, "sinks " + std::to_string(s.sinks) + " is negative");
     require(s.ld_qkv == 0, "these kernels read packed q, k, v (ld_qkv " + std::to_string(s.ld_qkv) +
                                " is for the cuDNN path)");
 }
@@ -342,7 +356,7 @@ void fwd_launch(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v,
                                         int(sizeof(FwdSmem<D>))));
         attr = true;
     }
-    FwdArgs a{s.B, s.T, s.H, s.Hkv, s.S > 0 ? s.S : s.T, scale * kLog2e, q, k, v, o, lse};
+    FwdArgs a{s.B, s.T, s.H, s.Hkv, s.S > 0 ? s.S : s.T, scale * kLog2e, q, k, v, o, lse, s.window, s.sinks};
     attn_fwd_kernel<D, MINB><<<dim3((s.T + 127) / 128, s.B * s.H), 256, sizeof(FwdSmem<D>), st>>>(a);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -370,7 +384,8 @@ void bwd_impl(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, c
     CUDA_CHECK(cudaMemsetAsync(ws.dq_acc, 0, rows * s.D * sizeof(float), st));
     attn_bwd_dot_kernel<D><<<unsigned((rows + 7) / 8), 256, 0, st>>>(s.B, s.T, s.H, o, d_o, ws.dvec);
     CUDA_CHECK(cudaGetLastError());
-    BwdArgs a{s.B, s.T, s.H, s.Hkv, scale * kLog2e, scale, q, k, v, d_o, lse, ws.dvec, ws.dq_acc, dk, dv};
+    BwdArgs a{s.B,     s.T,       s.H, s.Hkv, scale * kLog2e, scale,  q, k, v, d_o, lse,
+              ws.dvec, ws.dq_acc, dk,  dv,    s.window,       s.sinks};
     attn_bwd_kernel<D><<<dim3((s.T + 63) / 64, s.B * s.Hkv), 256, sizeof(BwdSmem<D>), st>>>(a);
     CUDA_CHECK(cudaGetLastError());
     const size_t n = rows * s.D;

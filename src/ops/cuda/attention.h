@@ -25,6 +25,11 @@ struct AttnShape {
     // for k and v); the row width of a fused QKV projection otherwise, with q, k and v pointing at their
     // columns of it. o and d_o stay packed. Only the cuDNN path (cudnn_attention.h) takes a nonzero value.
     int ld_qkv = 0;
+    // Sliding windows (the head-level sliding-window baseline): window (H entries in DEVICE memory, or null =
+    // every head full); a head with W > 0 sees the keys [p - W + 1, p] of its query at position p and the
+    // first `sinks` keys. Our kernels only.
+    const int32_t* window = nullptr;
+    int sinks = 0;
 };
 
 // Backward scratch: fp32 dQ accumulator (B, T, H, D) and the row dot products D = dO . O (B, H, T).
