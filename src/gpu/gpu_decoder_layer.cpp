@@ -170,6 +170,7 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
     const bf16* v = a.v;
     bf16* fa_out = a.o;  // (T, n_fa, Dh)
     const bool rotate = fa_rotates(c);
+    const DecodeWindows windows{w.fa_window, w.window_sinks};
     // the model's frequencies for the on-the-fly angles of one token (the caller's, else computed here)
     const cuda::RopeFreqs freqs = T == 1 && rotate && !kc.rope ? gpu_rope_freqs(c) : cuda::RopeFreqs{};
     const cuda::RopeFreqs& rf = kc.rope ? *kc.rope : freqs;
@@ -184,7 +185,7 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
         }
         write_kv_row(cache.k(l), cache.v(l), k, v, kvw, kc.step, st);
         decode_attention_dev(fa_out, q, cache.k(l), cache.v(l), w.kv_index, n_fa, n_kv, Dh, &kc.step->kv_len,
-                             kc.max_splits, scale, kc.partials, st);
+                             kc.max_splits, scale, kc.partials, st, windows);
     } else if (T == 1) {
         if (rotate) {
             cuda::rope_forward(q, 1, 1, n_fa, Dh, c.rope_dim, pos0, rf, st);
@@ -193,7 +194,7 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
         copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
         copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
         decode_attention(fa_out, q, cache.k(l), cache.v(l), w.kv_index, n_fa, n_kv, Dh, pos0 + 1, scale,
-                         kc.partials, st);
+                         kc.partials, st, windows);
     } else {
         if (rotate) {
             cuda::rope_forward_strided(q, P, 1, T, n_fa, Dh, c.rope_dim, rope_cos, rope_sin, st);
@@ -201,13 +202,18 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
         }
         copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
         copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
-        if (kc.prefill) {  // any pos0: q read in place from the projection row, K / V the cache rows [0, pos0
-                           // + T)
+        if (kc.prefill && !w.fa_window) {  // any pos0: q read in place from the projection row, K / V the
+                                           // cache rows [0, pos0 + T)
             kc.prefill->forward(fa_out, q, P, cache.k(l), cache.v(l), w.kv_index, w.uniform_groups, T, pos0,
                                 n_fa, n_kv, Dh, scale, st);
             return;
         }
-        HYDRA_ASSERT(pos0 == 0, "GPU prefill of {} tokens at position {} (only from 0)", T, pos0);
+        // here from position 0, or windowed heads (our flash kernel's window mask) over the rows [0, pos0 +
+        // T)
+        HYDRA_CHECK(
+            pos0 == 0 || (w.fa_window && w.uniform_groups),
+            "GPU prefill of {} tokens at position {} (only from 0, or windowed heads of whole KV groups)", T,
+            pos0);
         bf16* qc = kc.qbuf;  // (T, n_fa, Dh) packed, as the flash kernel reads q
         copy_rows(qc, n_fa * Dh, q, P, n_fa * Dh, T, st);
         const bf16* kk = cache.k(l);
@@ -220,6 +226,7 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
         }
         cuda::AttnShape s;
         s.B = 1, s.T = int(T), s.H = int(n_fa), s.Hkv = int(hkv), s.D = int(Dh);
+        s.S = int(pos0 + T), s.window = w.fa_window, s.sinks = int(w.window_sinks);
         cuda::attention_forward(s, qc, kk, vv, fa_out, a.lse, scale, st);
     }
 }
@@ -257,6 +264,7 @@ GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l) {
     GpuLayerWeights w;
     w.n_fa = o.n_fa, w.n_kv = o.n_kv, w.n_la = o.n_la;
     w.uniform_groups = o.uniform_groups, w.kv_index = o.kv_index;
+    w.fa_window = o.fa_window, w.window_sinks = o.window_sinks;
     w.wq = m.p16(o.wq);
     w.wk = m.p16(o.wk);
     w.wv = m.p16(o.wv);
@@ -445,6 +453,10 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         !px || (!kc && !save && T == 1 && n_la == 0 && !a.ld_qkv && !w.w_proj),
         "GPU layer: the shared-prefix mode runs single-token rows of FA-only layers, forward only, on "
         "packed q / k / v");
+    HYDRA_CHECK(
+        !w.fa_window || (!kb && !px),
+        "GPU layer: sliding-window heads run in training and the one-sequence cache, not in batched serving "
+        "or the shared-prefix mode (head scoring)");
     // One row, forward only: the fused GEMVs (fewer, lighter launches for the latency-bound decode step).
     const bool gemv = env.decode_gemv && N == 1 && !save && !kb;
     if (gemv && w.w_proj) {  // RMSNorm and every projection of the layer in one launch (xn1 written too)
@@ -517,6 +529,8 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
             cuda::AttnShape as;
             as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(hkv), as.D = int(Dh);
             as.ld_qkv = int(a.ld_qkv);
+            as.window = w.fa_window,
+            as.sinks = int(w.window_sinks);  // windows: our kernels (cuDNN has no sinks)
             prof.section("attention");
             if (cuda::CudnnAttention* dnn = env.res->cudnn_attention(as))
                 dnn->forward(as, a.q, kk, vv, a.o, a.lse, scale, st);
@@ -699,6 +713,7 @@ void gpu_layer_backward(const ModelConfig& c, const HybridPlan& plan, const GpuL
         cuda::AttnShape as;
         as.B = int(B), as.T = int(T), as.H = int(n_fa), as.Hkv = int(hkv), as.D = int(Dh);
         as.ld_qkv = int(ld);
+        as.window = w.fa_window, as.sinks = int(w.window_sinks);
         prof.section("attention");
         if (cuda::CudnnAttention* dnn = env.res->cudnn_attention(as))
             dnn->backward(as, a.q, kk, vv, a.o, a.lse, d_o, dq, dk_att, dv_att, scale,

@@ -69,6 +69,8 @@ struct GpuLayerWeights {
     int64_t n_fa = 0, n_kv = 0, n_la = 0;  // FA heads, FA KV groups, LA heads
     bool uniform_groups = true;            // FA head h reads KV slot h / (n_fa / n_kv)
     const int32_t* kv_index = nullptr;     // (n_fa) device: KV slot of each FA head
+    const int32_t* fa_window = nullptr;    // (n_fa) device: sliding window per FA head (0 = full); null: none
+    int64_t window_sinks = 0;
     const bf16 *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
     const bf16 *la_wq = nullptr, *la_wk = nullptr, *la_wv = nullptr, *la_wa = nullptr, *la_wb = nullptr,
                *la_wg = nullptr;

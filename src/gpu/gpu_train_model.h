@@ -35,6 +35,9 @@ struct TrainLayerOffsets {
     // duplicated per head through kv_index before attention
     bool uniform_groups = true;
     const int32_t* kv_index = nullptr;  // (n_fa) device: KV slot of each FA head (null without FA heads)
+    // (n_fa) device: each FA head's sliding window (0 = full), null when the layer has none; and the sinks
+    const int32_t* fa_window = nullptr;
+    int64_t window_sinks = 0;
     int64_t la_wq = -1, la_wk = -1, la_wv = -1, la_bq = -1, la_bk = -1, la_bv = -1;
     int64_t la_wa = -1, la_wb = -1, la_wg = -1, conv_q = -1, conv_k = -1, conv_v = -1;
     int64_t A_log = -1, dt_bias = -1, o_norm = -1;
@@ -113,6 +116,7 @@ class GpuTrainModel {
     cuda::DeviceBuffer<float> master_, grads_;  // master_: the whole arena, or its fp32 region
     cuda::DeviceBuffer<bf16> mirror_;           // the whole arena, or its bf16 region
     cuda::DeviceBuffer<int32_t> kv_index_;      // every layer's FA-head -> KV-slot map, back to back
+    cuda::DeviceBuffer<int32_t> fa_window_;     // every windowed layer's per-FA-head windows, back to back
 };
 
 }  // namespace hydra::gpu

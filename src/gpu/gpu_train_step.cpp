@@ -39,7 +39,7 @@ GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher,
 }
 
 bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
-    if (!cudnn_attn_) return false;
+    if (!cudnn_attn_ || as.window) return false;  // sliding windows with sinks: our kernels only
     if (cudnn_attn_->supports(as)) {
         static bool told = false;  // one line per process, so a run's log says which attention it used
         if (!told) {
@@ -62,7 +62,8 @@ bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
 bool GpuTrainStep::fused_qkv(const GpuTrainModel& m, int64_t l, const Shape& s) {
     const TrainLayerOffsets& o = m.layer(l);
     // non-uniform groups: K / V are gathered per head from packed buffers, and attention reads packed q
-    if (o.n_fa == 0 || !o.uniform_groups) return false;
+    // sliding windows run on our kernels, which read packed q, k, v
+    if (o.n_fa == 0 || !o.uniform_groups || o.fa_window) return false;
     static const bool off = [] {
         const char* e = std::getenv("HYDRA_FUSED_QKV");
         return e && std::string(e) == "0";

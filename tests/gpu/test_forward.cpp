@@ -14,8 +14,9 @@
 //     several graph sizes), then 32 greedy tokens, equal; the graphs really ran, no capture fell back.
 // Models (GpuForward/Synthetic.<name>): random weights at SmolLM2's head shape (Dh 64, 9 q / 3 KV heads,
 // 4 layers) for every plan kind the GPU path branches on: teacher, kv-granular hybrids (mixed, all-LA and
-// all-FA layers) with each fusion kind, head-granular hybrids (uneven KV groups) and a Qwen-style teacher
-// (q/k bias, q/k norm), 300 random tokens. GpuForward.RealModel: the model at $HYDRA_MODEL (or the default
+// all-FA layers) with each fusion kind, head-granular hybrids (uneven KV groups), a Qwen-style teacher
+// (q/k bias, q/k norm) and the sliding-window baseline (half the heads windowed to 40 positions + 2 sinks),
+// 300 random tokens. GpuForward.RealModel: the model at $HYDRA_MODEL (or the default
 // under .cache; skipped when absent) on 300 tokens of prose. GpuForwardGraphs: the graph check at
 // SmolLM2-135M's shape (random teacher and 7:1 hybrid) and on the real model's 7:1 conversion.
 // GpuForwardRopeScaling: the tiny Llama-3-style model of tests/data/tiny_hf/llama3 (rope_scaling llama3,
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -258,6 +260,7 @@ struct SyntheticCase {
     std::string granularity, ratio;  // empty: the teacher (all full attention)
     FusionKind fusion = FusionKind::ScaleNorm;
     int index = 0;  // seeds: weights 1000 + index, prompt 42 + index
+    int window = 0, sinks = 0;  // > 0: the sliding-window baseline (the ratio's LA heads windowed instead)
 };
 
 void PrintTo(const SyntheticCase& c, std::ostream* os) {
@@ -273,6 +276,7 @@ std::vector<SyntheticCase> synthetic_cases() {
         {"hybrid_head_7to1_scalenorm", false, "head", "7:1", FusionKind::ScaleNorm, 4},
         {"hybrid_head_1to1_none", false, "head", "1:1", FusionKind::None, 5},
         {"qwen_style_teacher_bias_qknorm", true, "", "", FusionKind::ScaleNorm, 6},
+        {"sliding_window_head_1to1_w40_s2", false, "head", "1:1", FusionKind::None, 7, 40, 2},
     };
 }
 
@@ -291,8 +295,11 @@ TEST_P(Synthetic, MatchesCpuAndGraphsMatchEager) {
         r.fusion = sc.fusion;
         r.seed = 7;
         r.gdn.norm_eps = c.rms_norm_eps;
+        r.window = sc.window, r.sinks = sc.sinks;
         plan = build_plan(c, r);
     }
+    // windowed heads on the GPU are opt-in until this case has passed there (gpu/gpu_train_model.cpp)
+    if (sc.window > 0) ::setenv("HYDRA_GPU_WINDOWS", "1", 1);
     LlamaModel model(c, plan ? &*plan : nullptr);
     bench::randomise(model, 1000 + uint64_t(sc.index), /*unit_logits=*/false);
     std::printf("plan %s\n", model.plan().ratio_summary().c_str());
