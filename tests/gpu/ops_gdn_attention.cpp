@@ -196,25 +196,42 @@ AttnData attention_data(int B, int T, int H, int Hkv, int D, Rng& rng,
     return a;
 }
 
+// The device copies of one attention case's inputs, our kernels' outputs, forward then backward.
+struct AttnRun {
+    Dev<bf16> q, k, v, d_o, o, gq, gk, gv;
+    Dev<float> lse;
+    explicit AttnRun(const AttnData& a)
+        : q(dev_bf16(a.q)),
+          k(dev_bf16(a.k)),
+          v(dev_bf16(a.v)),
+          d_o(dev_bf16(a.dout)),
+          o{int64_t(a.q.size())},
+          gq{int64_t(a.q.size())},
+          gk{int64_t(a.k.size())},
+          gv{int64_t(a.k.size())},
+          lse(int64_t(a.s.B) * a.s.H * a.s.T) {
+        cuda::AttnWorkspace ws(a.s);
+        cuda::attention_forward(a.s, q.p(), k.p(), v.p(), o.p(), lse.p(), a.scale);
+        cuda::attention_backward(a.s, q.p(), k.p(), v.p(), o.p(), lse.p(), d_o.p(), gq.p(), gk.p(), gv.p(),
+                                 a.scale, ws);
+    }
+    void expect(const AttnData& a, const std::string& what) const {
+        expect_rel(what + " fwd o", host(o), a.o_ref, kTolBf16);
+        expect_rel(what + " bwd dq", host(gq), a.dq_ref, kTolBf16);
+        expect_rel(what + " bwd dk", host(gk), a.dk_ref, kTolBf16);
+        expect_rel(what + " bwd dv", host(gv), a.dv_ref, kTolBf16);
+    }
+};
+
 void run_attention(int B, int T, int H, int Hkv, int D, Rng& rng) {
     const AttnData a = attention_data(B, T, H, Hkv, D, rng);
-    const size_t nq = a.q.size(), nk = a.k.size();
-    auto dq = dev_bf16(a.q), dk = dev_bf16(a.k), dv = dev_bf16(a.v), ddo = dev_bf16(a.dout);
-    Dev<bf16> o{int64_t(nq)}, gq{int64_t(nq)}, gk{int64_t(nk)}, gv{int64_t(nk)};
-    Dev<float> lse(int64_t(B) * H * T);
-    cuda::AttnWorkspace ws(a.s);
-    cuda::attention_forward(a.s, dq.p(), dk.p(), dv.p(), o.p(), lse.p(), a.scale);
-    cuda::attention_backward(a.s, dq.p(), dk.p(), dv.p(), o.p(), lse.p(), ddo.p(), gq.p(), gk.p(), gv.p(),
-                             a.scale, ws);
-    expect_rel("attention fwd o", host(o), a.o_ref, kTolBf16);
-    expect_rel("attention bwd dq", host(gq), a.dq_ref, kTolBf16);
-    expect_rel("attention bwd dk", host(gk), a.dk_ref, kTolBf16);
-    expect_rel("attention bwd dv", host(gv), a.dv_ref, kTolBf16);
+    AttnRun r(a);
+    r.expect(a, "attention");
     // the forward kernel built for the other register budget (1 or 2 resident blocks per SM)
     cuda::attention_set_fwd_blocks_per_sm(1);
-    o.poison();
-    cuda::attention_forward(a.s, dq.p(), dk.p(), dv.p(), o.p(), lse.p(), a.scale);
-    const std::vector<float> o_alt = host(o);
+    r.o.poison();
+    cuda::attention_forward(a.s, r.q.p(), r.k.p(), r.v.p(), r.o.p(), r.lse.p(), a.scale);
+    const std::vector<float> o_alt = host(r.o);
     cuda::attention_set_fwd_blocks_per_sm(0);
     expect_rel("attention fwd alt-regs o", o_alt, a.o_ref, kTolBf16);
 }
@@ -227,18 +244,10 @@ void run_attention_window(int B, int T, int H, int Hkv, int D, const std::vector
     AttnData a = attention_data(B, T, H, Hkv, D, rng, window, sinks);
     auto dwin = dev_i32(window);
     a.s.window = dwin.p(), a.s.sinks = sinks;
-    const size_t nq = a.q.size(), nk = a.k.size();
-    auto dq = dev_bf16(a.q), dk = dev_bf16(a.k), dv = dev_bf16(a.v), ddo = dev_bf16(a.dout);
-    Dev<bf16> o{int64_t(nq)}, gq{int64_t(nq)}, gk{int64_t(nk)}, gv{int64_t(nk)};
-    Dev<float> lse(int64_t(B) * H * T);
-    cuda::AttnWorkspace ws(a.s);
-    cuda::attention_forward(a.s, dq.p(), dk.p(), dv.p(), o.p(), lse.p(), a.scale);
-    cuda::attention_backward(a.s, dq.p(), dk.p(), dv.p(), o.p(), lse.p(), ddo.p(), gq.p(), gk.p(), gv.p(),
-                             a.scale, ws);
-    expect_rel("windowed attention fwd o", host(o), a.o_ref, kTolBf16);
-    expect_rel("windowed attention bwd dq", host(gq), a.dq_ref, kTolBf16);
-    expect_rel("windowed attention bwd dk", host(gk), a.dk_ref, kTolBf16);
-    expect_rel("windowed attention bwd dv", host(gv), a.dv_ref, kTolBf16);
+    const AttnRun r(a);
+    r.expect(a, "windowed attention");
+    const Dev<bf16>& dk = r.k;
+    const Dev<bf16>& dv = r.v;
     // decode: sequence 0's last query over its T cached rows
     std::vector<int32_t> idx(static_cast<size_t>(H));
     for (int h = 0; h < H; ++h) idx[size_t(h)] = h / (H / Hkv);
