@@ -173,13 +173,14 @@ std::string format_with_interval(double value, const Interval& ci, int digits) {
     return fmt::format("{:.{}f} [{:.{}f}, {:.{}f}]", value, digits, ci.lo, digits, ci.hi, digits);
 }
 
-nlohmann::json interval_json(const Interval& ci, int digits) {
+nlohmann::json rounded_json(double v, int digits) {
+    if (!std::isfinite(v)) return nullptr;
     const double scale = std::pow(10.0, digits);
-    auto r = [&](double v) -> nlohmann::json {
-        if (!std::isfinite(v)) return nullptr;
-        return std::round(v * scale) / scale;
-    };
-    return {{"lo", r(ci.lo)}, {"hi", r(ci.hi)}};
+    return std::round(v * scale) / scale;
+}
+
+nlohmann::json interval_json(const Interval& ci, int digits) {
+    return {{"lo", rounded_json(ci.lo, digits)}, {"hi", rounded_json(ci.hi, digits)}};
 }
 
 Interval interval_from_json(const nlohmann::json& j) {

@@ -58,6 +58,8 @@ Interval bootstrap_weighted_ratios(const std::vector<std::vector<double>>& num,
 // has a NaN end; "n/a" for a NaN value.
 std::string format_with_interval(double value, const Interval& ci, int digits = 1);
 
+// v rounded to `digits` decimals as JSON (null for a non-finite v, as JSON has no NaN).
+nlohmann::json rounded_json(double v, int digits);
 // {"lo": .., "hi": ..} rounded to `digits` decimals (null for NaN ends, as JSON has no NaN).
 nlohmann::json interval_json(const Interval& ci, int digits = 2);
 // Reads interval_json back; a missing or malformed value gives {NaN, NaN} (old results have none).

@@ -177,11 +177,7 @@ HeldoutMetrics heldout_metrics(const LogitsFn& teacher, const LogitsFn& student,
 }
 
 nlohmann::json heldout_metrics_json(const HeldoutMetrics& m) {
-    auto r = [](double v, int d) -> nlohmann::json {
-        if (!std::isfinite(v)) return nullptr;
-        const double s = std::pow(10.0, d);
-        return std::round(v * s) / s;
-    };
+    const auto r = rounded_json;
     return {{"tokens", m.tokens},
             {"windows", m.windows},
             {"kl", r(m.kl, 5)},

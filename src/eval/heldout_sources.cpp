@@ -79,11 +79,7 @@ HeldoutBySource summarize_by_source(const std::vector<WindowStats>& stats, const
 }
 
 nlohmann::json heldout_by_source_json(const HeldoutBySource& h) {
-    auto r = [](double v, int d) -> nlohmann::json {
-        if (!std::isfinite(v)) return nullptr;
-        const double s = std::pow(10.0, d);
-        return std::round(v * s) / s;
-    };
+    const auto r = rounded_json;
     nlohmann::json j = {{"kl", r(h.kl, 5)},
                         {"kl_ci", interval_json(h.kl_ci, 5)},
                         {"top1_agreement", r(h.top1, 5)},

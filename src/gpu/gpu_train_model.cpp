@@ -126,20 +126,18 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
     master_.zero(stream);  // padding stays zero: upload writes the tensors only
     mirror_.zero(stream);
     upload(a.data(), stream);
-    if (!kv_index.empty()) {
-        kv_index_ = cuda::DeviceBuffer<int32_t>(int64_t(kv_index.size()));
-        kv_index_.upload(kv_index.data(), stream);  // `kv_index` outlives the copy: synchronised below
+    // Every layer's int32 map back to back in one device buffer; each layer's pointer at its offset (-1:
+    // none). The host vectors outlive the copies: synchronised below.
+    auto upload_maps = [&](cuda::DeviceBuffer<int32_t>& dev, const std::vector<int32_t>& host,
+                           const std::vector<int64_t>& at, const int32_t* TrainLayerOffsets::*member) {
+        if (host.empty()) return;
+        dev = cuda::DeviceBuffer<int32_t>(int64_t(host.size()));
+        dev.upload(host.data(), stream);
         for (int64_t l = 0; l < c.num_layers; ++l)
-            if (kv_index_at[size_t(l)] >= 0)
-                layers_[size_t(l)].kv_index = kv_index_.data() + kv_index_at[size_t(l)];
-    }
-    if (!windows.empty()) {
-        fa_window_ = cuda::DeviceBuffer<int32_t>(int64_t(windows.size()));
-        fa_window_.upload(windows.data(), stream);  // `windows` outlives the copy: synchronised below
-        for (int64_t l = 0; l < c.num_layers; ++l)
-            if (windows_at[size_t(l)] >= 0)
-                layers_[size_t(l)].fa_window = fa_window_.data() + windows_at[size_t(l)];
-    }
+            if (at[size_t(l)] >= 0) layers_[size_t(l)].*member = dev.data() + at[size_t(l)];
+    };
+    upload_maps(kv_index_, kv_index, kv_index_at, &TrainLayerOffsets::kv_index);
+    upload_maps(fa_window_, windows, windows_at, &TrainLayerOffsets::fa_window);
     if (with_grads) {
         grads_ = cuda::DeviceBuffer<float>(n);
         grads_.zero(stream);
