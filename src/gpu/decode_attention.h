@@ -1,7 +1,8 @@
 // Decode attention on the GPU: one new query token per FA head against the cached keys/values of its
 // KV group (the single-token step of model/llama_forward.cpp's causal GQA attention), split over keys
-// (flash-decoding): each block takes kKeysPerSplit keys of one head and writes its softmax partial
-// (running max, sum, unnormalised output), a second kernel merges the partials of a head.
+// (flash-decoding): each block takes one split of a head's keys (gpu/decode_splits.h: 32 keys a split up to
+// 256 splits, longer splits past 8K keys) and writes its softmax partial (running max, sum, unnormalised
+// output), a second kernel merges the partials of a head.
 //
 //   o[h] = softmax_j(scale * q[h] . k[j, kv(h)]) v[j, kv(h)],  j in [0, L)
 // Layouts: q, o: (n_q, D) bf16, heads contiguous; k, v: the cache rows (>= L, n_kv, D) bf16;
@@ -18,9 +19,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace hydra::gpu {
+#include "gpu/decode_splits.h"
 
-constexpr int64_t kKeysPerSplit = 128;
+namespace hydra::gpu {
 
 // Sliding windows of the query heads (the head-level sliding-window baseline): window (n_q int32 in DEVICE
 // memory, or null = every head full); a head with W > 0 sees only the keys [L - W, L) and the first `sinks`.
@@ -29,10 +30,7 @@ struct DecodeWindows {
     int64_t sinks = 0;
 };
 
-// Key splits (blocks per head) for L keys: ceil(L / kKeysPerSplit).
-int64_t decode_attention_splits(int64_t L);
-
-// fp32 elements of the partials buffer for up to L keys.
+// fp32 elements of the partials buffer for any length up to L keys.
 size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L);
 
 void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -41,9 +39,10 @@ void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloa
                       const DecodeWindows& windows = {});
 
 // Graph form: L = *kv_len (device int32), read by the kernels when they run, so one captured launch serves
-// every L with 1 <= L <= max_splits * kKeysPerSplit. The grid has max_splits splits per head; blocks past
-// L's last split exit at once. Same kernels and split boundaries as decode_attention, so the output is
-// identical bit for bit. partials: decode_attention_workspace_floats(n_q, D, max_splits * kKeysPerSplit).
+// every L with decode_attention_splits(L) <= max_splits (<= kMaxDecodeSplits). The grid has max_splits
+// splits per head; blocks past L's last split exit at once. Same kernels and split boundaries as
+// decode_attention, so the output is identical bit for bit. partials: decode_attention_workspace_floats for
+// the longest L.
 void decode_attention_dev(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
                           const __nv_bfloat16* v, const int32_t* kv_index, int64_t n_q, int64_t n_kv,
                           int64_t D, const int32_t* kv_len, int64_t max_splits, float scale, float* partials,

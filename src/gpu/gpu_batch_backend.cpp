@@ -77,7 +77,7 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
                 c.head_dim);
     max_slots_ = o.max_slots, context_ = o.context;
     max_bucket_ = bucket_of(std::min(max_slots_, kMaxBucket));
-    ctx_splits_ = decode_attention_splits(context_);
+    ctx_splits_ = decode_max_splits(context_);
     rope_freqs_ = gpu_rope_freqs(c);
     for (int64_t l = 0; l < c.num_layers; ++l) weights_.push_back(inference_weights(model_, l));
     slots_.resize(size_t(max_slots_));
@@ -316,7 +316,7 @@ const float* GpuBatchBackend::decode_on_device(std::span<const int32_t> slots,
                     "token id {} is outside the vocabulary (0..{})", tokens[size_t(i)], V - 1);
         max_len = std::max(max_len, s.pos + 1);
     }
-    const int64_t splits = decode_graph_splits(max_len, context_, kKeysPerSplit);
+    const int64_t splits = decode_graph_splits(max_len, context_);
     // the step's inputs: ids | pos | slots, padding rows at position 0 of the scratch slot
     const int t = turn_;
     turn_ ^= 1;

@@ -15,7 +15,6 @@
 #include "gpu/prefix_attention.h"
 #include "model/fusion.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/decode_gemv.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/fusion.h"
 #include "ops/cuda/gated_rmsnorm.h"
@@ -155,9 +154,8 @@ cuda::FusionScales fusion_scales(const GpuLayerWeights& w) {
 // FA heads with the hybrid cache (one sequence, T new tokens at positions kc.pos0..; q, k, v in the fused
 // projection row, a.ld_qkv apart): RoPE at the absolute positions, the new K / V rows into the cache, then
 // attention over the cache: the decode kernel for one token (inside a CUDA graph its position is read on
-// the device, kc.step), for T > 1 kc.prefill (gpu/prefill_attention.h: cuDNN, any pos0) when set, else
-// flash attention for a prompt from position 0 (K / V duplicated per FA head first when the plan's groups
-// are not uniform).
+// the device, kc.step), for T > 1 kc.prefill (gpu/prefill_attention.h: cuDNN or our flash kernel, any pos0;
+// sliding-window heads always on our kernels).
 void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l, int64_t T, GpuLayerActs& a,
                       const GpuLayerCache& kc, const float* rope_cos, const float* rope_sin,
                       cudaStream_t st) {
@@ -202,32 +200,10 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
         }
         copy_rows(cache.k(l) + pos0 * kvw, kvw, k, P, kvw, T, st);
         copy_rows(cache.v(l) + pos0 * kvw, kvw, v, P, kvw, T, st);
-        if (kc.prefill && !w.fa_window) {  // any pos0: q read in place from the projection row, K / V the
-                                           // cache rows [0, pos0 + T)
-            kc.prefill->forward(fa_out, q, P, cache.k(l), cache.v(l), w.kv_index, w.uniform_groups, T, pos0,
-                                n_fa, n_kv, Dh, scale, st);
-            return;
-        }
-        // here from position 0, or windowed heads (our flash kernel's window mask) over the rows [0, pos0 +
-        // T)
-        HYDRA_CHECK(
-            pos0 == 0 || (w.fa_window && w.uniform_groups),
-            "GPU prefill of {} tokens at position {} (only from 0, or windowed heads of whole KV groups)", T,
-            pos0);
-        bf16* qc = kc.qbuf;  // (T, n_fa, Dh) packed, as the flash kernel reads q
-        copy_rows(qc, n_fa * Dh, q, P, n_fa * Dh, T, st);
-        const bf16* kk = cache.k(l);
-        const bf16* vv = cache.v(l);
-        int64_t hkv = n_kv;
-        if (!w.uniform_groups) {  // head granularity: each FA head gets its own copy of its group's K/V
-            cuda::gather_heads(kc.kdup, cache.k(l), w.kv_index, T, n_kv, n_fa, Dh, st);
-            cuda::gather_heads(kc.vdup, cache.v(l), w.kv_index, T, n_kv, n_fa, Dh, st);
-            kk = kc.kdup, vv = kc.vdup, hkv = n_fa;
-        }
-        cuda::AttnShape s;
-        s.B = 1, s.T = int(T), s.H = int(n_fa), s.Hkv = int(hkv), s.D = int(Dh);
-        s.S = int(pos0 + T), s.window = w.fa_window, s.sinks = int(w.window_sinks);
-        cuda::attention_forward(s, qc, kk, vv, fa_out, a.lse, scale, st);
+        // any pos0: q read in place from the projection row, K / V the cache rows [0, pos0 + T)
+        HYDRA_ASSERT(kc.prefill, "GPU layer: a cached prefill of {} tokens without prefill attention", T);
+        kc.prefill->forward(fa_out, q, P, cache.k(l), cache.v(l), w.kv_index, w.uniform_groups, T, pos0, n_fa,
+                            n_kv, Dh, scale, st, windows);
     }
 }
 
@@ -457,20 +433,12 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         !w.fa_window || (!kb && !px),
         "GPU layer: sliding-window heads run in training and the one-sequence cache, not in batched serving "
         "or the shared-prefix mode (head scoring)");
-    // One row, forward only: the fused GEMVs (fewer, lighter launches for the latency-bound decode step).
-    const bool gemv = env.decode_gemv && N == 1 && !save && !kb;
-    if (gemv && w.w_proj) {  // RMSNorm and every projection of the layer in one launch (xn1 written too)
+    prof.section("rmsnorm");
+    cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, w.attn_norm, N, C, eps, st);
+    if (w.w_proj) {  // every projection of the layer in one GEMM (the layout's proj block)
         prof.section("gemm_fwd");
-        cuda::rmsnorm_gemv(a.proj, a.xn1, x_in, w.attn_norm, eps, w.w_proj, C, C, w.proj_cols, st);
+        mm_fwd(b, a.xn1, C, w.w_proj, N, C, w.proj_cols, a.proj, a.ld_proj);  // (N, proj_cols) bf16
         if (w.b_proj) cuda::bias_add(a.proj, w.b_proj, N, w.proj_cols, 0, st);
-    } else {
-        prof.section("rmsnorm");
-        cuda::rmsnorm_forward(a.xn1, a.rstd1, x_in, w.attn_norm, N, C, eps, st);
-        if (w.w_proj) {  // every projection of the layer in one GEMM (the layout's proj block)
-            prof.section("gemm_fwd");
-            mm_fwd(b, a.xn1, C, w.w_proj, N, C, w.proj_cols, a.proj, a.ld_proj);  // (N, proj_cols) bf16
-            if (w.b_proj) cuda::bias_add(a.proj, w.b_proj, N, w.proj_cols, 0, st);
-        }
     }
     if (n_fa > 0) {
         prof.section("gemm_fwd");
@@ -608,20 +576,10 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
     if (fusion_active(plan.fusion, n_la))  // into a.mixed (training) or in place (a.mixed == a.heads)
         cuda::fusion_forward(a.mixed, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(w), eps, st);
     prof.section("gemm_fwd");
-    if (gemv)
-        cuda::gemv_add(a.x_mid, x_in, a.mixed, w.wo, HD, HD, C, st);
-    else
-        mm_fwd_add(b, a.mixed, HD, w.wo, N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T
+    mm_fwd_add(b, a.mixed, HD, w.wo, N, HD, C, x_in, a.x_mid, C);  // x_mid = x_in + mixed @ Wo^T
 
     prof.section("rmsnorm");
     cuda::rmsnorm_forward(a.xn2, a.rstd2, a.x_mid, w.ffn_norm, N, C, eps, st);
-    if (gemv) {  // gate / up and SwiGLU in one launch, then down + residual
-        prof.section("gemm_fwd");
-        cuda::gemv_swiglu(a.act, a.xn2, w.w_gate, w.w_up, C, C, F, st);
-        cuda::gemv_add(x_out, a.x_mid, a.act, w.w_down, F, F, C, st);
-        prof.section("other");
-        return;
-    }
     prof.section("gemm_fwd");
     proj_forward(b, st, a.xn2, N, C, {{w.w_gate, nullptr, F}, {w.w_up, nullptr, F}}, a.gu, 2 * F);
     prof.section("swiglu");

@@ -145,9 +145,8 @@ class PrefillAttention;  // gpu/prefill_attention.h
 
 // Inference with the hybrid cache (gpu/gpu_cache.h): one sequence (B = 1) of T new tokens at positions
 // pos0.. appended to the cache, forward only. FA: RoPE at the absolute positions, K / V rows into the cache,
-// attention over it (gpu/decode_attention.h for T = 1; for T > 1 gpu/prefill_attention.h when `prefill` is
-// set, any pos0, else flash attention for a prompt from position 0); LA: short conv over the cache's windows,
-// GDN from and into the cache's state (gdn_decode_step for T = 1).
+// attention over it (gpu/decode_attention.h for T = 1; for T > 1 gpu/prefill_attention.h, any pos0); LA:
+// short conv over the cache's windows, GDN from and into the cache's state (gdn_decode_step for T = 1).
 struct GpuLayerCache {
     GpuCache* cache = nullptr;
     int64_t pos0 = 0;
@@ -156,11 +155,9 @@ struct GpuLayerCache {
     const DecodeStep* step = nullptr;
     int64_t max_splits = 0;
     float* partials = nullptr;              // decode attention workspace
-    bf16* qbuf = nullptr;                   // prefill: (T, n_fa, Dh) packed q
-    bf16 *kdup = nullptr, *vdup = nullptr;  // prefill, non-uniform groups: (T, n_fa, Dh) K / V per head
     const cuda::RopeFreqs* rope = nullptr;  // the model's frequencies (gpu_rope_freqs) for one token's
                                             // angles; null: computed per call
-    PrefillAttention* prefill = nullptr;    // T > 1: attention over the cache rows [0, pos0 + T) (cuDNN)
+    PrefillAttention* prefill = nullptr;    // T > 1 (required): attention over the cache rows [0, pos0 + T)
 };
 
 // Batched decode with paged caches (serving, gpu/gpu_batch_backend.h): s.B rows of one token each (s.T = 1),
@@ -234,7 +231,6 @@ struct GpuLayerEnv {
     const GpuLayerPrefix* prefix = nullptr;                // shared-prefix mode (no cache, no save)
     const GpuLayerBatch* batch = nullptr;                  // batched decode over paged caches
     const GpuHeadTaps* taps = nullptr;
-    bool decode_gemv = false;  // one-row forwards (N = 1, no save) through ops/cuda/decode_gemv.h
 };
 
 // The activation buffers of layer l for N rows, in allocation order: alloc(bytes) returns memory (or, for a

@@ -51,11 +51,6 @@ GpuForward::GpuForward(const GpuTrainModel& model)
         HYDRA_CHECK(v == "pass" || v == "steps", "HYDRA_GPU_CONTINUE='{}': expected pass or steps", v);
         continue_in_one_pass_ = v == "pass";
     }
-    if (const char* e = std::getenv("HYDRA_DECODE_GEMV"); e && *e) {
-        const std::string v(e);
-        HYDRA_CHECK(v == "0" || v == "1", "HYDRA_DECODE_GEMV='{}': expected 0 or 1", v);
-        decode_gemv_ = v == "1";
-    }
 }
 
 GpuForward::~GpuForward() {
@@ -150,7 +145,6 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, cons
     kc.prefill = &prefill_;  // T > 1 at any pos0
     GpuLayerEnv env;
     env.stream = stream_, env.blas = blas_.get(), env.prof = &prof_, env.res = &res_, env.cache = &kc;
-    env.decode_gemv = decode_gemv_;
     if (T > 1) env.rope_cos = w.rope, env.rope_sin = w.rope + T * (c.rope_dim / 2);  // forward_pass's table
     GpuLayerShape s;
     s.B = 1, s.T = T;
@@ -239,7 +233,7 @@ const float* GpuForward::graph_step(GpuCache& cache, int32_t token, bool argmax)
     prepare_graphs(cache);
     const ModelConfig& c = model_.config();
     const int64_t pos = cache.pos();
-    const int64_t splits = decode_graph_splits(pos + 1, cache.capacity(), kKeysPerSplit);
+    const int64_t splits = decode_graph_splits(pos + 1, cache.capacity());
     const auto key = std::make_pair(splits, argmax);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {

@@ -86,12 +86,6 @@ class GpuForward {
     // GpuForwardChunks checks both against a one-pass prefill.
     void set_continue_in_one_pass(bool on) { continue_in_one_pass_ = on; }
     bool continue_in_one_pass() const { return continue_in_one_pass_; }
-    // Single-token steps through the fused GEMVs (ops/cuda/decode_gemv.h: RMSNorm + projection, output
-    // projection + residual, gate / up + SwiGLU, down + residual) instead of RMSNorm kernels and cuBLASLt
-    // GEMMs: fewer launches per layer. Off unless HYDRA_DECODE_GEMV=1 (until its GPU parity and timing run).
-    // Graphs recorded before a switch keep the path they were captured with: switch before decoding.
-    void set_decode_gemv(bool on) { decode_gemv_ = on; }
-    bool decode_gemv() const { return decode_gemv_; }
     struct GraphStats {
         int64_t captures = 0;        // graphs recorded (one per decode-attention grid size and output kind)
         int64_t replays = 0;         // single-token steps served by a graph
@@ -162,7 +156,6 @@ class GpuForward {
     cuda::DeviceBuffer<int32_t> ids_, argmax_;
     cuda::DeviceBuffer<float> continued_logits_;  // run(): a continued prompt's last rows, stepped
     bool continue_in_one_pass_ = true;
-    bool decode_gemv_ = false;
     cuda::DeviceBuffer<float> x_, gates_, rope_, partials_, logits_;
     cuda::DeviceBuffer<bf16> xn_, proj_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
     int32_t* host_token_ = nullptr;                                                      // pinned

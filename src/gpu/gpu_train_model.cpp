@@ -28,14 +28,6 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
     const ModelConfig& c = config_;
     const ParamArena& a = model.params();
     const char* what = with_grads ? "GPU training" : "GPU model";
-    if (plan_.has_windows()) {  // the kernels' window mask awaits its parity run on the GPU
-        const char* e = std::getenv("HYDRA_GPU_WINDOWS");
-        HYDRA_CHECK(
-            e && std::string(e) == "1",
-            "{}: the plan has sliding-window heads ({}); on the GPU they are experimental until their "
-            "parity run (set HYDRA_GPU_WINDOWS=1 to use them), on the CPU they are tested",
-            what, plan_.ratio_summary());
-    }
     HYDRA_CHECK(c.head_dim == 64 || c.head_dim == 128, "{}: head dim {} is not supported (64 or 128)", what,
                 c.head_dim);
     HYDRA_CHECK(c.rope_dim % 2 == 0 && c.rope_dim <= c.head_dim, "{}: rope_dim {} is not supported", what,

@@ -1,7 +1,7 @@
 // Paged decode attention on the GPU (serving, gpu/gpu_batch_backend.h): B new query tokens, each of its own
 // sequence, every FA head against that sequence's cached keys / values, which live in fixed-size blocks of a
 // shared pool (gpu/paged_kv_pool.h) found through the sequence's block table. The math of
-// gpu/decode_attention.h (split-K flash-decoding: kKeysPerSplit keys per block, fp32 scores and online
+// gpu/decode_attention.h (split-K flash-decoding: gpu/decode_splits.h's splits, fp32 scores and online
 // softmax with base-2 exponentials, the same split boundaries and merge), so a row's output equals the
 // one-sequence kernel's on the same keys up to the position of its keys in memory.
 //
@@ -11,9 +11,10 @@
 // block_table[slots[b] * max_blocks + j / block_size] at offset j % block_size; pos, slots: (B) int32 in
 // DEVICE memory (the kernels read them when they run, so one captured CUDA graph serves every step);
 // kv_index: (n_q) device int32, the KV group of each query head (any map). D in {64, 128}.
-// max_splits: key splits per (row, head) of the grid; every row's pos[b] + 1 <= max_splits * kKeysPerSplit
-// (blocks past a row's last split exit at once). partials: paged_decode_attention_workspace_floats(B, n_q,
-// D, max_splits) fp32. Every CUDA call is checked (hydra::Error on failure); asynchronous on `stream`.
+// max_splits: key splits per (row, head) of the grid; every row's decode_attention_splits(pos[b] + 1) <=
+// max_splits <= kMaxDecodeSplits (blocks past a row's last split exit at once). partials:
+// paged_decode_attention_workspace_floats(B, n_q, D, max_splits) fp32. Every CUDA call is checked
+// (hydra::Error on failure); asynchronous on `stream`.
 #pragma once
 
 #include <cuda_bf16.h>

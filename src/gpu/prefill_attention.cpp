@@ -106,7 +106,7 @@ bool PrefillAttention::try_cudnn(__nv_bfloat16* o, const __nv_bfloat16* q, int64
 void PrefillAttention::own(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, const int32_t* kv_index, bool uniform_groups, int64_t T,
                            int64_t pos0, int64_t n_fa, int64_t n_kv, int64_t Dh, float scale,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const DecodeWindows& windows) {
     const int64_t width = n_fa * Dh, ldq = ld_q ? ld_q : width;
     if (pos0 == 0 || flash_offset_) {
         // the flash kernel over the S = pos0 + T cached rows, query row t at position pos0 + t
@@ -124,6 +124,7 @@ void PrefillAttention::own(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t ld_
         }
         cuda::AttnShape s;
         s.B = 1, s.T = int(T), s.S = int(S), s.H = int(n_fa), s.Hkv = int(hkv), s.D = int(Dh);
+        s.window = windows.window, s.sinks = int(windows.sinks);
         cuda::attention_forward(s, qq, kk, vv, o, grown(lse_, T * n_fa), scale, stream);
         last_path_ = pos0 == 0 ? "flash" : "flash-offset";
         return;
@@ -133,14 +134,14 @@ void PrefillAttention::own(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t ld_
     float* partials = grown(partials_, int64_t(decode_attention_workspace_floats(n_fa, Dh, pos0 + T)));
     for (int64_t t = 0; t < T; ++t)
         decode_attention(o + t * width, q + t * ldq, k, v, idx, n_fa, n_kv, Dh, pos0 + t + 1, scale, partials,
-                         stream);
+                         stream, windows);
     last_path_ = "decode";
 }
 
 void PrefillAttention::forward(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16* k,
                                const __nv_bfloat16* v, const int32_t* kv_index, bool uniform_groups,
                                int64_t T, int64_t pos0, int64_t n_fa, int64_t n_kv, int64_t Dh, float scale,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, const DecodeWindows& windows) {
     HYDRA_CHECK(T >= 1 && pos0 >= 0, "prefill attention of {} queries at position {}", T, pos0);
     HYDRA_CHECK(pos0 + T < (int64_t(1) << 31), "prefill attention over {} keys: more than int32 positions",
                 pos0 + T);
@@ -157,7 +158,11 @@ void PrefillAttention::forward(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t
     const uint64_t shape = (uint64_t(T) << 34) ^ (uint64_t(pos0 + T) << 2) ^ (uint64_t(n_fa) << 56) ^
                            (uint64_t(n_kv) << 48) ^ (uint64_t(Dh) << 40) ^ (uint64_t(ld_q) << 20) ^
                            (uniform_groups ? 1u : 0u);
-    if (backend_ == Backend::Auto && !admission_.admit(shape)) {
+    HYDRA_CHECK(windows.sinks >= 0, "prefill attention: {} attention sinks", windows.sinks);
+    if (windows.window) {
+        HYDRA_CHECK(backend_ != Backend::Cudnn, "cuDNN prefill attention has no sliding-window heads");
+        cudnn_reason_ = "sliding-window heads run our kernels";
+    } else if (backend_ == Backend::Auto && !admission_.admit(shape)) {
         cudnn_reason_ = "a shape's first sighting runs our kernels (cuDNN plans it from the next)";
     } else if (backend_ != Backend::Own) {
         if (try_cudnn(o, q, ld_q, k, v, kv_index, uniform_groups, T, pos0, n_fa, n_kv, Dh, scale, stream))
@@ -167,7 +172,7 @@ void PrefillAttention::forward(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t
     } else {
         cudnn_reason_ = "our kernels chosen (HYDRA_PREFILL_ATTN=own)";
     }
-    own(o, q, ld_q, k, v, kv_index, uniform_groups, T, pos0, n_fa, n_kv, Dh, scale, stream);
+    own(o, q, ld_q, k, v, kv_index, uniform_groups, T, pos0, n_fa, n_kv, Dh, scale, stream, windows);
 }
 
 }  // namespace hydra::gpu

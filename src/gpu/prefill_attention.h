@@ -21,7 +21,9 @@
 // Layouts: q (T, n_fa, Dh) bf16, rows ld_q elements apart (0: packed n_fa * Dh; e.g. the fused projection
 // row); k, v (>= pos0 + T, n_kv, Dh) bf16, packed rows; o (T, n_fa, Dh) bf16 packed, OVERWRITTEN.
 // kv_index (n_fa) int32 in DEVICE memory, the KV slot of each FA head (any map); with uniform_groups head h
-// reads slot h / (n_fa / n_kv) and kv_index may be null. Dh 64 or 128. Asynchronous on `stream`; the object
+// reads slot h / (n_fa / n_kv) and kv_index may be null. `windows` (gpu/decode_attention.h): sliding-window
+// heads, each query seeing its head's last W keys plus the first `sinks`; they always run our kernels (cuDNN
+// has no sink mask). Dh 64 or 128. Asynchronous on `stream`; the object
 // owns grow-only scratch (and cuDNN's plans, built once per (T, pos0 + T) shape): one per stream, not
 // thread-safe. Invalid arguments: hydra::Error.
 #pragma once
@@ -33,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/decode_attention.h"
 #include "gpu/plan_admission.h"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/device_arena.h"
@@ -49,7 +52,8 @@ class PrefillAttention {
 
     void forward(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16* k,
                  const __nv_bfloat16* v, const int32_t* kv_index, bool uniform_groups, int64_t T,
-                 int64_t pos0, int64_t n_fa, int64_t n_kv, int64_t Dh, float scale, cudaStream_t stream);
+                 int64_t pos0, int64_t n_fa, int64_t n_kv, int64_t Dh, float scale, cudaStream_t stream,
+                 const DecodeWindows& windows = {});
 
     Backend backend() const { return backend_; }
     // Sightings of a shape before auto uses cuDNN for it (gpu/plan_admission.h).
@@ -71,7 +75,8 @@ class PrefillAttention {
                    int64_t pos0, int64_t n_fa, int64_t n_kv, int64_t Dh, float scale, cudaStream_t stream);
     void own(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t ld_q, const __nv_bfloat16* k,
              const __nv_bfloat16* v, const int32_t* kv_index, bool uniform_groups, int64_t T, int64_t pos0,
-             int64_t n_fa, int64_t n_kv, int64_t Dh, float scale, cudaStream_t stream);
+             int64_t n_fa, int64_t n_kv, int64_t Dh, float scale, cudaStream_t stream,
+             const DecodeWindows& windows);
     // q packed into qbuf_ when ld_q is not the packed width
     const __nv_bfloat16* packed_q(const __nv_bfloat16* q, int64_t ld_q, int64_t T, int64_t width,
                                   cudaStream_t stream);

@@ -93,7 +93,7 @@ void paged_attention_case(int64_t D) {
     std::vector<int32_t> pos;
     for (int64_t L : lens) pos.push_back(int32_t(L - 1));
     Dev<int32_t> dpos = dev_i32(pos), dslots = dev_i32(slots), dtable = dev_i32(pg.table);
-    const int64_t max_splits = 8;  // 700 keys need 6: two spare splits per row
+    const int64_t max_splits = gpu::decode_attention_splits(700) + 2;  // two spare splits per row
     Dev<float> part(static_cast<int64_t>(gpu::paged_decode_attention_workspace_floats(B, n_q, D, max_splits)));
     gpu::PagedKv kv;
     kv.k_pool = dkp.p(), kv.v_pool = dvp.p(), kv.block_table = dtable.p(), kv.max_blocks = pg.max_blocks;

@@ -299,7 +299,6 @@ TEST_P(Synthetic, MatchesCpuAndGraphsMatchEager) {
         plan = build_plan(c, r);
     }
     // windowed heads on the GPU are opt-in until this case has passed there (gpu/gpu_train_model.cpp)
-    if (sc.window > 0) ::setenv("HYDRA_GPU_WINDOWS", "1", 1);
     LlamaModel model(c, plan ? &*plan : nullptr);
     bench::randomise(model, 1000 + uint64_t(sc.index), /*unit_logits=*/false);
     std::printf("plan %s\n", model.plan().ratio_summary().c_str());

@@ -1,0 +1,154 @@
+// The device code both decode-attention kernels share (gpu/decode_attention.cu over one contiguous cache,
+// gpu/paged_decode_attention.cu over pooled blocks): a block's split of one head's keys, and the merge of a
+// head's splits. Included by .cu files only.
+//
+// Split (kDecodeWarps warps): each warp takes kKeysPerWarp keys at a time, lane l holding dims
+// [l*E, l*E+E), E = D/32. All of them, K and V rows, are loaded before any arithmetic, so that a step of
+// kDecodeWarps x kKeysPerWarp = kMinKeysPerSplit keys costs one memory round trip; fp32 scores (warp sums),
+// online softmax with base-2 exponentials (running max m, sum l, output acc), the warps merged in shared
+// memory; the block writes (m, l, acc[D]). Merge: o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "gpu/decode_splits.h"
+
+namespace hydra::gpu::decode_core {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kKeysPerWarp = int(kMinKeysPerSplit) / kDecodeWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// E consecutive bf16 (E = 2 or 4) of a row, raw, and as floats.
+template <int E>
+using Raw = std::conditional_t<E == 2, uint32_t, uint2>;
+
+template <int E>
+__device__ __forceinline__ void to_floats(float (&x)[E], Raw<E> r) {
+    if constexpr (E == 2) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
+        x[0] = f.x, x[1] = f.y;
+    } else {
+        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.x));
+        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.y));
+        x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+    }
+}
+
+// The split [j0, j1) of one head's keys: q_head (D) bf16; key j's row (D values of the head's KV group) at
+// k + row_of(j), v + row_of(j); keys in [hide_lo, hide_hi) are masked (a sliding window; empty: none).
+// Writes out[0] = m, out[1] = l, out[2 + d] = acc[d]. Every thread of the block calls it.
+template <int D, class RowOf>
+__device__ __forceinline__ void split_partial(float* __restrict__ out,
+                                              const __nv_bfloat16* __restrict__ q_head,
+                                              const __nv_bfloat16* __restrict__ k,
+                                              const __nv_bfloat16* __restrict__ v, RowOf row_of, int j0,
+                                              int j1, int hide_lo, int hide_hi, float scale2) {
+    constexpr int E = D / 32, U = kKeysPerWarp;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float qv[E];
+    to_floats<E>(qv, *reinterpret_cast<const Raw<E>*>(q_head + lane * E));
+#pragma unroll
+    for (int e = 0; e < E; ++e) qv[e] *= scale2;
+    float m = -INFINITY, l = 0.f, acc[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] = 0.f;
+    for (int j = j0 + warp * U; j < j1; j += kDecodeWarps * U) {
+        Raw<E> kr[U], vr[U];
+        bool live[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            live[u] = j + u < j1 && (j + u < hide_lo || j + u >= hide_hi);  // the same for the whole warp
+            if (live[u]) {
+                const size_t r = row_of(j + u) + size_t(lane * E);
+                kr[u] = *reinterpret_cast<const Raw<E>*>(k + r);
+                vr[u] = *reinterpret_cast<const Raw<E>*>(v + r);
+            }
+        }
+        float s[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float d = 0.f;
+            if (live[u]) {
+                float kx[E];
+                to_floats<E>(kx, kr[u]);
+#pragma unroll
+                for (int e = 0; e < E; ++e) d += qv[e] * kx[e];
+            }
+            s[u] = live[u] ? warp_sum(d) : -INFINITY;
+        }
+        float mn = m;
+#pragma unroll
+        for (int u = 0; u < U; ++u) mn = fmaxf(mn, s[u]);
+        if (mn == -INFINITY) continue;     // every key of this step masked: nothing to add
+        const float corr = exp2f(m - mn);  // m = -inf on the first pass: 0
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] *= corr;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (live[u]) {
+                const float p = exp2f(s[u] - mn);
+                float vx[E];
+                to_floats<E>(vx, vr[u]);
+                l += p;
+#pragma unroll
+                for (int e = 0; e < E; ++e) acc[e] += p * vx[e];
+            }
+        m = mn;
+    }
+    __shared__ float sm[kDecodeWarps], sl[kDecodeWarps], sacc[kDecodeWarps][D];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+    for (int e = 0; e < E; ++e) sacc[warp][lane * E + e] = acc[e];
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, sm[w]);
+    for (int d = threadIdx.x; d < D; d += kDecodeWarps * 32) {
+        float a = 0.f;
+#pragma unroll
+        for (int w = 0; w < kDecodeWarps; ++w)
+            if (sm[w] != -INFINITY) a += sacc[w][d] * exp2f(sm[w] - M);
+        out[2 + d] = a;
+    }
+    if (threadIdx.x == 0) {
+        float lt = 0.f;
+#pragma unroll
+        for (int w = 0; w < kDecodeWarps; ++w)
+            if (sm[w] != -INFINITY) lt += sl[w] * exp2f(sm[w] - M);
+        out[0] = M;
+        out[1] = lt;
+    }
+}
+
+// One head's output from its nsplit partials p (nsplit x (D + 2)); thread d writes o[d].
+template <int D>
+__device__ __forceinline__ void merge_partials(__nv_bfloat16* __restrict__ o, const float* __restrict__ p,
+                                               int nsplit) {
+    const int d = threadIdx.x;
+    float M = -INFINITY;
+#pragma unroll 8
+    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, p[size_t(s) * (D + 2)]);
+    float l = 0.f, a = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < nsplit; ++s) {
+        const float* ps = p + size_t(s) * (D + 2);
+        if (ps[0] == -INFINITY) continue;
+        const float f = exp2f(ps[0] - M);
+        l += ps[1] * f;
+        a += ps[2 + d] * f;
+    }
+    o[d] = __float2bfloat16_rn(a / l);
+}
+
+}  // namespace hydra::gpu::decode_core

@@ -1,0 +1,42 @@
+// How decode attention (gpu/decode_attention.h, gpu/paged_decode_attention.h) splits one head's L keys over
+// blocks: splits of kMinKeysPerSplit keys until a head has kMaxDecodeSplits of them, then longer splits. A
+// short cache thus still spreads over many blocks (each block's keys are loaded at once, so a split costs
+// about one memory round trip), and a long one keeps the merge of the partials short. Pure arithmetic,
+// compiled for the host and the device, so the kernels, their callers and the CPU tests agree on it.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define HYDRA_HOST_DEVICE __host__ __device__
+#else
+#define HYDRA_HOST_DEVICE
+#endif
+
+namespace hydra::gpu {
+
+constexpr int64_t kMinKeysPerSplit = 32;   // a block's 4 warps x 8 keys, loaded together
+constexpr int64_t kMaxDecodeSplits = 256;  // splits per head at most: the merge walks them all
+
+// Keys per split for L >= 1 keys: the smallest multiple of kMinKeysPerSplit that needs at most
+// kMaxDecodeSplits splits.
+HYDRA_HOST_DEVICE constexpr int64_t decode_keys_per_split(int64_t L) {
+    constexpr int64_t span = kMinKeysPerSplit * kMaxDecodeSplits;
+    return kMinKeysPerSplit * ((L + span - 1) / span);
+}
+
+// Splits (blocks per head) for L >= 1 keys: ceil(L / decode_keys_per_split(L)), at most kMaxDecodeSplits.
+HYDRA_HOST_DEVICE constexpr int64_t decode_attention_splits(int64_t L) {
+    const int64_t kps = decode_keys_per_split(L);
+    return (L + kps - 1) / kps;
+}
+
+// The most splits any length 1..capacity needs (the grid and partials of a cache of `capacity` keys).
+// decode_attention_splits is not monotone in L (it drops where the split length grows), so this is the cap,
+// not decode_attention_splits(capacity).
+HYDRA_HOST_DEVICE constexpr int64_t decode_max_splits(int64_t capacity) {
+    const int64_t n = (capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+    return n < kMaxDecodeSplits ? n : kMaxDecodeSplits;
+}
+
+}  // namespace hydra::gpu
