@@ -10,7 +10,7 @@ namespace hydra::gpu {
 namespace {
 
 TEST(PlanAdmission, FirstSightingRunsOursThenThePlan) {
-    PlanAdmission a;  // after 1
+    PlanAdmission a(1);
     EXPECT_FALSE(a.admit(42));
     EXPECT_TRUE(a.admit(42));
     EXPECT_TRUE(a.admit(42));
@@ -18,14 +18,15 @@ TEST(PlanAdmission, FirstSightingRunsOursThenThePlan) {
     PlanAdmission three(3);
     for (int i = 0; i < 3; ++i) EXPECT_FALSE(three.admit(1)) << i;
     EXPECT_TRUE(three.admit(1));
-    PlanAdmission now(0);
+    PlanAdmission now;  // the default: at once
     EXPECT_TRUE(now.admit(5));
     EXPECT_THROW(PlanAdmission(-1), Error);
 }
 
 TEST(PlanAdmission, EnvironmentValue) {
-    EXPECT_EQ(PlanAdmission::after_from_env(nullptr), 1);
-    EXPECT_EQ(PlanAdmission::after_from_env(""), 1);
+    EXPECT_EQ(PlanAdmission::after_from_env(nullptr), 0);
+    EXPECT_EQ(PlanAdmission::after_from_env(""), 0);
+    EXPECT_EQ(PlanAdmission::after_from_env("1"), 1);
     EXPECT_EQ(PlanAdmission::after_from_env("0"), 0);
     EXPECT_EQ(PlanAdmission::after_from_env("4"), 4);
     for (const char* bad : {"-1", "two", "1.5", " 1", "99999999999"}) {

@@ -163,7 +163,7 @@ void PrefillAttention::forward(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t
         HYDRA_CHECK(backend_ != Backend::Cudnn, "cuDNN prefill attention has no sliding-window heads");
         cudnn_reason_ = "sliding-window heads run our kernels";
     } else if (backend_ == Backend::Auto && !admission_.admit(shape)) {
-        cudnn_reason_ = "a shape's first sighting runs our kernels (cuDNN plans it from the next)";
+        cudnn_reason_ = "a shape's first sightings run our kernels (HYDRA_PREFILL_CUDNN_AFTER)";
     } else if (backend_ != Backend::Own) {
         if (try_cudnn(o, q, ld_q, k, v, kv_index, uniform_groups, T, pos0, n_fa, n_kv, Dh, scale, stream))
             return;

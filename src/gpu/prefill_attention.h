@@ -14,9 +14,9 @@
 //   once per query row instead (the reference path: one row at a time, ~150x slower for a 32K prompt in 8K
 //   chunks).
 // HYDRA_PREFILL_ATTN = cudnn | own | auto (default) forces one (benchmarks, tests); `cudnn` fails with
-// cuDNN's reason where it cannot run a shape instead of falling back. Under auto a shape's first sighting
-// runs ours and cuDNN builds its plan from the second (gpu/plan_admission.h: a plan costs far more than one
-// attention; HYDRA_PREFILL_CUDNN_AFTER sets the sightings, 0 = at once).
+// cuDNN's reason where it cannot run a shape instead of falling back. Under auto cuDNN plans a shape when it
+// first sees it, or, with HYDRA_PREFILL_CUDNN_AFTER=N, after N sightings on our kernels
+// (gpu/plan_admission.h: a plan costs far more than one attention).
 //
 // Layouts: q (T, n_fa, Dh) bf16, rows ld_q elements apart (0: packed n_fa * Dh; e.g. the fused projection
 // row); k, v (>= pos0 + T, n_kv, Dh) bf16, packed rows; o (T, n_fa, Dh) bf16 packed, OVERWRITTEN.
