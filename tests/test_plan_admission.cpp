@@ -40,7 +40,7 @@ TEST(PlanAdmission, EnvironmentValue) {
 }
 
 TEST(PlanAdmission, TableStaysBounded) {
-    PlanAdmission a;
+    PlanAdmission a(1);
     for (uint64_t s = 0; s < 3 * PlanAdmission::kMaxShapes; ++s) EXPECT_FALSE(a.admit(s));
     // a shape seen just before the table was forgotten needs a sighting again; one seen since is admitted
     const uint64_t last = 3 * PlanAdmission::kMaxShapes - 1;
