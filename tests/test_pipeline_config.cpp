@@ -247,6 +247,10 @@ TEST(PipelineConfig, StudyPresetsAndVariantsOnly) {
     EXPECT_EQ(lp.eval_lengths.back(), 131072);
     EXPECT_EQ(lp.longctx.seq_len, 16384);
     EXPECT_TRUE(lp.longctx.recompute);
+    const PipelineVariant& swa = lp.variants.back();  // the sliding-window baseline, no align stage
+    EXPECT_EQ(swa.window, 1024);
+    EXPECT_EQ(swa.sinks, 4);
+    EXPECT_EQ(swa.stages, (std::vector<std::string>{"distill", "longctx"}));
     PipelineConfig sel = PipelineConfig::preset("smollm2-gpu-selection");
     EXPECT_EQ(sel.variants[4].score_method, "retrieval");
     sel.apply_override("variants_only=[\"all-la\",\"hydra-7:1-random-s2\"]");

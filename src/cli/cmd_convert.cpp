@@ -122,7 +122,7 @@ void register_convert(CLI::App& app) {
     cmd->add_option(
            "--window", o->window,
            "sliding-window baseline: the heads --select would make GDN keep softmax attention over their "
-           "last N positions instead (CPU only so far)")
+           "last N positions instead")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
     cmd->add_option("--sinks", o->sinks, "with --window: the first N positions every windowed head also sees")
         ->check(CLI::Range(int64_t(0), int64_t(4096)));

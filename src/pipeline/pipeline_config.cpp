@@ -146,9 +146,10 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
     if (name == "smollm2-gpu-long") {
         // Issue 34's study past the teacher's 8K window: stage 3 on 16K-token rows (recomputation), the
         // evaluation from 4K to 128K; the teacher with training-free YaRN (factor 16: its 8K window to 128K)
-        // and fine-tuned by the same stage 3, against 7:1 hybrids with YaRN, unscaled and NoPE FA heads, and
-        // the layer-wise hybrid with YaRN.
-        // Six models: run in parts with variants_only=[...], join with `hydra report merge`.
+        // and fine-tuned by the same stage 3, against 7:1 hybrids with YaRN, unscaled and NoPE FA heads, the
+        // layer-wise hybrid with YaRN, and the head-level sliding-window baseline (DuoAttention's design: the
+        // heads the 7:1 selection makes GDN keep softmax attention over their last 1024 positions and 4 sinks).
+        // Seven models: run in parts with variants_only=[...], join with `hydra report merge`.
         PipelineConfig p = preset("smollm2-gpu");
         p.name = name;
         p.distill.steps = p.distill.schedule_steps = 3052;
@@ -165,7 +166,8 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
             {"hydra-7:1-yarn16", "scores", "7:1", "kv", "scale-norm", "", 1, "", "yarn:16", false, all},
             {"hydra-7:1", "scores", "7:1", "kv", "scale-norm", "", 1, "", "", false, all},
             {"hydra-7:1-nope", "scores", "7:1", "kv", "scale-norm", "", 1, "", "", true, all},
-            {"layerwise-3:1-yarn16", "layerwise", "3:1", "kv", "none", "", 1, "", "yarn:16", false, all}};
+            {"layerwise-3:1-yarn16", "layerwise", "3:1", "kv", "none", "", 1, "", "yarn:16", false, all},
+            {"swa-7:1-w1024", "scores", "7:1", "kv", "none", "", 1, "", "", false, {"distill", "longctx"}, 1024, 4}};
         return p;
     }
     PipelineConfig p;

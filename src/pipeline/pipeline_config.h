@@ -37,7 +37,7 @@ struct PipelineVariant {
     std::vector<std::string> stages = {"align", "distill", "longctx"};
     // > 0: the head-level sliding-window baseline: the heads the selection would make LA keep softmax
     // attention over their last `window` positions plus the first `sinks` (no GDN heads, no fusion; no
-    // align stage, so its stages default to distill, longctx). On the CPU only so far.
+    // align stage, so its stages default to distill, longctx).
     int64_t window = 0, sinks = 0;
 };
 
