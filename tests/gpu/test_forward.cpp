@@ -298,7 +298,6 @@ TEST_P(Synthetic, MatchesCpuAndGraphsMatchEager) {
         r.window = sc.window, r.sinks = sc.sinks;
         plan = build_plan(c, r);
     }
-    // windowed heads on the GPU are opt-in until this case has passed there (gpu/gpu_train_model.cpp)
     LlamaModel model(c, plan ? &*plan : nullptr);
     bench::randomise(model, 1000 + uint64_t(sc.index), /*unit_logits=*/false);
     std::printf("plan %s\n", model.plan().ratio_summary().c_str());

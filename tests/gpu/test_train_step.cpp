@@ -59,6 +59,8 @@ enum class M {
     TinyHeadScaleNorm,  // the tiny teacher's 1:1 head-granularity scale-norm hybrid, non-uniform
     SmolQkTeacher,      // SmolLM2-135M's shape with q/k norm
     SmolQkHybrid,
+    TinyWindow,  // the sliding-window baseline: the tiny teacher's 1:1 random half as 40-position windows + 2
+                 // sinks
     RealTeacher,
     RealHybrid
 };
@@ -195,6 +197,12 @@ std::unique_ptr<LlamaModel> build(M which) {
                 t.config(), bench::plan_request(t.config(), "7:1", "kv", FusionKind::ScaleNorm, 1));
             return convert_to_hybrid(t, plan, ConversionOptions{});
         }
+        case M::TinyWindow: {
+            const LlamaModel& t = model(M::TinyTeacher);
+            PlanRequest r = bench::plan_request(t.config(), "1:1", "kv", FusionKind::None, 4);
+            r.window = 40, r.sinks = 2;
+            return convert_to_hybrid(t, build_plan(t.config(), r), ConversionOptions{});
+        }
         case M::RealTeacher:
             return std::move(load_model(test::default_model_path()).model);
         case M::RealHybrid:
@@ -312,6 +320,13 @@ std::vector<StepCase> step_cases() {
          .student = M::Qwen3Hybrid,
          .teacher = M::Qwen3Teacher,
          .obj = kl_objective(0.5, 2.0f, 100),
+         .recompute = true});
+    // windows narrower than the 130-token rows: the mask's forward and backward in the whole step
+    add({.name = "tiny_sliding_window_1to1_w40_s2_ce", .student = M::TinyWindow, .obj = ce_objective()});
+    add({.name = "tiny_sliding_window_1to1_w40_s2_ce_kl_recompute",
+         .student = M::TinyWindow,
+         .teacher = M::TinyTeacher,
+         .obj = kl_objective(0.5, 2.0f, 0),
          .recompute = true});
     add({.name = "tiny_hybrid_head_1to1_scalenorm_nonuniform_ce",
          .student = M::TinyHeadScaleNorm,
