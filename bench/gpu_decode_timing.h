@@ -126,8 +126,8 @@ inline std::vector<DecodeTimingRow> time_decode(const LlamaModel& model, const s
         DecodeTimingRow row;
         row.model = name, row.positions = P;
         std::vector<int32_t> streams[2];
-        // one untimed prefill first, so that both modes' prefills take the same attention path (a shape's
-        // first sighting runs our flash kernel, later ones cuDNN: gpu/plan_admission.h)
+        // one untimed prefill first: with HYDRA_PREFILL_CUDNN_AFTER set, a shape's first sightings run our flash
+        // kernel and later ones cuDNN (gpu/plan_admission.h); both modes' prefills must take the same path
         cache.reset(fwd.stream());
         (void)fwd.forward_argmax(cache, prompt);
         for (int mode = 0; mode < 2; ++mode) {

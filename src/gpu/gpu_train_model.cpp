@@ -1,7 +1,6 @@
 // Upload of a LlamaModel's parameters into the device layout (see gpu_train_model.h).
 #include "gpu/gpu_train_model.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
