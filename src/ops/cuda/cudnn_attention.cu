@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -705,10 +706,7 @@ struct CudnnAttention::Impl {
                 return std::numeric_limits<float>::infinity();
             }
         };
-        static const bool log = [] {
-            const char* e = std::getenv("HYDRA_CUDNN_LOG");
-            return e && std::string(e) != "0";
-        }();
+        const bool log = log_enabled();
         for (int dir = 0; dir < 2; ++dir) {
             BuiltPlan& b = dir == 0 ? p.fwd : p.bwd;
             if (b.others.empty()) continue;
@@ -735,6 +733,14 @@ struct CudnnAttention::Impl {
         CUDA_CHECK(cudaEventDestroy(e1));
         CUDA_CHECK(cudaStreamDestroy(st));
         CUDA_CHECK(cudaFree(base));
+    }
+    // HYDRA_CUDNN_LOG=1: each shape's plan building, tuning and engine choice on stderr
+    static bool log_enabled() {
+        static const bool on = [] {
+            const char* e = std::getenv("HYDRA_CUDNN_LOG");
+            return e && std::string(e) != "0";
+        }();
+        return on;
     }
     static bool shifted_allowed() {
         const char* e = std::getenv("HYDRA_CUDNN_SHIFTED");
@@ -801,11 +807,20 @@ struct CudnnAttention::Impl {
             if (s.S != s.T && !shifted_allowed())
                 throw Error("the shifted causal mask (S > T) is off (HYDRA_CUDNN_SHIFTED=1 turns it on)");
             if (!handle) CUDNN_CALL(api().create(&handle), "cudnnCreate");
+            const auto t0 = std::chrono::steady_clock::now();
             p.fwd = build_forward(handle, s);
+            const auto t1 = std::chrono::steady_clock::now();
             reserve_stats(size_t(s.B) * s.H * s.T);
             tune_inference(s, p.fwd);
             reserve(size_t(p.fwd.workspace));
             p.ok = true;
+            // a new prompt length pays this once (the first request's time to first token)
+            if (log_enabled()) {
+                using ms = std::chrono::duration<double, std::milli>;
+                std::fprintf(stderr, "[hydra cudnn] inference B%d T%d S%d: %zu plans finalized in %.1f ms, tuned in %.1f ms\n",
+                             s.B, s.T, s.S, p.fwd.others.size() + 1, ms(t1 - t0).count(),
+                             ms(std::chrono::steady_clock::now() - t1).count());
+            }
         } catch (const std::exception& e) {
             p.ok = false;
             p.why = e.what();
@@ -866,8 +881,7 @@ struct CudnnAttention::Impl {
             std::swap(b.plan, b.others[pick - 1].first);
             std::swap(b.workspace, b.others[pick - 1].second);
         }
-        const char* e = std::getenv("HYDRA_CUDNN_LOG");
-        if (e && std::string(e) != "0")
+        if (log_enabled())
             std::fprintf(
                 stderr, "[hydra cudnn] inference B%d T%d S%d H%d/%d D%d ld %d/%d: engine %zu of %zu, us:%s\n",
                 s.B, s.T, s.S, s.H, s.Hkv, s.D, s.ld_q, s.ld_kv, pick, b.others.size() + 1, line.c_str());
