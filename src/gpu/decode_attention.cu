@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 }
 
 template <int D>
-__global__ void __launch_bounds__(D)
+__global__ void __launch_bounds__(D* decode_core::kMergeGroups)
     decode_attn_merge_kernel(__nv_bfloat16* __restrict__ o, const float* __restrict__ partials, int L,
                              const int32_t* __restrict__ kv_len) {
     const int h = blockIdx.x;
@@ -59,12 +59,14 @@ void launch(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, co
         decode_attn_split_kernel<64><<<grid, kDecodeWarps * 32, 0, stream>>>(
             partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2, win.window, int(win.sinks));
         CUDA_CHECK(cudaGetLastError());
-        decode_attn_merge_kernel<64><<<unsigned(n_q), 64, 0, stream>>>(o, partials, int(L), kv_len);
+        decode_attn_merge_kernel<64>
+            <<<unsigned(n_q), 64 * decode_core::kMergeGroups, 0, stream>>>(o, partials, int(L), kv_len);
     } else {
         decode_attn_split_kernel<128><<<grid, kDecodeWarps * 32, 0, stream>>>(
             partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2, win.window, int(win.sinks));
         CUDA_CHECK(cudaGetLastError());
-        decode_attn_merge_kernel<128><<<unsigned(n_q), 128, 0, stream>>>(o, partials, int(L), kv_len);
+        decode_attn_merge_kernel<128>
+            <<<unsigned(n_q), 128 * decode_core::kMergeGroups, 0, stream>>>(o, partials, int(L), kv_len);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -80,8 +82,8 @@ void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloa
                       int64_t L, float scale, float* partials, cudaStream_t stream,
                       const DecodeWindows& windows) {
     HYDRA_ASSERT(D == 64 || D == 128, "decode_attention: head dim {} (64 or 128)", D);
-    HYDRA_ASSERT(n_q > 0 && n_kv > 0 && L > 0 && L < (int64_t(1) << 31), "decode_attention: n_q {} n_kv {} L {}",
-                 n_q, n_kv, L);
+    HYDRA_ASSERT(n_q > 0 && n_kv > 0 && L > 0 && L < (int64_t(1) << 31),
+                 "decode_attention: n_q {} n_kv {} L {}", n_q, n_kv, L);
     HYDRA_ASSERT(kv_index != nullptr, "decode_attention: kv_index is required");
     launch(o, q, k, v, kv_index, n_q, n_kv, D, L, nullptr, decode_attention_splits(L), scale, partials,
            stream, windows);
@@ -94,7 +96,8 @@ void decode_attention_dev(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_b
     HYDRA_ASSERT(D == 64 || D == 128, "decode_attention_dev: head dim {} (64 or 128)", D);
     HYDRA_ASSERT(n_q > 0 && n_kv > 0 && max_splits > 0 && max_splits <= kMaxDecodeSplits,
                  "decode_attention_dev: n_q {} n_kv {} max_splits {}", n_q, n_kv, max_splits);
-    HYDRA_ASSERT(kv_index != nullptr && kv_len != nullptr, "decode_attention_dev: kv_index and kv_len are required");
+    HYDRA_ASSERT(kv_index != nullptr && kv_len != nullptr,
+                 "decode_attention_dev: kv_index and kv_len are required");
     launch(o, q, k, v, kv_index, n_q, n_kv, D, 0, kv_len, max_splits, scale, partials, stream, windows);
 }
 

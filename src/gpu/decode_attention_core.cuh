@@ -6,7 +6,8 @@
 // [l*E, l*E+E), E = D/32. All of them, K and V rows, are loaded before any arithmetic, so that a step of
 // kDecodeWarps x kKeysPerWarp = kMinKeysPerSplit keys costs one memory round trip; fp32 scores (warp sums),
 // online softmax with base-2 exponentials (running max m, sum l, output acc), the warps merged in shared
-// memory; the block writes (m, l, acc[D]). Merge: o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
+// memory; the block writes (m, l, acc[D]). Merge: o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), the
+// splits folded by kMergeGroups thread groups at once.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -131,24 +132,48 @@ __device__ __forceinline__ void split_partial(float* __restrict__ out,
     }
 }
 
-// One head's output from its nsplit partials p (nsplit x (D + 2)); thread d writes o[d].
+// The merge runs kMergeGroups groups of D threads: group g folds the splits g, g + kMergeGroups, ... in one
+// pass (online rescaling), so a thread walks nsplit / kMergeGroups partials instead of all of them twice;
+// group 0 then joins the groups in shared memory.
+constexpr int kMergeGroups = 4;
+
+// One head's output from its nsplit partials p (nsplit x (D + 2)); launched with D * kMergeGroups threads,
+// thread d of group 0 writes o[d].
 template <int D>
 __device__ __forceinline__ void merge_partials(__nv_bfloat16* __restrict__ o, const float* __restrict__ p,
                                                int nsplit) {
-    const int d = threadIdx.x;
-    float M = -INFINITY;
-#pragma unroll 8
-    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, p[size_t(s) * (D + 2)]);
-    float l = 0.f, a = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < nsplit; ++s) {
+    const int d = threadIdx.x % D, g = threadIdx.x / D;  // a group is whole warps: its branches are uniform
+    float m = -INFINITY, l = 0.f, a = 0.f;
+#pragma unroll 4
+    for (int s = g; s < nsplit; s += kMergeGroups) {
         const float* ps = p + size_t(s) * (D + 2);
-        if (ps[0] == -INFINITY) continue;
-        const float f = exp2f(ps[0] - M);
-        l += ps[1] * f;
-        a += ps[2 + d] * f;
+        const float ms = ps[0], ls = ps[1], as = ps[2 + d];
+        if (ms == -INFINITY) continue;  // every key of the split masked
+        if (ms > m) {                   // a new running max: rescale what is folded so far (0 on the first)
+            const float c = exp2f(m - ms);
+            l *= c, a *= c, m = ms;
+        }
+        const float f = exp2f(ms - m);
+        l += ls * f;
+        a += as * f;
     }
-    o[d] = __float2bfloat16_rn(a / l);
+    __shared__ float gm[kMergeGroups], gl[kMergeGroups], ga[kMergeGroups][D];
+    if (d == 0) gm[g] = m, gl[g] = l;
+    ga[g][d] = a;
+    __syncthreads();
+    if (g != 0) return;
+    float M = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMergeGroups; ++i) M = fmaxf(M, gm[i]);
+    float lt = 0.f, at = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMergeGroups; ++i)
+        if (gm[i] != -INFINITY) {
+            const float f = exp2f(gm[i] - M);
+            lt += gl[i] * f;
+            at += ga[i][d] * f;
+        }
+    o[d] = __float2bfloat16_rn(at / lt);
 }
 
 }  // namespace hydra::gpu::decode_core

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 }
 
 template <int D>
-__global__ void __launch_bounds__(D)
+__global__ void __launch_bounds__(D* decode_core::kMergeGroups)
     paged_merge_kernel(__nv_bfloat16* __restrict__ o, int64_t ldo, const float* __restrict__ partials,
                        int max_splits, const int32_t* __restrict__ pos) {
     const int h = blockIdx.x, b = blockIdx.y, n_q = gridDim.x;
@@ -78,14 +78,16 @@ void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* 
                                                                        int(n_kv), pos, slots, s2);
         CUDA_CHECK(cudaGetLastError());
         paged_merge_kernel<64>
-            <<<dim3(unsigned(n_q), unsigned(B)), 64, 0, stream>>>(o, ldo, partials, int(max_splits), pos);
+            <<<dim3(unsigned(n_q), unsigned(B)), 64 * decode_core::kMergeGroups, 0, stream>>>(
+                o, ldo, partials, int(max_splits), pos);
     } else {
         paged_split_kernel<128><<<grid, kDecodeWarps * 32, 0, stream>>>(partials, q, ldq, kv.k_pool,
                                                                         kv.v_pool, kv.block_table, mb, bs,
                                                                         kv_index, int(n_kv), pos, slots, s2);
         CUDA_CHECK(cudaGetLastError());
         paged_merge_kernel<128>
-            <<<dim3(unsigned(n_q), unsigned(B)), 128, 0, stream>>>(o, ldo, partials, int(max_splits), pos);
+            <<<dim3(unsigned(n_q), unsigned(B)), 128 * decode_core::kMergeGroups, 0, stream>>>(
+                o, ldo, partials, int(max_splits), pos);
     }
     CUDA_CHECK(cudaGetLastError());
 }
