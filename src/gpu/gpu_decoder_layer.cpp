@@ -176,12 +176,15 @@ void cached_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t l,
         HYDRA_ASSERT(T == 1, "graph decode of {} tokens", T);
         const int32_t* pos = &kc.step->pos;
         if (rotate && k == q + n_fa * Dh) {  // k's heads follow q's in the fused row: one launch rotates both
-            cuda::rope_forward_decode(q, n_fa + n_kv, Dh, c.rope_dim, pos, rf, st);
-        } else if (rotate) {
-            cuda::rope_forward_decode(q, n_fa, Dh, c.rope_dim, pos, rf, st);
-            cuda::rope_forward_decode(k, n_kv, Dh, c.rope_dim, pos, rf, st);
+                                             // and stores the new K / V rows
+            cuda::rope_decode_store_kv(q, n_fa, n_kv, Dh, c.rope_dim, pos, rf, v, cache.k(l), cache.v(l), st);
+        } else {
+            if (rotate) {
+                cuda::rope_forward_decode(q, n_fa, Dh, c.rope_dim, pos, rf, st);
+                cuda::rope_forward_decode(k, n_kv, Dh, c.rope_dim, pos, rf, st);
+            }
+            write_kv_row(cache.k(l), cache.v(l), k, v, kvw, kc.step, st);
         }
-        write_kv_row(cache.k(l), cache.v(l), k, v, kvw, kc.step, st);
         decode_attention_dev(fa_out, q, cache.k(l), cache.v(l), w.kv_index, n_fa, n_kv, Dh, &kc.step->kv_len,
                              kc.max_splits, scale, kc.partials, st, windows);
     } else if (T == 1) {

@@ -130,10 +130,10 @@ __device__ __forceinline__ void store_bf16(bf16* p, const float (&f)[P]) {
     }
 }
 
-// Rotates pairs i .. i + P - 1 of the head at v.
+// Rotates pairs i .. i + P - 1 of the head at v (and stores the rotated pairs at `also` too, when given).
 template <int P>
 __device__ __forceinline__ void rope_rotate(bf16* v, int64_t i, int64_t half, const float (&c)[P],
-                                            const float (&sn)[P]) {
+                                            const float (&sn)[P], bf16* also = nullptr) {
     float a[P], b[P], ra[P], rb[P];
     load_bf16<P>(a, v + i);
     load_bf16<P>(b, v + i + half);
@@ -144,6 +144,35 @@ __device__ __forceinline__ void rope_rotate(bf16* v, int64_t i, int64_t half, co
     }
     store_bf16<P>(v + i, ra);
     store_bf16<P>(v + i + half, rb);
+    if (also) {
+        store_bf16<P>(also + i, ra);
+        store_bf16<P>(also + i + half, rb);
+    }
+}
+
+// One decode token: Hq + Hk heads at x rotated in place at position *pos (threads [0, (Hq + Hk) * half / P):
+// one group of P pairs each), the k heads' rotated pairs also stored into k_cache's row *pos; every thread
+// then copies its share of the v row and of the k heads' unrotated dims (rope_dim < Dh) into the caches.
+template <int P>
+__global__ void k_rope_decode_store_kv(bf16* __restrict__ x, int Hq, int Hk, int Dh, int rope_dim,
+                                       const int32_t* __restrict__ pos, const __grid_constant__ RopeFreqs f,
+                                       const bf16* __restrict__ v, bf16* __restrict__ k_cache,
+                                       bf16* __restrict__ v_cache) {
+    const int half = rope_dim / 2, groups = half / P, width = Hk * Dh, u = threadIdx.x;
+    const int64_t p = int64_t(*pos);
+    bf16* krow = k_cache + p * width;
+    if (u < (Hq + Hk) * groups) {
+        const int h = u / groups, i = (u - h * groups) * P;
+        float c[P], sn[P];
+        rope_angles<P>(c, sn, nullptr, nullptr, 0, 1, half, i, p, f, rope_dim, false);
+        rope_rotate<P>(x + int64_t(h) * Dh, i, half, c, sn, h >= Hq ? krow + (h - Hq) * Dh : nullptr);
+    }
+    const bf16* k = x + int64_t(Hq) * Dh;
+    bf16* vrow = v_cache + p * width;
+    for (int e = u; e < width; e += blockDim.x) {
+        vrow[e] = v[e];
+        if (e % Dh >= rope_dim) krow[e] = k[e];  // dims past the rotated ones: copied as they are
+    }
 }
 
 // Row layout (the usual case): block (U, R) with U = H * (half / P) threads per token row and R rows per
@@ -294,6 +323,40 @@ void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const
                          const RopeFreqs& f, cudaStream_t stream) {
     HYDRA_CUDA_REQUIRE(pos != nullptr, "rope_forward_decode: the position pointer is required");
     launch(x, 0, 1, 1, H, Dh, rope_dim, nullptr, nullptr, 0, f, false, stream, pos);
+}
+void rope_decode_store_kv(bf16* x, int64_t Hq, int64_t Hk, int64_t Dh, int64_t rope_dim, const int32_t* pos,
+                          const RopeFreqs& f, const bf16* v, bf16* k_cache, bf16* v_cache,
+                          cudaStream_t stream) {
+    HYDRA_CUDA_REQUIRE(pos && v && k_cache && v_cache && Hq >= 0 && Hk > 0,
+                       "rope_decode_store_kv: position, v and both caches are required");
+    HYDRA_CUDA_REQUIRE(
+        rope_dim % 2 == 0 && rope_dim <= Dh && rope_dim / 2 <= RopeFreqs::kMaxPairs,
+        "rope_decode_store_kv: rope_dim must be even, <= head_dim and <= 2 * RopeFreqs::kMaxPairs");
+    const int64_t half = rope_dim / 2;
+    const auto aligned = [](const void* p, unsigned bytes) {
+        return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+    };
+    const auto fits = [&](int64_t P) {
+        return half % P == 0 && Dh % P == 0 && aligned(x, unsigned(2 * P)) &&
+               aligned(k_cache, unsigned(2 * P));
+    };
+    const int64_t P = half == 0 ? 1 : fits(8) ? 8 : fits(4) ? 4 : fits(2) ? 2 : 1;
+    const int64_t U = (Hq + Hk) * (half / P);
+    const int threads = int(std::min<int64_t>(1024, std::max<int64_t>({U, Hk * Dh, 32})));
+    HYDRA_CUDA_REQUIRE(U <= 1024, "rope_decode_store_kv: more than 1024 rotation groups for one block");
+    if (P == 8)
+        k_rope_decode_store_kv<8><<<1, threads, 0, stream>>>(x, int(Hq), int(Hk), int(Dh), int(rope_dim), pos,
+                                                             f, v, k_cache, v_cache);
+    else if (P == 4)
+        k_rope_decode_store_kv<4><<<1, threads, 0, stream>>>(x, int(Hq), int(Hk), int(Dh), int(rope_dim), pos,
+                                                             f, v, k_cache, v_cache);
+    else if (P == 2)
+        k_rope_decode_store_kv<2><<<1, threads, 0, stream>>>(x, int(Hq), int(Hk), int(Dh), int(rope_dim), pos,
+                                                             f, v, k_cache, v_cache);
+    else
+        k_rope_decode_store_kv<1><<<1, threads, 0, stream>>>(x, int(Hq), int(Hk), int(Dh), int(rope_dim), pos,
+                                                             f, v, k_cache, v_cache);
+    CUDA_CHECK(cudaGetLastError());
 }
 void rope_forward_rows(bf16* x, int64_t token_stride, int64_t rows, int64_t H, int64_t Dh, int64_t rope_dim,
                        const int32_t* pos, const RopeFreqs& f, cudaStream_t stream) {

@@ -68,6 +68,14 @@ void rope_forward(bf16* x, int64_t num_seqs, int64_t T, int64_t H, int64_t Dh, i
 void rope_forward_decode(bf16* x, int64_t H, int64_t Dh, int64_t rope_dim, const int32_t* pos,
                          const RopeFreqs& f, cudaStream_t stream = nullptr);
 
+// The decode step's RoPE and cache write in one launch (a CUDA graph's step): x holds Hq query heads and then
+// Hk key heads of one token; both are rotated in place at position *pos as rope_forward_decode does (the same
+// angles and roundings), and the rotated key row and the value row v (Hk * Dh) are stored at row *pos of
+// k_cache and v_cache ((rows, Hk * Dh) bf16).
+void rope_decode_store_kv(bf16* x, int64_t Hq, int64_t Hk, int64_t Dh, int64_t rope_dim, const int32_t* pos,
+                          const RopeFreqs& f, const bf16* v, bf16* k_cache, bf16* v_cache,
+                          cudaStream_t stream = nullptr);
+
 // Batched decode (serving): `rows` tokens, each its own sequence, row r at x + r * token_stride (0: H * Dh) at
 // position pos[r] read from device memory (pos: (rows) int32); dynamic NTK at L = pos[r] + 1 per row. The
 // same angles as rope_forward_decode at that position.
