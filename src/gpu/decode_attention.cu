@@ -1,6 +1,6 @@
-// Split-key decode attention over one contiguous cache (see decode_attention.h): kernel 1, grid (splits,
-// n_q), one block per split of a head's keys; kernel 2, one block of D threads per head merging its splits.
-// The device code is gpu/decode_attention_core.cuh's, shared with the paged kernels.
+// Split-key decode attention over one contiguous cache (see decode_attention.h): one kernel, grid (splits,
+// n_q), one block per split of a head's keys; the head's last block to finish merges its splits. The device
+// code is gpu/decode_attention_core.cuh's, shared with the paged kernel.
 #include "gpu/decode_attention.h"
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "gpu/decode_attention_core.cuh"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/device_arena.h"
 
 namespace hydra::gpu {
 
@@ -17,15 +18,15 @@ using decode_core::kDecodeWarps;
 using decode_core::kLog2e;
 
 // L keys by value, or (graph form) from kv_len when it runs: the grid is sized for the largest L and the
-// blocks past L's splits exit.
+// blocks past L's splits exit. workspace: n_q counters, then the partials (h, split).
 template <int D>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    decode_attn_split_kernel(float* __restrict__ partials, const __nv_bfloat16* __restrict__ q,
-                             const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                             const int32_t* __restrict__ kv_index, int n_kv, int L,
-                             const int32_t* __restrict__ kv_len, float scale2,
-                             const int32_t* __restrict__ window, int sinks) {
-    const int split = blockIdx.x, h = blockIdx.y;
+    decode_attn_kernel(__nv_bfloat16* __restrict__ o, float* __restrict__ workspace,
+                       const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                       const __nv_bfloat16* __restrict__ v, const int32_t* __restrict__ kv_index, int n_kv,
+                       int L, const int32_t* __restrict__ kv_len, float scale2,
+                       const int32_t* __restrict__ window, int sinks) {
+    const int split = blockIdx.x, h = blockIdx.y, n_q = gridDim.y;
     if (kv_len) L = *kv_len;
     const int nsplit = int(decode_attention_splits(L)), kps = int(decode_keys_per_split(L));
     if (split >= nsplit) return;
@@ -34,47 +35,39 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int W = window ? window[h] : 0;
     const int hide_lo = W > 0 ? sinks : L, hide_hi = W > 0 ? L - W : L;
     const size_t row = size_t(n_kv) * D, off = size_t(kv_index[h]) * D;
+    float* partials = workspace + decode_core::kCounterSlots + size_t(h) * nsplit * (D + 2);
     decode_core::split_partial<D>(
-        partials + (size_t(h) * nsplit + split) * (D + 2), q + size_t(h) * D, k, v,
+        partials + size_t(split) * (D + 2), q + size_t(h) * D, k, v,
         [=](int j) { return size_t(j) * row + off; }, j0, j1, hide_lo, hide_hi, scale2);
+    if (decode_core::last_split_of_head(reinterpret_cast<int*>(workspace) + h, nsplit))
+        decode_core::merge_partials<D>(o + size_t(h) * D, partials, nsplit);
 }
 
-template <int D>
-__global__ void __launch_bounds__(D* decode_core::kMergeGroups)
-    decode_attn_merge_kernel(__nv_bfloat16* __restrict__ o, const float* __restrict__ partials, int L,
-                             const int32_t* __restrict__ kv_len) {
-    const int h = blockIdx.x;
-    if (kv_len) L = *kv_len;
-    const int nsplit = int(decode_attention_splits(L));
-    decode_core::merge_partials<D>(o + size_t(h) * D, partials + size_t(h) * nsplit * (D + 2), nsplit);
-}
-
-// Both forms: grid (splits, n_q) of the split kernel, then the merge; kv_len null = L by value.
+// Both forms: grid (splits, n_q); kv_len null = L by value.
 void launch(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
             const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t L, const int32_t* kv_len,
-            int64_t splits, float scale, float* partials, cudaStream_t stream, const DecodeWindows& win) {
+            int64_t splits, float scale, float* workspace, cudaStream_t stream, const DecodeWindows& win) {
+    HYDRA_ASSERT(n_q <= decode_core::kCounterSlots, "decode attention over {} heads: at most {}", n_q,
+                 decode_core::kCounterSlots);
     const dim3 grid{unsigned(splits), unsigned(n_q)};
     const float s2 = scale * kLog2e;
-    if (D == 64) {
-        decode_attn_split_kernel<64><<<grid, kDecodeWarps * 32, 0, stream>>>(
-            partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2, win.window, int(win.sinks));
-        CUDA_CHECK(cudaGetLastError());
-        decode_attn_merge_kernel<64>
-            <<<unsigned(n_q), 64 * decode_core::kMergeGroups, 0, stream>>>(o, partials, int(L), kv_len);
-    } else {
-        decode_attn_split_kernel<128><<<grid, kDecodeWarps * 32, 0, stream>>>(
-            partials, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2, win.window, int(win.sinks));
-        CUDA_CHECK(cudaGetLastError());
-        decode_attn_merge_kernel<128>
-            <<<unsigned(n_q), 128 * decode_core::kMergeGroups, 0, stream>>>(o, partials, int(L), kv_len);
-    }
+    if (D == 64)
+        decode_attn_kernel<64><<<grid, kDecodeWarps * 32, 0, stream>>>(
+            o, workspace, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2, win.window, int(win.sinks));
+    else
+        decode_attn_kernel<128><<<grid, kDecodeWarps * 32, 0, stream>>>(
+            o, workspace, q, k, v, kv_index, int(n_kv), int(L), kv_len, s2, win.window, int(win.sinks));
     CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
 size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L) {
-    return size_t(n_q) * size_t(decode_max_splits(L)) * size_t(D + 2);
+    return size_t(decode_core::kCounterSlots) + size_t(n_q) * size_t(decode_max_splits(L)) * size_t(D + 2);
+}
+
+void decode_attention_workspace_clear(float* workspace, cudaStream_t stream) {
+    cuda::device_memset(workspace, 0, size_t(decode_core::kCounterSlots) * sizeof(float), stream);
 }
 
 void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,

@@ -2,13 +2,14 @@
 // KV group (the single-token step of model/llama_forward.cpp's causal GQA attention), split over keys
 // (flash-decoding): each block takes one split of a head's keys (gpu/decode_splits.h: 32 keys a split up to
 // 256 splits, longer splits past 8K keys) and writes its softmax partial (running max, sum, unnormalised
-// output), a second kernel merges the partials of a head.
+// output); the head's last block to finish merges the partials (one launch).
 //
 //   o[h] = softmax_j(scale * q[h] . k[j, kv(h)]) v[j, kv(h)],  j in [0, L)
 // Layouts: q, o: (n_q, D) bf16, heads contiguous; k, v: the cache rows (>= L, n_kv, D) bf16;
 // kv_index: (n_q) int32 in DEVICE memory, the KV slot of each query head (any map: head-granular
 // hybrids have groups of unequal size); D in {64, 128}. fp32 scores, softmax statistics and
-// accumulation (base-2 exponentials). partials: decode_attention_workspace_floats(n_q, D, L) fp32.
+// accumulation (base-2 exponentials). partials: decode_attention_workspace_floats(n_q, D, L) fp32, cleared once
+// after allocation (decode_attention_workspace_clear: its per-head counters); the kernel leaves them clear.
 // decode_attention_dev is the CUDA-graph form: the same kernels read L from device memory when they run.
 // Every CUDA call is checked (hydra::Error on failure); asynchronous on `stream`.
 #pragma once
@@ -30,8 +31,11 @@ struct DecodeWindows {
     int64_t sinks = 0;
 };
 
-// fp32 elements of the partials buffer for any length up to L keys.
+// fp32 elements of the partials buffer for any length up to L keys (a fixed block of counters first, then the
+// partials).
 size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L);
+// Zeroes the counters of a freshly allocated workspace, of this kernel or the paged one (asynchronous).
+void decode_attention_workspace_clear(float* workspace, cudaStream_t stream = nullptr);
 
 void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
                       const __nv_bfloat16* v, const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D,

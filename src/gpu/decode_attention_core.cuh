@@ -6,8 +6,8 @@
 // [l*E, l*E+E), E = D/32. All of them, K and V rows, are loaded before any arithmetic, so that a step of
 // kDecodeWarps x kKeysPerWarp = kMinKeysPerSplit keys costs one memory round trip; fp32 scores (warp sums),
 // online softmax with base-2 exponentials (running max m, sum l, output acc), the warps merged in shared
-// memory; the block writes (m, l, acc[D]). Merge: o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), the
-// splits folded by kMergeGroups thread groups at once.
+// memory; the block writes (m, l, acc[D]). Merge, by the head's last block to finish:
+// o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -132,22 +132,37 @@ __device__ __forceinline__ void split_partial(float* __restrict__ out,
     }
 }
 
-// The merge runs kMergeGroups groups of D threads: group g folds the splits g, g + kMergeGroups, ... in one
-// pass (online rescaling), so a thread walks nsplit / kMergeGroups partials instead of all of them twice;
-// group 0 then joins the groups in shared memory.
-constexpr int kMergeGroups = 4;
+// After its split: the block that finishes a head last merges the head's partials, so no second kernel runs.
+// Every thread fences its partial writes, thread 0 counts the block in (counter: zero before the first
+// launch; the last block sets it back to zero for the next one), and the last block fences again before
+// reading what the others wrote. The merge reads the partials in split order whichever block is last:
+// deterministic.
+__device__ __forceinline__ bool last_split_of_head(int* counter, int nsplit) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1) == nsplit - 1;
+        if (last) *counter = 0;  // every other split of the head has counted itself in
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
 
-// One head's output from its nsplit partials p (nsplit x (D + 2)); launched with D * kMergeGroups threads,
-// thread d of group 0 writes o[d].
+// One head's output from its nsplit partials p (nsplit x (D + 2), written by other blocks of this launch:
+// read through L2), by the block's kDecodeWarps x 32 threads in G = kDecodeWarps * 32 / D groups of D: group
+// g folds the splits g, g + G, ... in one pass (online rescaling), group 0 joins the groups; thread d of
+// group 0 writes o[d].
 template <int D>
-__device__ __forceinline__ void merge_partials(__nv_bfloat16* __restrict__ o, const float* __restrict__ p,
-                                               int nsplit) {
+__device__ __forceinline__ void merge_partials(__nv_bfloat16* __restrict__ o, const float* p, int nsplit) {
+    constexpr int G = kDecodeWarps * 32 / D;
     const int d = threadIdx.x % D, g = threadIdx.x / D;  // a group is whole warps: its branches are uniform
     float m = -INFINITY, l = 0.f, a = 0.f;
 #pragma unroll 4
-    for (int s = g; s < nsplit; s += kMergeGroups) {
+    for (int s = g; s < nsplit; s += G) {
         const float* ps = p + size_t(s) * (D + 2);
-        const float ms = ps[0], ls = ps[1], as = ps[2 + d];
+        const float ms = __ldcg(ps), ls = __ldcg(ps + 1), as = __ldcg(ps + 2 + d);
         if (ms == -INFINITY) continue;  // every key of the split masked
         if (ms > m) {                   // a new running max: rescale what is folded so far (0 on the first)
             const float c = exp2f(m - ms);
@@ -157,17 +172,17 @@ __device__ __forceinline__ void merge_partials(__nv_bfloat16* __restrict__ o, co
         l += ls * f;
         a += as * f;
     }
-    __shared__ float gm[kMergeGroups], gl[kMergeGroups], ga[kMergeGroups][D];
+    __shared__ float gm[G], gl[G], ga[G][D];
     if (d == 0) gm[g] = m, gl[g] = l;
     ga[g][d] = a;
     __syncthreads();
     if (g != 0) return;
     float M = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < kMergeGroups; ++i) M = fmaxf(M, gm[i]);
+    for (int i = 0; i < G; ++i) M = fmaxf(M, gm[i]);
     float lt = 0.f, at = 0.f;
 #pragma unroll
-    for (int i = 0; i < kMergeGroups; ++i)
+    for (int i = 0; i < G; ++i)
         if (gm[i] != -INFINITY) {
             const float f = exp2f(gm[i] - M);
             lt += gl[i] * f;
@@ -175,5 +190,9 @@ __device__ __forceinline__ void merge_partials(__nv_bfloat16* __restrict__ o, co
         }
     o[d] = __float2bfloat16_rn(at / lt);
 }
+
+// The workspace: kCounterSlots int32 counters first, at the same place whatever the launch's head count (the
+// layers of a hybrid differ in FA heads and share one workspace), then the splits' partials.
+constexpr int64_t kCounterSlots = 16384;
 
 }  // namespace hydra::gpu::decode_core

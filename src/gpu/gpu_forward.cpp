@@ -86,7 +86,11 @@ void GpuForward::ensure(int64_t T, int64_t n_logits, int64_t kv_len) {
         cap_logits_ = n_logits;
     }
     if (kv_len > cap_kv_) {
-        grow(partials_, int64_t(decode_attention_workspace_floats(H, c.head_dim, kv_len)));
+        const int64_t need = int64_t(decode_attention_workspace_floats(H, c.head_dim, kv_len));
+        if (partials_.size() < need) {
+            partials_.resize(need);
+            decode_attention_workspace_clear(partials_.data(), stream_);
+        }
         cap_kv_ = kv_len;
     }
 }
@@ -225,7 +229,10 @@ void GpuForward::prepare_graphs(const GpuCache& cache) {
     }
     // decode-attention partials for the largest grid this cache can need (graphs were dropped: may move)
     const int64_t need = int64_t(decode_attention_workspace_floats(H, c.head_dim, cache.capacity()));
-    if (dec_.partials.size() < need) dec_.partials.resize(need);
+    if (dec_.partials.size() < need) {
+        dec_.partials.resize(need);
+        decode_attention_workspace_clear(dec_.partials.data(), stream_);
+    }
     graph_cache_id_ = cache.id();
 }
 

@@ -1,7 +1,7 @@
-// Paged split-key decode attention (see paged_decode_attention.h). Kernel 1: grid (splits, n_q, B), one
-// block per split of a row's head, each key's row found through the block table; kernel 2: grid (n_q, B),
-// D threads, the merge over the row's own number of splits. The device code is
-// gpu/decode_attention_core.cuh's, shared with the one-sequence kernels.
+// Paged split-key decode attention (see paged_decode_attention.h): one kernel, grid (splits, n_q, B), one
+// block per split of a row's head, each key's row found through the block table; the head's last block to
+// finish merges the row's own number of splits. The device code is gpu/decode_attention_core.cuh's, shared
+// with the one-sequence kernel.
 #include "gpu/paged_decode_attention.h"
 
 #include <cmath>
@@ -19,11 +19,11 @@ using decode_core::kLog2e;
 
 template <int D>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    paged_split_kernel(float* __restrict__ partials, const __nv_bfloat16* __restrict__ q, int64_t ldq,
-                       const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                       const int32_t* __restrict__ table, int max_blocks, int bs,
-                       const int32_t* __restrict__ kv_index, int n_kv, const int32_t* __restrict__ pos,
-                       const int32_t* __restrict__ slots, float scale2) {
+    paged_kernel(__nv_bfloat16* __restrict__ o, int64_t ldo, float* __restrict__ workspace,
+                 const __nv_bfloat16* __restrict__ q, int64_t ldq, const __nv_bfloat16* __restrict__ k,
+                 const __nv_bfloat16* __restrict__ v, const int32_t* __restrict__ table, int max_blocks,
+                 int bs, const int32_t* __restrict__ kv_index, int n_kv, const int32_t* __restrict__ pos,
+                 const int32_t* __restrict__ slots, float scale2) {
     const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z, n_q = gridDim.y, max_splits = gridDim.x;
     const int L = pos[b] + 1;
     const int nsplit = int(decode_attention_splits(L)), kps = int(decode_keys_per_split(L));
@@ -31,28 +31,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int32_t* tb = table + int64_t(slots[b]) * max_blocks;
     const int j0 = split * kps, j1 = min(L, j0 + kps);
     const size_t row = size_t(n_kv) * D, off = size_t(kv_index[h]) * D;
+    const size_t head = size_t(b) * n_q + h;
+    float* partials = workspace + decode_core::kCounterSlots + head * max_splits * (D + 2);
     // key j's row in the pool: block tb[j / bs], offset j % bs
     decode_core::split_partial<D>(
-        partials + ((size_t(b) * n_q + h) * max_splits + split) * (D + 2),
-        q + int64_t(b) * ldq + size_t(h) * D, k, v,
+        partials + size_t(split) * (D + 2), q + int64_t(b) * ldq + size_t(h) * D, k, v,
         [=](int j) { return (size_t(tb[j / bs]) * size_t(bs) + size_t(j % bs)) * row + off; }, j0, j1, L, L,
         scale2);
-}
-
-template <int D>
-__global__ void __launch_bounds__(D* decode_core::kMergeGroups)
-    paged_merge_kernel(__nv_bfloat16* __restrict__ o, int64_t ldo, const float* __restrict__ partials,
-                       int max_splits, const int32_t* __restrict__ pos) {
-    const int h = blockIdx.x, b = blockIdx.y, n_q = gridDim.x;
-    decode_core::merge_partials<D>(o + int64_t(b) * ldo + size_t(h) * D,
-                                   partials + (size_t(b) * n_q + h) * max_splits * (D + 2),
-                                   int(decode_attention_splits(pos[b] + 1)));
+    if (decode_core::last_split_of_head(reinterpret_cast<int*>(workspace) + head, nsplit))
+        decode_core::merge_partials<D>(o + int64_t(b) * ldo + size_t(h) * D, partials, nsplit);
 }
 
 }  // namespace
 
 size_t paged_decode_attention_workspace_floats(int64_t B, int64_t n_q, int64_t D, int64_t max_splits) {
-    return size_t(B) * size_t(n_q) * size_t(max_splits) * size_t(D + 2);
+    return size_t(decode_core::kCounterSlots) + size_t(B) * size_t(n_q) * size_t(max_splits) * size_t(D + 2);
 }
 
 void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* q, int64_t ldq,
@@ -69,26 +62,20 @@ void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* 
         "paged_decode_attention: pools, block table, kv_index, pos, slots and partials are required");
     HYDRA_ASSERT(ldq >= n_q * D && ldo >= n_q * D && ldq % 4 == 0, "paged_decode_attention: ldq {} ldo {}",
                  ldq, ldo);
+    HYDRA_ASSERT(B * n_q <= decode_core::kCounterSlots,
+                 "paged decode attention over {} rows x {} heads: at most {}", B, n_q,
+                 decode_core::kCounterSlots);
     const dim3 grid{unsigned(max_splits), unsigned(n_q), unsigned(B)};
     const float s2 = scale * kLog2e;
     const int mb = int(kv.max_blocks), bs = int(kv.block_size);
-    if (D == 64) {
-        paged_split_kernel<64><<<grid, kDecodeWarps * 32, 0, stream>>>(partials, q, ldq, kv.k_pool, kv.v_pool,
-                                                                       kv.block_table, mb, bs, kv_index,
-                                                                       int(n_kv), pos, slots, s2);
-        CUDA_CHECK(cudaGetLastError());
-        paged_merge_kernel<64>
-            <<<dim3(unsigned(n_q), unsigned(B)), 64 * decode_core::kMergeGroups, 0, stream>>>(
-                o, ldo, partials, int(max_splits), pos);
-    } else {
-        paged_split_kernel<128><<<grid, kDecodeWarps * 32, 0, stream>>>(partials, q, ldq, kv.k_pool,
-                                                                        kv.v_pool, kv.block_table, mb, bs,
-                                                                        kv_index, int(n_kv), pos, slots, s2);
-        CUDA_CHECK(cudaGetLastError());
-        paged_merge_kernel<128>
-            <<<dim3(unsigned(n_q), unsigned(B)), 128 * decode_core::kMergeGroups, 0, stream>>>(
-                o, ldo, partials, int(max_splits), pos);
-    }
+    if (D == 64)
+        paged_kernel<64><<<grid, kDecodeWarps * 32, 0, stream>>>(o, ldo, partials, q, ldq, kv.k_pool,
+                                                                 kv.v_pool, kv.block_table, mb, bs, kv_index,
+                                                                 int(n_kv), pos, slots, s2);
+    else
+        paged_kernel<128><<<grid, kDecodeWarps * 32, 0, stream>>>(o, ldo, partials, q, ldq, kv.k_pool,
+                                                                  kv.v_pool, kv.block_table, mb, bs, kv_index,
+                                                                  int(n_kv), pos, slots, s2);
     CUDA_CHECK(cudaGetLastError());
 }
 

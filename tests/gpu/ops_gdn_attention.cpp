@@ -259,6 +259,7 @@ void run_attention_window(int B, int T, int H, int Hkv, int D, const std::vector
     auto dql = dev_bf16(q_last);
     Dev<bf16> od{int64_t(H) * D};
     Dev<float> part(int64_t(gpu::decode_attention_workspace_floats(H, D, T)));
+    gpu::decode_attention_workspace_clear(part.p());
     const gpu::DecodeWindows dw{dwin.p(), sinks};
     gpu::decode_attention(od.p(), dql.p(), dk.p(), dv.p(), didx.p(), H, Hkv, D, T, a.scale, part.p(), nullptr,
                           dw);

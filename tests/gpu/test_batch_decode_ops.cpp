@@ -85,6 +85,7 @@ void paged_attention_case(int64_t D) {
         Dev<bf16> dq = dev_bf16(std::vector<float>(q.begin() + b * ldq, q.begin() + b * ldq + n_q * D));
         Dev<bf16> o(n_q * D);
         Dev<float> part(static_cast<int64_t>(gpu::decode_attention_workspace_floats(n_q, D, L)));
+        gpu::decode_attention_workspace_clear(part.p());
         gpu::decode_attention(o.p(), dq.p(), dk.p(), dv.p(), kvi.p(), n_q, n_kv, D, L, scale, part.p());
         const std::vector<float> ob = host(o);
         want.insert(want.end(), ob.begin(), ob.end());
@@ -95,6 +96,7 @@ void paged_attention_case(int64_t D) {
     Dev<int32_t> dpos = dev_i32(pos), dslots = dev_i32(slots), dtable = dev_i32(pg.table);
     const int64_t max_splits = gpu::decode_attention_splits(700) + 2;  // two spare splits per row
     Dev<float> part(static_cast<int64_t>(gpu::paged_decode_attention_workspace_floats(B, n_q, D, max_splits)));
+    gpu::decode_attention_workspace_clear(part.p());
     gpu::PagedKv kv;
     kv.k_pool = dkp.p(), kv.v_pool = dvp.p(), kv.block_table = dtable.p(), kv.max_blocks = pg.max_blocks;
     kv.block_size = pg.bs;
