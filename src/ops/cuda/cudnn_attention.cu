@@ -159,6 +159,15 @@ class Desc {
 
 using Dims = std::array<int64_t, 4>;
 
+// Compiled kernels shared by the plans of graphs of one topology: a plan of a dynamic-shape graph binds the
+// kernel compiled for an earlier shape instead of compiling its own (cuDNN >= 9.5). Built from the first
+// graph that uses it; `failed` once cuDNN refused it, so that later shapes take the static path at once.
+struct KernelCache {
+    Desc desc;
+    bool ready = false, failed = false;
+    std::string why;
+};
+
 // Unique ids of the tensors the caller binds (the rest are virtual, numbered from kFirstVirtual).
 enum Uid : int64_t {
     kQ = 1,
@@ -267,14 +276,26 @@ class GraphBuilder {
 
     // Operation graph -> heuristics (mode A) -> the engine configurations that finalize as plans, in the
     // heuristic's order (at most `max_plans`), with their workspace sizes.
-    std::vector<std::pair<Desc, int64_t>> plans(const char* name, size_t max_plans) {
+    // With a kernel cache the graph is a dynamic-shape one and its plans share the cache's kernels.
+    std::vector<std::pair<Desc, int64_t>> plans(const char* name, size_t max_plans,
+                                                KernelCache* cache = nullptr) {
         std::vector<cudnnBackendDescriptor_t> raw;
         for (const auto& o : ops_) raw.push_back(o.get());
         Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
         graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
             .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()),
-                 raw.data())
-            .finalize(name);
+                 raw.data());
+        if (cache) {
+            const bool dynamic = true;
+            graph.set(CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, CUDNN_TYPE_BOOLEAN, 1, &dynamic);
+        }
+        graph.finalize(name);
+        if (cache && !cache->ready) {
+            Desc kc(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR);
+            kc.set_desc(CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, graph).finalize("kernel cache");
+            cache->desc = std::move(kc);
+            cache->ready = true;
+        }
         Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
         const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
         heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
@@ -302,6 +323,7 @@ class GraphBuilder {
             p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
                 .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                      &cfg_raw[size_t(i)]);
+            if (cache) p.set_desc(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, cache->desc);
             const cudnnStatus_t st = api().finalize(p.get());
             if (st != CUDNN_STATUS_SUCCESS) {
                 char msg[512] = {0};
@@ -411,6 +433,8 @@ struct ForwardSpec {
     int64_t B = 0, Tq = 0, S = 0, H = 0, Hk = 0, D = 0;
     Dims qstr{}, kstr{}, ostr{};
     bool stats = true;
+    size_t max_plans = 1;
+    KernelCache* cache = nullptr;  // inference: a dynamic-shape graph whose plans share compiled kernels
 };
 
 // Forward: S = Q K^T * scale, causal mask, softmax [with stats = max + log(sum exp)], O = P V.
@@ -450,7 +474,8 @@ BuiltPlan build_forward(cudnnHandle_t handle, const ForwardSpec& f) {
     const Desc& p = g.virt(CUDNN_DATA_BFLOAT16, sdim, sstr);
     g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, p, &sum);
     g.matmul(p, v, o);
-    take_plans(r, g.plans(f.stats ? "attention forward graph" : "attention inference graph", max_plans()));
+    take_plans(
+        r, g.plans(f.stats ? "attention forward graph" : "attention inference graph", f.max_plans, f.cache));
     return r;
 }
 
@@ -460,12 +485,15 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
     f.B = s.B, f.Tq = s.T, f.S = s.T, f.H = s.H, f.Hk = s.Hkv, f.D = s.D;
     f.qstr = bshd_strides(s, q_ld(s)), f.kstr = bshd_strides(s, kv_ld(s)), f.ostr = bshd_strides(s, o_ld(s));
     f.stats = true;
+    f.max_plans = max_plans();
     return build_forward(handle, f);
 }
 
 // The inference forward of cudnn_attention.h's AttnInferShape. It keeps the statistics output (into a scratch
-// buffer nobody reads): cuDNN 9.19 finalizes no engine for the same graph without it.
-BuiltPlan build_forward(cudnnHandle_t handle, const AttnInferShape& s) {
+// buffer nobody reads): cuDNN 9.19 finalizes no engine for the same graph without it. One plan, the
+// heuristic's first: it was the fastest of the four finalized at every inference shape timed, and each
+// further plan costs a new prompt length tens of milliseconds of kernel compilation.
+BuiltPlan build_forward(cudnnHandle_t handle, const AttnInferShape& s, KernelCache* cache) {
     ForwardSpec f;
     f.B = s.B, f.Tq = s.T, f.S = s.S, f.H = s.H, f.Hk = s.Hkv, f.D = s.D;
     const int64_t ldq = s.ld_q ? s.ld_q : int64_t(s.H) * s.D, ldkv = s.ld_kv ? s.ld_kv : int64_t(s.Hkv) * s.D;
@@ -473,6 +501,8 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnInferShape& s) {
     f.kstr = {int64_t(s.S) * ldkv, s.D, ldkv, 1};
     f.ostr = {int64_t(s.T) * s.H * s.D, s.D, int64_t(s.H) * s.D, 1};
     f.stats = true;
+    f.max_plans = 1;
+    f.cache = cache;
     return build_forward(handle, f);
 }
 
@@ -573,7 +603,8 @@ float masked_score() {
 // The tensors each direction binds, in the order of the pointer lists given to execute().
 const std::vector<int64_t> kForwardUids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
 const std::vector<int64_t> kInferUids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};  // S == T
-const std::vector<int64_t> kInferShiftedUids = {kQ, kK, kV, kO, kStats, kScale, kNegInf, kSeqKv, kSeqQ};  // S > T
+const std::vector<int64_t> kInferShiftedUids = {kQ,     kK,      kV,     kO,   kStats,
+                                                kScale, kNegInf, kSeqKv, kSeqQ};  // S > T
 const std::vector<int64_t> kBackwardUids = {kQ,  kK,  kV,     kO,   kDO,     kStats,      kDQ,
                                             kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
 
@@ -606,6 +637,7 @@ struct CudnnAttention::Impl {
     };
     cudnnHandle_t handle = nullptr;
     std::map<std::tuple<int, int, int, int, int, int>, Plans> plans;
+    std::map<std::array<int, 6>, KernelCache> kernel_caches;  // (H, Hkv, D, ld_q, ld_kv, shifted)
     std::map<std::array<int, 8>, InferPlan> infer_plans;
     std::string reason;
     void* workspace = nullptr;
@@ -618,6 +650,7 @@ struct CudnnAttention::Impl {
         if (infer_stats) cudaFree(infer_stats);
         plans.clear();  // descriptors before the handle
         infer_plans.clear();
+        kernel_caches.clear();
         if (handle) api().destroy(handle);
     }
     Plans& get(const AttnShape& s) {
@@ -742,6 +775,14 @@ struct CudnnAttention::Impl {
         }();
         return on;
     }
+    // HYDRA_CUDNN_DYNAMIC=0: every inference shape compiles its own kernel (no shared kernel cache)
+    static bool dynamic_allowed() {
+        static const bool on = [] {
+            const char* e = std::getenv("HYDRA_CUDNN_DYNAMIC");
+            return !(e && std::string(e) == "0");
+        }();
+        return on;
+    }
     static bool shifted_allowed() {
         const char* e = std::getenv("HYDRA_CUDNN_SHIFTED");
         return e && std::string(e) == "1";
@@ -774,13 +815,15 @@ struct CudnnAttention::Impl {
                        void* o, float scale, const char* what) {
         float neg_inf = masked_score();
         int32_t skv = s.S, sq = s.T;
-        HYDRA_ASSERT(infer_stats_count >= size_t(s.B) * s.H * s.T, "inference statistics scratch not reserved");
+        HYDRA_ASSERT(infer_stats_count >= size_t(s.B) * s.H * s.T,
+                     "inference statistics scratch not reserved");
         if (s.S == s.T)
-            execute(handle, plan, kInferUids, {(void*)q, (void*)k, (void*)v, o, infer_stats, &scale, &neg_inf},
-                    workspace, what);
+            execute(handle, plan, kInferUids,
+                    {(void*)q, (void*)k, (void*)v, o, infer_stats, &scale, &neg_inf}, workspace, what);
         else
             execute(handle, plan, kInferShiftedUids,
-                    {(void*)q, (void*)k, (void*)v, o, infer_stats, &scale, &neg_inf, &skv, &sq}, workspace, what);
+                    {(void*)q, (void*)k, (void*)v, o, infer_stats, &scale, &neg_inf, &skv, &sq}, workspace,
+                    what);
     }
     InferPlan& get_inference(const AttnInferShape& s) {
         auto it = infer_plans.find(key(s));
@@ -790,6 +833,7 @@ struct CudnnAttention::Impl {
         if (infer_plans.size() >= 256) {
             CUDA_CHECK(cudaDeviceSynchronize());
             infer_plans.clear();
+            kernel_caches.clear();  // a cache refers to the graph it was built from
         }
         InferPlan& p = infer_plans[key(s)];
         try {
@@ -808,88 +852,37 @@ struct CudnnAttention::Impl {
                 throw Error("the shifted causal mask (S > T) is off (HYDRA_CUDNN_SHIFTED=1 turns it on)");
             if (!handle) CUDNN_CALL(api().create(&handle), "cudnnCreate");
             const auto t0 = std::chrono::steady_clock::now();
-            p.fwd = build_forward(handle, s);
-            const auto t1 = std::chrono::steady_clock::now();
+            // a new prompt length pays the plan once (the first request's time to first token): a dynamic-
+            // shape graph compiles its kernel for the first length of a topology only
+            KernelCache* kc = nullptr;
+            if (dynamic_allowed()) {
+                kc = &kernel_caches[{s.H, s.Hkv, s.D, s.ld_q, s.ld_kv, int(s.S != s.T)}];
+                if (kc->failed) kc = nullptr;
+            }
+            try {
+                p.fwd = build_forward(handle, s, kc);
+            } catch (const std::exception& e) {
+                if (!kc) throw;
+                kc->failed = true;  // cuDNN refused the dynamic graph: static plans for this topology
+                kc->why = e.what();
+                if (log_enabled())
+                    std::fprintf(stderr, "[hydra cudnn] dynamic shapes refused: %s\n", e.what());
+                kc = nullptr;
+                p.fwd = build_forward(handle, s, nullptr);
+            }
             reserve_stats(size_t(s.B) * s.H * s.T);
-            tune_inference(s, p.fwd);
             reserve(size_t(p.fwd.workspace));
             p.ok = true;
-            // a new prompt length pays this once (the first request's time to first token)
-            if (log_enabled()) {
-                using ms = std::chrono::duration<double, std::milli>;
-                std::fprintf(stderr, "[hydra cudnn] inference B%d T%d S%d: %zu plans finalized in %.1f ms, tuned in %.1f ms\n",
-                             s.B, s.T, s.S, p.fwd.others.size() + 1, ms(t1 - t0).count(),
-                             ms(std::chrono::steady_clock::now() - t1).count());
-            }
+            if (log_enabled())
+                std::fprintf(
+                    stderr, "[hydra cudnn] inference B%d T%d S%d H%d/%d: plan (%s) in %.1f ms\n", s.B, s.T,
+                    s.S, s.H, s.Hkv, kc ? "dynamic shape" : "static",
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         } catch (const std::exception& e) {
             p.ok = false;
             p.why = e.what();
         }
         return p;
-    }
-    // As tune(), for the one inference plan: times each finalized engine (1 + 3 runs) on zeroed tensors of
-    // the shape and keeps the fastest.
-    void tune_inference(const AttnInferShape& s, BuiltPlan& b) {
-        if (b.others.empty()) return;
-        const size_t ldq = s.ld_q ? size_t(s.ld_q) : size_t(s.H) * s.D,
-                     ldkv = s.ld_kv ? size_t(s.ld_kv) : size_t(s.Hkv) * s.D;
-        auto al = [](size_t n) { return (n + 255) / 256 * 256; };
-        const size_t nq = al(size_t(s.B) * s.T * ldq * 2), nkv = al(size_t(s.B) * s.S * ldkv * 2),
-                     no = al(size_t(s.B) * s.T * s.H * s.D * 2);
-        int64_t ws = b.workspace;
-        for (const auto& o : b.others) ws = std::max(ws, o.second);
-        reserve(size_t(ws));
-        char* base = nullptr;
-        CUDA_CHECK(cudaMalloc(&base, nq + 2 * nkv + no));
-        CUDA_CHECK(cudaMemset(base, 0, nq + 2 * nkv + no));
-        cudaStream_t st = nullptr;
-        cudaEvent_t e0 = nullptr, e1 = nullptr;
-        CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreate(&e0));
-        CUDA_CHECK(cudaEventCreate(&e1));
-        CUDNN_CALL(api().set_stream(handle, st), "cudnnSetStream");
-        auto time = [&](const Desc& plan) -> float {
-            try {
-                auto once = [&] {
-                    run_inference(plan, s, base, base + nq, base + nq + nkv, base + nq + 2 * nkv, 0.125f,
-                                  "attention inference (tuning)");
-                };
-                once();
-                CUDA_CHECK(cudaEventRecord(e0, st));
-                for (int i = 0; i < 3; ++i) once();
-                CUDA_CHECK(cudaEventRecord(e1, st));
-                CUDA_CHECK(cudaEventSynchronize(e1));
-                float ms = 0;
-                CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-                return ms / 3;
-            } catch (const std::exception&) {
-                (void)cudaStreamSynchronize(st);
-                (void)cudaGetLastError();
-                return std::numeric_limits<float>::infinity();
-            }
-        };
-        std::string line;
-        float best = time(b.plan);
-        line += " " + std::to_string(best * 1000.0f);
-        size_t pick = 0;
-        for (size_t i = 0; i < b.others.size(); ++i) {
-            const float t = time(b.others[i].first);
-            line += " " + std::to_string(t * 1000.0f);
-            if (t < best) best = t, pick = i + 1;
-        }
-        if (pick > 0) {
-            std::swap(b.plan, b.others[pick - 1].first);
-            std::swap(b.workspace, b.others[pick - 1].second);
-        }
-        if (log_enabled())
-            std::fprintf(
-                stderr, "[hydra cudnn] inference B%d T%d S%d H%d/%d D%d ld %d/%d: engine %zu of %zu, us:%s\n",
-                s.B, s.T, s.S, s.H, s.Hkv, s.D, s.ld_q, s.ld_kv, pick, b.others.size() + 1, line.c_str());
-        (void)cudaStreamSynchronize(st);
-        CUDA_CHECK(cudaEventDestroy(e0));
-        CUDA_CHECK(cudaEventDestroy(e1));
-        CUDA_CHECK(cudaStreamDestroy(st));
-        CUDA_CHECK(cudaFree(base));
     }
 };
 
