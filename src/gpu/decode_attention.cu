@@ -18,7 +18,7 @@ using decode_core::kDecodeWarps;
 using decode_core::kLog2e;
 
 // L keys by value, or (graph form) from kv_len when it runs: the grid is sized for the largest L and the
-// blocks past L's splits exit. workspace: n_q counters, then the partials (h, split).
+// blocks past L's splits exit. workspace: kCounterSlots counters, then the partials (h, split).
 template <int D>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attn_kernel(__nv_bfloat16* __restrict__ o, float* __restrict__ workspace,
@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
                        const __nv_bfloat16* __restrict__ v, const int32_t* __restrict__ kv_index, int n_kv,
                        int L, const int32_t* __restrict__ kv_len, float scale2,
                        const int32_t* __restrict__ window, int sinks) {
-    const int split = blockIdx.x, h = blockIdx.y, n_q = gridDim.y;
+    const int split = blockIdx.x, h = blockIdx.y;
     if (kv_len) L = *kv_len;
     const int nsplit = int(decode_attention_splits(L)), kps = int(decode_keys_per_split(L));
     if (split >= nsplit) return;

@@ -159,15 +159,6 @@ class Desc {
 
 using Dims = std::array<int64_t, 4>;
 
-// Compiled kernels shared by the plans of graphs of one topology: a plan of a dynamic-shape graph binds the
-// kernel compiled for an earlier shape instead of compiling its own (cuDNN >= 9.5). Built from the first
-// graph that uses it; `failed` once cuDNN refused it, so that later shapes take the static path at once.
-struct KernelCache {
-    Desc desc;
-    bool ready = false, failed = false;
-    std::string why;
-};
-
 // Unique ids of the tensors the caller binds (the rest are virtual, numbered from kFirstVirtual).
 enum Uid : int64_t {
     kQ = 1,
@@ -276,26 +267,14 @@ class GraphBuilder {
 
     // Operation graph -> heuristics (mode A) -> the engine configurations that finalize as plans, in the
     // heuristic's order (at most `max_plans`), with their workspace sizes.
-    // With a kernel cache the graph is a dynamic-shape one and its plans share the cache's kernels.
-    std::vector<std::pair<Desc, int64_t>> plans(const char* name, size_t max_plans,
-                                                KernelCache* cache = nullptr) {
+    std::vector<std::pair<Desc, int64_t>> plans(const char* name, size_t max_plans) {
         std::vector<cudnnBackendDescriptor_t> raw;
         for (const auto& o : ops_) raw.push_back(o.get());
         Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
         graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
             .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()),
-                 raw.data());
-        if (cache) {
-            const bool dynamic = true;
-            graph.set(CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, CUDNN_TYPE_BOOLEAN, 1, &dynamic);
-        }
-        graph.finalize(name);
-        if (cache && !cache->ready) {
-            Desc kc(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR);
-            kc.set_desc(CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, graph).finalize("kernel cache");
-            cache->desc = std::move(kc);
-            cache->ready = true;
-        }
+                 raw.data())
+            .finalize(name);
         Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
         const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
         heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
@@ -323,7 +302,6 @@ class GraphBuilder {
             p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
                 .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                      &cfg_raw[size_t(i)]);
-            if (cache) p.set_desc(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, cache->desc);
             const cudnnStatus_t st = api().finalize(p.get());
             if (st != CUDNN_STATUS_SUCCESS) {
                 char msg[512] = {0};
@@ -410,8 +388,8 @@ struct BuiltPlan {
     std::vector<std::pair<Desc, int64_t>> others;  // further finalized engines, timed by CudnnAttention::Impl
 };
 
-// Up to this many engine configurations per direction are finalized (and, when there is more than one,
-// timed on the first use of a shape; HYDRA_CUDNN_TUNE=0 keeps the heuristic's first).
+// Up to this many engine configurations per direction of a training graph are finalized (and, when more than
+// one, timed on the first use of a shape; HYDRA_CUDNN_TUNE=0 keeps the heuristic's first).
 size_t max_plans() {
     static const size_t n = [] {
         const char* e = std::getenv("HYDRA_CUDNN_TUNE");
@@ -434,7 +412,6 @@ struct ForwardSpec {
     Dims qstr{}, kstr{}, ostr{};
     bool stats = true;
     size_t max_plans = 1;
-    KernelCache* cache = nullptr;  // inference: a dynamic-shape graph whose plans share compiled kernels
 };
 
 // Forward: S = Q K^T * scale, causal mask, softmax [with stats = max + log(sum exp)], O = P V.
@@ -474,8 +451,7 @@ BuiltPlan build_forward(cudnnHandle_t handle, const ForwardSpec& f) {
     const Desc& p = g.virt(CUDNN_DATA_BFLOAT16, sdim, sstr);
     g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, p, &sum);
     g.matmul(p, v, o);
-    take_plans(
-        r, g.plans(f.stats ? "attention forward graph" : "attention inference graph", f.max_plans, f.cache));
+    take_plans(r, g.plans(f.stats ? "attention forward graph" : "attention inference graph", f.max_plans));
     return r;
 }
 
@@ -493,7 +469,7 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
 // buffer nobody reads): cuDNN 9.19 finalizes no engine for the same graph without it. One plan, the
 // heuristic's first: it was the fastest of the four finalized at every inference shape timed, and each
 // further plan costs a new prompt length tens of milliseconds of kernel compilation.
-BuiltPlan build_forward(cudnnHandle_t handle, const AttnInferShape& s, KernelCache* cache) {
+BuiltPlan build_forward(cudnnHandle_t handle, const AttnInferShape& s) {
     ForwardSpec f;
     f.B = s.B, f.Tq = s.T, f.S = s.S, f.H = s.H, f.Hk = s.Hkv, f.D = s.D;
     const int64_t ldq = s.ld_q ? s.ld_q : int64_t(s.H) * s.D, ldkv = s.ld_kv ? s.ld_kv : int64_t(s.Hkv) * s.D;
@@ -502,7 +478,6 @@ BuiltPlan build_forward(cudnnHandle_t handle, const AttnInferShape& s, KernelCac
     f.ostr = {int64_t(s.T) * s.H * s.D, s.D, int64_t(s.H) * s.D, 1};
     f.stats = true;
     f.max_plans = 1;
-    f.cache = cache;
     return build_forward(handle, f);
 }
 
@@ -637,7 +612,6 @@ struct CudnnAttention::Impl {
     };
     cudnnHandle_t handle = nullptr;
     std::map<std::tuple<int, int, int, int, int, int>, Plans> plans;
-    std::map<std::array<int, 6>, KernelCache> kernel_caches;  // (H, Hkv, D, ld_q, ld_kv, shifted)
     std::map<std::array<int, 8>, InferPlan> infer_plans;
     std::string reason;
     void* workspace = nullptr;
@@ -650,7 +624,6 @@ struct CudnnAttention::Impl {
         if (infer_stats) cudaFree(infer_stats);
         plans.clear();  // descriptors before the handle
         infer_plans.clear();
-        kernel_caches.clear();
         if (handle) api().destroy(handle);
     }
     Plans& get(const AttnShape& s) {
@@ -775,14 +748,6 @@ struct CudnnAttention::Impl {
         }();
         return on;
     }
-    // HYDRA_CUDNN_DYNAMIC=0: every inference shape compiles its own kernel (no shared kernel cache)
-    static bool dynamic_allowed() {
-        static const bool on = [] {
-            const char* e = std::getenv("HYDRA_CUDNN_DYNAMIC");
-            return !(e && std::string(e) == "0");
-        }();
-        return on;
-    }
     static bool shifted_allowed() {
         const char* e = std::getenv("HYDRA_CUDNN_SHIFTED");
         return e && std::string(e) == "1";
@@ -833,7 +798,6 @@ struct CudnnAttention::Impl {
         if (infer_plans.size() >= 256) {
             CUDA_CHECK(cudaDeviceSynchronize());
             infer_plans.clear();
-            kernel_caches.clear();  // a cache refers to the graph it was built from
         }
         InferPlan& p = infer_plans[key(s)];
         try {
@@ -852,31 +816,15 @@ struct CudnnAttention::Impl {
                 throw Error("the shifted causal mask (S > T) is off (HYDRA_CUDNN_SHIFTED=1 turns it on)");
             if (!handle) CUDNN_CALL(api().create(&handle), "cudnnCreate");
             const auto t0 = std::chrono::steady_clock::now();
-            // a new prompt length pays the plan once (the first request's time to first token): a dynamic-
-            // shape graph compiles its kernel for the first length of a topology only
-            KernelCache* kc = nullptr;
-            if (dynamic_allowed()) {
-                kc = &kernel_caches[{s.H, s.Hkv, s.D, s.ld_q, s.ld_kv, int(s.S != s.T)}];
-                if (kc->failed) kc = nullptr;
-            }
-            try {
-                p.fwd = build_forward(handle, s, kc);
-            } catch (const std::exception& e) {
-                if (!kc) throw;
-                kc->failed = true;  // cuDNN refused the dynamic graph: static plans for this topology
-                kc->why = e.what();
-                if (log_enabled())
-                    std::fprintf(stderr, "[hydra cudnn] dynamic shapes refused: %s\n", e.what());
-                kc = nullptr;
-                p.fwd = build_forward(handle, s, nullptr);
-            }
+            // a new prompt length pays its plan once (the first request's time to first token)
+            p.fwd = build_forward(handle, s);
             reserve_stats(size_t(s.B) * s.H * s.T);
             reserve(size_t(p.fwd.workspace));
             p.ok = true;
             if (log_enabled())
                 std::fprintf(
-                    stderr, "[hydra cudnn] inference B%d T%d S%d H%d/%d: plan (%s) in %.1f ms\n", s.B, s.T,
-                    s.S, s.H, s.Hkv, kc ? "dynamic shape" : "static",
+                    stderr, "[hydra cudnn] inference B%d T%d S%d H%d/%d: plan in %.1f ms\n", s.B, s.T, s.S,
+                    s.H, s.Hkv,
                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         } catch (const std::exception& e) {
             p.ok = false;
