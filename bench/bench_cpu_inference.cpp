@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/blas_kernels.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threading.h"
@@ -23,6 +24,7 @@
 using namespace hydra;
 
 int main(int argc, char** argv) {
+    hydra::ensure_blas_kernels(argv);
     std::string model_path = std::string(HYDRA_SOURCE_DIR) + "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     int64_t pp = 512, tg = 128;
     int reps = 3, threads = 0;
@@ -36,16 +38,23 @@ int main(int argc, char** argv) {
             }
             return argv[++i];
         };
-        if (a == "--pp") pp = std::stoll(next());
-        else if (a == "--tg") tg = std::stoll(next());
-        else if (a == "--reps") reps = std::stoi(next());
-        else if (a == "--threads") threads = std::stoi(next());
-        else if (a == "--f32-activations") options.q8_activations = false;
+        if (a == "--pp")
+            pp = std::stoll(next());
+        else if (a == "--tg")
+            tg = std::stoll(next());
+        else if (a == "--reps")
+            reps = std::stoi(next());
+        else if (a == "--threads")
+            threads = std::stoi(next());
+        else if (a == "--f32-activations")
+            options.q8_activations = false;
         else if (a.rfind("--", 0) == 0) {
-            fmt::print(stderr, "usage: bench_cpu_inference [MODEL] [--pp N] [--tg N] [--reps N] [--threads N] "
-                                "[--f32-activations]\n");
+            fmt::print(stderr,
+                       "usage: bench_cpu_inference [MODEL] [--pp N] [--tg N] [--reps N] [--threads N] "
+                       "[--f32-activations]\n");
             return 2;
-        } else model_path = a;
+        } else
+            model_path = a;
     }
     try {
         set_num_threads(threads);
@@ -79,10 +88,12 @@ int main(int argc, char** argv) {
             std::sort(v.begin(), v.end());
             return v[v.size() / 2];
         };
-        fmt::print("{{\"engine\": \"hydra\", \"test\": \"pp{}\", \"tokens_per_s\": {:.2f}, \"threads\": {}}}\n", pp,
-                   median(pp_rates), num_threads());
-        fmt::print("{{\"engine\": \"hydra\", \"test\": \"tg{}\", \"tokens_per_s\": {:.2f}, \"threads\": {}}}\n", tg,
-                   median(tg_rates), num_threads());
+        fmt::print(
+            "{{\"engine\": \"hydra\", \"test\": \"pp{}\", \"tokens_per_s\": {:.2f}, \"threads\": {}}}\n", pp,
+            median(pp_rates), num_threads());
+        fmt::print(
+            "{{\"engine\": \"hydra\", \"test\": \"tg{}\", \"tokens_per_s\": {:.2f}, \"threads\": {}}}\n", tg,
+            median(tg_rates), num_threads());
     } catch (const Error& e) {
         fmt::print(stderr, "bench_cpu_inference: error: {}\n", e.what());
         return 1;

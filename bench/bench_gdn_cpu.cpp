@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "core/blas_kernels.h"
 #include "core/threading.h"
 #include "ops/cpu/gdn_recurrence.h"
 
@@ -62,6 +63,7 @@ double median_seconds(int reps, const std::function<void()>& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    hydra::ensure_blas_kernels(argv);
     int threads = 0, reps = 5;
     int64_t H = 8, HV = 8, K = 64, V = 64, C = 64;
     std::vector<int64_t> Ts = {512, 2048, 4096};
@@ -74,55 +76,69 @@ int main(int argc, char** argv) {
             }
             return argv[++i];
         };
-        if (a == "--threads") threads = std::stoi(next());
-        else if (a == "--reps") reps = std::stoi(next());
-        else if (a == "--H") H = std::stoll(next());
-        else if (a == "--HV") HV = std::stoll(next());
-        else if (a == "--K") K = std::stoll(next());
-        else if (a == "--V") V = std::stoll(next());
-        else if (a == "--chunk") C = std::stoll(next());
+        if (a == "--threads")
+            threads = std::stoi(next());
+        else if (a == "--reps")
+            reps = std::stoi(next());
+        else if (a == "--H")
+            H = std::stoll(next());
+        else if (a == "--HV")
+            HV = std::stoll(next());
+        else if (a == "--K")
+            K = std::stoll(next());
+        else if (a == "--V")
+            V = std::stoll(next());
+        else if (a == "--chunk")
+            C = std::stoll(next());
         else if (a == "--T") {
             Ts.clear();
             std::stringstream ss(next());
             for (std::string item; std::getline(ss, item, ',');) Ts.push_back(std::stoll(item));
         } else {
-            fmt::print(stderr, "usage: bench_gdn_cpu [--threads N] [--reps R] [--H H] [--HV HV] [--K K] [--V V] "
-                               "[--chunk C] [--T T1,T2,...]\n");
+            fmt::print(stderr,
+                       "usage: bench_gdn_cpu [--threads N] [--reps R] [--H H] [--HV HV] [--K K] [--V V] "
+                       "[--chunk C] [--T T1,T2,...]\n");
             return 2;
         }
     }
     set_num_threads(threads);
     const double scale = 1.0 / std::sqrt(double(K));
-    fmt::print("GDN core, fp32, H={} HV={} K={} V={} chunk={}, batch 1, {} threads, median of {} runs\n\n", H, HV, K, V,
-               C, num_threads(), reps);
-    fmt::print("| T | chunked fwd tok/s | chunked fwd+bwd tok/s | recurrent fwd tok/s | recurrent fwd+bwd (BPTT) tok/s |\n");
+    fmt::print("GDN core, fp32, H={} HV={} K={} V={} chunk={}, batch 1, {} threads, median of {} runs\n\n", H,
+               HV, K, V, C, num_threads(), reps);
+    fmt::print(
+        "| T | chunked fwd tok/s | chunked fwd+bwd tok/s | recurrent fwd tok/s | recurrent fwd+bwd (BPTT) "
+        "tok/s |\n");
     fmt::print("|---|---|---|---|---|\n");
     for (int64_t T : Ts) {
         const cpu::GdnDims d{T, H, HV, K, V};
         std::vector<float> q = randn(size_t(T * H * K), 1), k = randn(size_t(T * H * K), 2);
         unit_rows(q, K), unit_rows(k, K);
-        const std::vector<float> v = randn(size_t(T * HV * V), 3), g = uniform(size_t(T * HV), 4, -1.0f, -0.01f),
-                                 beta = uniform(size_t(T * HV), 5, 0.0f, 1.0f), dout = randn(size_t(T * HV * V), 6);
+        const std::vector<float> v = randn(size_t(T * HV * V), 3),
+                                 g = uniform(size_t(T * HV), 4, -1.0f, -0.01f),
+                                 beta = uniform(size_t(T * HV), 5, 0.0f, 1.0f),
+                                 dout = randn(size_t(T * HV * V), 6);
         std::vector<float> o(size_t(T * HV * V)), state(size_t(HV * V * K)),
             states(size_t(cpu::gdn_chunk_states_numel(d, C)));
         std::vector<float> dq(q.size()), dk(k.size()), dv(v.size()), dg(g.size()), db(beta.size());
         auto chunked_fwd = [&] {
-            cpu::gdn_chunked_forward(o.data(), state.data(), states.data(), q.data(), k.data(), v.data(), g.data(),
-                                     beta.data(), (const float*)nullptr, d, scale, C);
+            cpu::gdn_chunked_forward(o.data(), state.data(), states.data(), q.data(), k.data(), v.data(),
+                                     g.data(), beta.data(), (const float*)nullptr, d, scale, C);
         };
         auto chunked_bwd = [&] {
             cpu::gdn_chunked_backward(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), (float*)nullptr,
-                                      dout.data(), (const float*)nullptr, q.data(), k.data(), v.data(), g.data(),
-                                      beta.data(), (const float*)nullptr, states.data(), d, scale, C);
+                                      dout.data(), (const float*)nullptr, q.data(), k.data(), v.data(),
+                                      g.data(), beta.data(), (const float*)nullptr, states.data(), d, scale,
+                                      C);
         };
         auto recurrent_fwd = [&] {
-            cpu::gdn_recurrent_forward(o.data(), state.data(), q.data(), k.data(), v.data(), g.data(), beta.data(),
-                                       (const float*)nullptr, d, scale);
+            cpu::gdn_recurrent_forward(o.data(), state.data(), q.data(), k.data(), v.data(), g.data(),
+                                       beta.data(), (const float*)nullptr, d, scale);
         };
         auto recurrent_bwd = [&] {
-            cpu::gdn_recurrent_backward(dq.data(), dk.data(), dv.data(), dg.data(), db.data(), (float*)nullptr,
-                                        dout.data(), (const float*)nullptr, q.data(), k.data(), v.data(), g.data(),
-                                        beta.data(), (const float*)nullptr, d, scale);
+            cpu::gdn_recurrent_backward(dq.data(), dk.data(), dv.data(), dg.data(), db.data(),
+                                        (float*)nullptr, dout.data(), (const float*)nullptr, q.data(),
+                                        k.data(), v.data(), g.data(), beta.data(), (const float*)nullptr, d,
+                                        scale);
         };
         const double cf = median_seconds(reps, chunked_fwd);
         const double cfb = median_seconds(reps, [&] { chunked_fwd(), chunked_bwd(); });

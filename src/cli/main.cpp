@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "core/blas_kernels.h"
 #include "core/error.h"
 
 namespace {
@@ -32,6 +33,7 @@ void demo_wait_policy(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    hydra::ensure_blas_kernels(argv);
     demo_wait_policy(argc, argv);
     CLI::App app{"hydra: head-level attention hybridization (HydraHead) for pretrained LLMs"};
     app.require_subcommand(1);
