@@ -76,9 +76,14 @@ TEST(PipelineConfig, CudaWithoutHooksIsRefusedBeforeWriting) {
 }
 
 ModelConfig byte_config() {
-    ModelConfig c = test::tiny_llama_config(
-        {.vocab = 260, .hidden = 16, .intermediate = 32, .layers = 1, .heads = 2, .kv_heads = 1, .head_dim = 8},
-        "tiny-bytes");
+    ModelConfig c = test::tiny_llama_config({.vocab = 260,
+                                             .hidden = 16,
+                                             .intermediate = 32,
+                                             .layers = 1,
+                                             .heads = 2,
+                                             .kv_heads = 1,
+                                             .head_dim = 8},
+                                            "tiny-bytes");
     c.max_position_embeddings = 1024;
     return c;
 }
@@ -247,6 +252,11 @@ TEST(PipelineConfig, StudyPresetsAndVariantsOnly) {
     EXPECT_EQ(lp.eval_lengths.back(), 131072);
     EXPECT_EQ(lp.longctx.seq_len, 16384);
     EXPECT_TRUE(lp.longctx.recompute);
+    // both training-free scalings of the teacher (issue 34's baselines), no stage
+    ASSERT_GE(lp.variants.size(), 2u);
+    EXPECT_EQ(lp.variants[0].rope_scaling, "yarn:16");
+    EXPECT_EQ(lp.variants[1].rope_scaling, "dynamic:16");
+    EXPECT_TRUE(lp.variants[1].stages.empty());
     const PipelineVariant& swa = lp.variants.back();  // the sliding-window baseline, no align stage
     EXPECT_EQ(swa.window, 1024);
     EXPECT_EQ(swa.sinks, 4);

@@ -100,8 +100,9 @@ void register_pipeline(CLI::App& app) {
                                    "context -> evaluate -> report, for every variant of a config");
     cmd->add_option("args", o->positional,
                     "an optional CONFIG file (.json or .toml), then key=value overrides");
-    cmd->add_option("--preset", o->preset, "start from a preset: tiny-cpu, smollm2-gpu")
-        ->capture_default_str();
+    std::string presets;
+    for (const auto& n : PipelineConfig::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+    cmd->add_option("--preset", o->preset, "start from a preset: " + presets)->capture_default_str();
     cmd->add_option("--out", o->out, "output directory (default: runs/<preset>)");
     cmd->add_flag("--force", o->force,
                   "write into --out even when it is not a hydra pipeline run (deletes it)");

@@ -51,13 +51,20 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
     PipelineVariant out;
     for (const auto& [k, e] : v.items()) {
         const std::string w = where + "." + k;
-        if (k == "name") out.name = string(e, w);
-        else if (k == "select") out.select = string(e, w);
-        else if (k == "ratio") out.ratio = string(e, w);
-        else if (k == "granularity") out.granularity = string(e, w);
-        else if (k == "fusion") out.fusion = string(e, w);
-        else if (k == "layers") out.layers = string(e, w);
-        else if (k == "seed") out.seed = uint64_t(integer(e, w));
+        if (k == "name")
+            out.name = string(e, w);
+        else if (k == "select")
+            out.select = string(e, w);
+        else if (k == "ratio")
+            out.ratio = string(e, w);
+        else if (k == "granularity")
+            out.granularity = string(e, w);
+        else if (k == "fusion")
+            out.fusion = string(e, w);
+        else if (k == "layers")
+            out.layers = string(e, w);
+        else if (k == "seed")
+            out.seed = uint64_t(integer(e, w));
         else if (k == "rope_scaling")
             out.rope_scaling = string(e, w);
         else if (k == "window")
@@ -146,10 +153,11 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
     if (name == "smollm2-gpu-long") {
         // Issue 34's study past the teacher's 8K window: stage 3 on 16K-token rows (recomputation), the
         // evaluation from 4K to 128K; the teacher with training-free YaRN (factor 16: its 8K window to 128K)
-        // and fine-tuned by the same stage 3, against 7:1 hybrids with YaRN, unscaled and NoPE FA heads, the
-        // layer-wise hybrid with YaRN, and the head-level sliding-window baseline (DuoAttention's design: the
-        // heads the 7:1 selection makes GDN keep softmax attention over their last 1024 positions and 4 sinks).
-        // Seven models: run in parts with variants_only=[...], join with `hydra report merge`.
+        // or dynamic NTK scaling (the same factor, applied only past 8K positions), and fine-tuned by the
+        // same stage 3, against 7:1 hybrids with YaRN, unscaled and NoPE FA heads, the layer-wise hybrid with
+        // YaRN, and the head-level sliding-window baseline (DuoAttention's design: the heads the 7:1
+        // selection makes GDN keep softmax attention over their last 1024 positions and 4 sinks). Eight
+        // models: run in parts with variants_only=[...], join with `hydra report merge`.
         PipelineConfig p = preset("smollm2-gpu");
         p.name = name;
         p.distill.steps = p.distill.schedule_steps = 3052;
@@ -162,12 +170,25 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
         const std::vector<std::string> all = {"align", "distill", "longctx"};
         p.variants = {
             {"teacher-yarn16", "all-fa", "", "kv", "none", "", 1, "", "yarn:16", false, {}},
+            {"teacher-dynamic16", "all-fa", "", "kv", "none", "", 1, "", "dynamic:16", false, {}},
             {"teacher-yarn16-ft", "all-fa", "", "kv", "none", "", 1, "", "yarn:16", false, {"longctx"}},
             {"hydra-7:1-yarn16", "scores", "7:1", "kv", "scale-norm", "", 1, "", "yarn:16", false, all},
             {"hydra-7:1", "scores", "7:1", "kv", "scale-norm", "", 1, "", "", false, all},
             {"hydra-7:1-nope", "scores", "7:1", "kv", "scale-norm", "", 1, "", "", true, all},
             {"layerwise-3:1-yarn16", "layerwise", "3:1", "kv", "none", "", 1, "", "yarn:16", false, all},
-            {"swa-7:1-w1024", "scores", "7:1", "kv", "none", "", 1, "", "", false, {"distill", "longctx"}, 1024, 4}};
+            {"swa-7:1-w1024",
+             "scores",
+             "7:1",
+             "kv",
+             "none",
+             "",
+             1,
+             "",
+             "",
+             false,
+             {"distill", "longctx"},
+             1024,
+             4}};
         return p;
     }
     PipelineConfig p;
@@ -211,7 +232,7 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
         p.distill.steps = p.distill.schedule_steps = 80;
         p.distill.lr = 1e-3;
         p.distill.synthetic_fraction = 0.5;
-        p.longctx.seq_len = 512;  // 2x the teacher's training length
+        p.longctx.seq_len = 512;   // 2x the teacher's training length
         p.longctx.batch_size = 4;  // same tokens per step
         p.longctx.steps = p.longctx.schedule_steps = 40;
         p.longctx.lr = 5e-4;
@@ -290,18 +311,27 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
     HYDRA_CHECK(object.is_object(), "{}: the pipeline config must be an object", origin);
     for (const auto& [key, v] : object.items()) {
         const std::string w = origin + ": " + key;
-        if (key == "name") name = string(v, w);
-        else if (key == "teacher") teacher = string(v, w);
-        else if (key == "device") device = string(v, w);
-        else if (key == "teacher_train") teacher_train.apply(v, w);
-        else if (key == "align") align.apply(v, w);
-        else if (key == "distill") distill.apply(v, w);
-        else if (key == "longctx") longctx.apply(v, w);
-        else if (key == "calib_tokens") calib_tokens = integer(v, w);
+        if (key == "name")
+            name = string(v, w);
+        else if (key == "teacher")
+            teacher = string(v, w);
+        else if (key == "device")
+            device = string(v, w);
+        else if (key == "teacher_train")
+            teacher_train.apply(v, w);
+        else if (key == "align")
+            align.apply(v, w);
+        else if (key == "distill")
+            distill.apply(v, w);
+        else if (key == "longctx")
+            longctx.apply(v, w);
+        else if (key == "calib_tokens")
+            calib_tokens = integer(v, w);
         else if (key == "variants") {
             HYDRA_CHECK(v.is_array(), "{}: expected a list of variants", w);
             variants.clear();
-            for (size_t i = 0; i < v.size(); ++i) variants.push_back(parse_variant(v[i], fmt::format("{}[{}]", w, i)));
+            for (size_t i = 0; i < v.size(); ++i)
+                variants.push_back(parse_variant(v[i], fmt::format("{}[{}]", w, i)));
         } else if (key == "variants_only") {
             // keeps the named variants of those defined so far (a preset's study run in parts, one GPU
             // session each; `hydra report merge` joins the parts)
@@ -323,23 +353,38 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
             HYDRA_CHECK(v.is_object(), "{}: expected an object", w);
             for (const auto& [k, e] : v.items()) {
                 const std::string ww = w + "." + k;
-                if (k == "methods") score_methods = strings(e, ww);
-                else if (k == "tasks") score_tasks = strings(e, ww);
-                else if (k == "lengths") score_lengths = integers(e, ww);
-                else if (k == "samples") score_samples = integer(e, ww);
-                else if (k == "ablation_samples") ablation_samples = integer(e, ww);
-                else if (k == "file") score_file = string(e, ww);
-                else fail("{}: unknown key (score keys: methods, tasks, lengths, samples, ablation_samples, file)", ww);
+                if (k == "methods")
+                    score_methods = strings(e, ww);
+                else if (k == "tasks")
+                    score_tasks = strings(e, ww);
+                else if (k == "lengths")
+                    score_lengths = integers(e, ww);
+                else if (k == "samples")
+                    score_samples = integer(e, ww);
+                else if (k == "ablation_samples")
+                    ablation_samples = integer(e, ww);
+                else if (k == "file")
+                    score_file = string(e, ww);
+                else
+                    fail(
+                        "{}: unknown key (score keys: methods, tasks, lengths, samples, ablation_samples, "
+                        "file)",
+                        ww);
             }
         } else if (key == "eval") {
             HYDRA_CHECK(v.is_object(), "{}: expected an object", w);
             for (const auto& [k, e] : v.items()) {
                 const std::string ww = w + "." + k;
-                if (k == "tasks") eval_tasks = strings(e, ww);
-                else if (k == "lengths") eval_lengths = integers(e, ww);
-                else if (k == "samples") eval_samples = integer(e, ww);
-                else if (k == "heldout_tokens") heldout_tokens = integer(e, ww);
-                else if (k == "heldout_text") heldout_text = string(e, ww);
+                if (k == "tasks")
+                    eval_tasks = strings(e, ww);
+                else if (k == "lengths")
+                    eval_lengths = integers(e, ww);
+                else if (k == "samples")
+                    eval_samples = integer(e, ww);
+                else if (k == "heldout_tokens")
+                    heldout_tokens = integer(e, ww);
+                else if (k == "heldout_text")
+                    heldout_text = string(e, ww);
                 else if (k == "heldout_shards")
                     heldout_shards = string(e, ww);
                 else if (k == "bootstrap_resamples")
@@ -354,9 +399,11 @@ void PipelineConfig::apply(const json& object, const std::string& origin) {
                         ww);
             }
         } else {
-            fail("{}: unknown key (keys: name, teacher, device, teacher_train, score, calib_tokens, variants, align, "
-                 "distill, longctx, eval)",
-                 w);
+            fail(
+                "{}: unknown key (keys: name, teacher, device, teacher_train, score, calib_tokens, variants, "
+                "align, "
+                "distill, longctx, eval)",
+                w);
         }
     }
 }
@@ -367,8 +414,12 @@ void PipelineConfig::apply_override(const std::string& assignment) {
     const std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
     const size_t dot = key.find('.');
     const std::string head = key.substr(0, dot);
-    if (dot != std::string::npos && (head == "align" || head == "distill" || head == "longctx" || head == "teacher_train")) {
-        TrainConfig& c = head == "align" ? align : head == "distill" ? distill : head == "longctx" ? longctx : teacher_train;
+    if (dot != std::string::npos &&
+        (head == "align" || head == "distill" || head == "longctx" || head == "teacher_train")) {
+        TrainConfig& c = head == "align"     ? align
+                         : head == "distill" ? distill
+                         : head == "longctx" ? longctx
+                                             : teacher_train;
         c.apply_override(key.substr(dot + 1) + "=" + value);
         return;
     }
@@ -376,7 +427,8 @@ void PipelineConfig::apply_override(const std::string& assignment) {
     json nested = try_parse_json_bounded(value).value_or(json(value));
     std::string rest = key;
     std::vector<std::string> parts;
-    for (size_t p = 0; (p = rest.find('.')) != std::string::npos; rest = rest.substr(p + 1)) parts.push_back(rest.substr(0, p));
+    for (size_t p = 0; (p = rest.find('.')) != std::string::npos; rest = rest.substr(p + 1))
+        parts.push_back(rest.substr(0, p));
     parts.push_back(rest);
     for (size_t i = parts.size(); i-- > 0;) nested = json{{parts[i], nested}};
     apply(nested, "override '" + assignment + "'");
@@ -400,7 +452,8 @@ void PipelineConfig::validate() const {
     const std::vector<std::string> order = {"align", "distill", "longctx"};
     for (const PipelineVariant& v : variants) {
         HYDRA_CHECK(v.name.find('/') == std::string::npos && v.name != "teacher" && v.name != "eval",
-                    "pipeline: variant name '{}' must be a plain directory name other than teacher/eval", v.name);
+                    "pipeline: variant name '{}' must be a plain directory name other than teacher/eval",
+                    v.name);
         // stages: known names, each once, in pipeline order
         size_t next = 0;
         for (const std::string& st : v.stages) {
@@ -473,7 +526,12 @@ json PipelineConfig::to_json() const {
     j["teacher"] = teacher;
     j["device"] = device;
     if (teacher.empty()) j["teacher_train"] = teacher_train.to_json();
-    j["score"] = {{"methods", score_methods}, {"tasks", score_tasks}, {"lengths", score_lengths}, {"samples", score_samples}, {"ablation_samples", ablation_samples}, {"file", score_file}};
+    j["score"] = {{"methods", score_methods},
+                  {"tasks", score_tasks},
+                  {"lengths", score_lengths},
+                  {"samples", score_samples},
+                  {"ablation_samples", ablation_samples},
+                  {"file", score_file}};
     j["calib_tokens"] = calib_tokens;
     j["variants"] = json::array();
     for (const auto& v : variants) j["variants"].push_back(variant_json(v));

@@ -28,7 +28,7 @@ struct PipelineVariant {
     uint64_t seed = 1;
     std::string score_method;  // select=scores: one method's table (e.g. "retrieval"); "": the aggregate
     // Positions of the FA heads, as `hydra convert --rope-scaling` / `--nope` take them: "" keeps the
-    // teacher's; e.g. "yarn:4" (the teacher's context x4), "ntk:4". all-fa + rope_scaling + no stages is
+    // teacher's; e.g. "yarn:4" (the teacher's context x4), "dynamic:4" (NTK). all-fa + rope_scaling + no stages is
     // the teacher with training-free scaling.
     std::string rope_scaling;
     bool nope = false;
