@@ -48,13 +48,13 @@ PipelineConfig demo_config(const std::string& teacher) {
     p.device = "cpu";
     p.score_file.clear();
     // A NIAH task SmolLM2-135M solves at 1K tokens (every sample right), so ablating the heads it needs
-    // shows as a drop. Sized for about 30 minutes of a 2-core machine shared with other work (each
-    // 1K-token prefill then takes 15-50 s): 2 scoring pairs, 2 samples per ablation condition.
+    // shows as a drop. Sized for under 30 minutes of a 2-core machine shared with other work (about 3
+    // minutes when it is quiet): 4 scoring pairs, 6 samples per ablation condition.
     p.score_methods = {"attribution"};
     p.score_tasks = {"niah_single_1"};
     p.score_lengths = {1024};
-    p.score_samples = 2;
-    p.ablation_samples = 2;
+    p.score_samples = 4;
+    p.ablation_samples = 6;
     p.calib_tokens = 512;
     p.variants = {{"hydra-7:1-scores", "scores", "7:1", "kv", "scale-norm", "", 1}};
     for (TrainConfig* s : {&p.align, &p.distill}) {
@@ -66,13 +66,13 @@ PipelineConfig demo_config(const std::string& teacher) {
         s->eval_batches = 1;
         s->warmup_steps = 1;
     }
-    // Measured on 2 cores under a load of ~17 runnable processes (2026-12-03), 31 min with 4 align steps
-    // and 512 held-out tokens: align moved the held-out KL least per second (6.18 -> 5.28 in 6.7 min,
-    // distill 5.28 -> 2.80 in 4.9 min), so it keeps 2 steps, and KL runs on 384 tokens (~27 min there).
+    // Align moves the held-out KL least per second (6.09 -> 5.97 in 2 steps), distill most (to 3.85 in 4
+    // steps, 2.34 in 24: 26 s and about 100 s on a quiet 2-core machine), so align keeps 2 steps and distill
+    // takes 24; KL runs on 384 tokens.
     p.align.steps = p.align.schedule_steps = 2;
     p.align.save_every = 2;  // a checkpoint of the 155M-parameter hybrid with AdamW state is ~2 GB
-    p.distill.steps = p.distill.schedule_steps = 4;
-    p.distill.save_every = 4;
+    p.distill.steps = p.distill.schedule_steps = 24;
+    p.distill.save_every = 24;
     p.heldout_tokens = 384;
     return p;
 }
