@@ -3,8 +3,10 @@
 // global-norm all-reduce, the ZeRO-1 sharded AdamW over a shard that is the whole arena, the parameter
 // all-gather, the checkpoint gather) against the plain single-GPU engine: after a few AdamW steps the
 // weights, m, v and every step's loss and gradient norm must be bit-identical. Our attention kernels are
-// used (HYDRA_ATTENTION=own) because cuDNN's backward accumulates dQ with atomics (run-to-run noise); a
-// first check that two plain runs agree bit for bit guards the comparison. Skipped when NCCL cannot be
+// used (HYDRA_ATTENTION=own) because cuDNN's backward accumulates dQ with atomics (run-to-run noise; ours
+// add at most two KV blocks' terms at T = 96, an order-free sum), and GEMMs take the heuristic's algorithm
+// (HYDRA_GEMM_TUNE=0); a first check that two plain runs agree bit for bit guards the comparison, and a
+// failure names the first differing step and the tensors that differ. Skipped when NCCL cannot be
 // loaded (LD_LIBRARY_PATH / HYDRA_NCCL_LIB: tools/nccl_lib_dir.sh).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -53,6 +55,7 @@ struct RunOut {
     std::vector<float> params, m, v;
     std::vector<double> loss, norm;
     int64_t steps = 0;
+    std::vector<ArenaEntry> entries;  // where each named tensor lies in params / m / v
 };
 
 // `steps` steps of the stage on fixed random batches; the state comes back through sync_to_host.
@@ -87,6 +90,7 @@ RunOut train(const LlamaModel& student_in, const LlamaModel& teacher, const std:
     out.m.assign(opt.m(), opt.m() + opt.size());
     out.v.assign(opt.v(), opt.v() + opt.size());
     out.steps = opt.step_count();
+    out.entries = student.params().entries();
     return out;
 }
 
@@ -95,6 +99,31 @@ int64_t mismatches(const std::vector<float>& a, const std::vector<float>& b) {
     int64_t n = 0;
     for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
     return n;
+}
+
+// Where two runs part: the first step whose loss or gradient norm differs, then the named tensors whose
+// weights differ (most first), so that a failure points at the kernels to look at.
+std::string divergence(const RunOut& a, const RunOut& b) {
+    std::string r;
+    for (size_t s = 0; s < std::min(a.loss.size(), b.loss.size()); ++s)
+        if (a.loss[s] != b.loss[s] || a.norm[s] != b.norm[s]) {
+            r += "first differing step " + std::to_string(s + 1) + " (loss " + std::to_string(a.loss[s]) +
+                 " vs " + std::to_string(b.loss[s]) + ", grad norm " + std::to_string(a.norm[s]) + " vs " +
+                 std::to_string(b.norm[s]) + "); ";
+            break;
+        }
+    std::vector<std::pair<int64_t, std::string>> by_tensor;
+    for (const ArenaEntry& e : a.entries) {
+        int64_t n = 0;
+        const int64_t count = shape_numel(e.shape);
+        for (int64_t i = e.offset; i < e.offset + count && size_t(i) < a.params.size(); ++i)
+            n += std::memcmp(&a.params[size_t(i)], &b.params[size_t(i)], sizeof(float)) != 0;
+        if (n) by_tensor.emplace_back(n, e.name + " " + std::to_string(n) + "/" + std::to_string(count));
+    }
+    std::sort(by_tensor.rbegin(), by_tensor.rend());
+    r += "weights differ in " + std::to_string(by_tensor.size()) + " tensors:";
+    for (size_t i = 0; i < std::min<size_t>(by_tensor.size(), 12); ++i) r += " " + by_tensor[i].second + ";";
+    return r;
 }
 
 void expect_same(const RunOut& a, const RunOut& b, const std::string& what) {
@@ -134,6 +163,8 @@ TEST_P(GpuDataParallel, OneRankNcclIsBitIdenticalToPlain) {
     ScopedEnv own_attention("HYDRA_ATTENTION", "own");
     // small buckets, so the one-rank run still issues several all-reduces from the backward hook
     ScopedEnv small_buckets("HYDRA_DP_BUCKET_MB", "0.5");
+    // the heuristic's GEMM algorithm, not the fastest of a timing: two runs' timings may pick differently
+    ScopedEnv fixed_gemms("HYDRA_GEMM_TUNE", "0");
     auto teacher = std::make_unique<LlamaModel>(tiny());
     bench::randomise(*teacher, 1);
     const HybridPlan plan = build_plan(
@@ -146,12 +177,15 @@ TEST_P(GpuDataParallel, OneRankNcclIsBitIdenticalToPlain) {
     const RunOut plain = train(*student, *teacher, stage, nullptr, steps);
     const RunOut again = train(*student, *teacher, stage, nullptr, steps);
     ASSERT_EQ(mismatches(plain.params, again.params), 0)
-        << "two plain runs differ: the kernels are not deterministic, so no bit-level comparison is possible";
+        << "two plain runs differ: the kernels are not deterministic, so no bit-level comparison is "
+           "possible; "
+        << divergence(plain, again);
     DistEnv env;  // RANK 0 of WORLD_SIZE 1: the NCCL path, not the plain one
     gpu::NcclCollective nccl(env, 120);
     std::printf("NCCL %d, one rank, stage %s\n", nccl.nccl_version(), stage.c_str());
     const RunOut dp = train(*student, *teacher, stage, &nccl, steps);
     expect_same(dp, plain, "NCCL one rank vs plain (" + stage + ")");
+    if (mismatches(dp.params, plain.params) != 0) ADD_FAILURE() << divergence(dp, plain);
     EXPECT_EQ(plain.steps, steps);
 }
 
