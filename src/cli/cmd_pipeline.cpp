@@ -10,10 +10,12 @@
 #include "cli/gpu_generator.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
+#include "io/atomic_dir.h"
 #include "io/dir_kind.h"
 #include "io/dir_lock.h"
 #include "pipeline/pipeline_runner.h"
 #include "train/train_config.h"
+#include "train/worker_launcher.h"
 #ifdef HYDRA_WITH_CUDA
 #include "gpu/gpu_logits.h"
 #include "gpu/gpu_train_engine.h"
@@ -30,6 +32,7 @@ struct PipelineOptions {
     std::string from;
     std::string device;  // empty: the config's
     int threads = 0;
+    int gpus = 0;  // >= 1: every training stage runs as `hydra train ... --gpus N` in its own process
     bool force = false;
 };
 
@@ -56,7 +59,36 @@ DirLock claim_run_dir(const std::filesystem::path& out, const std::string& marke
 
 namespace {
 
-void run(const PipelineConfig& config, const std::string& out_arg, const std::string& from, bool force) {
+// The command line of one training stage under --gpus N (argv[0] is hydra's name; run_self runs this
+// executable): a fresh stage reads its config file and writes DIR, a resumed one continues DIR's run.
+std::vector<std::string> stage_process_command(const std::string& config_file, const std::string& dir,
+                                               bool resume, const std::string& device, int gpus,
+                                               int64_t steps) {
+    std::vector<std::string> argv = {"hydra", "train"};
+    if (resume) {
+        // the run keeps the config saved with it, but for its step count (the pipeline's may have grown)
+        argv.insert(argv.end(), {"--resume", dir, "--steps", std::to_string(steps)});
+    } else {
+        argv.insert(argv.end(), {config_file, "--out", dir});
+    }
+    argv.insert(argv.end(), {"--device", device, "--gpus", std::to_string(gpus)});
+    return argv;
+}
+
+// `--gpus N`: the stage's config beside its directory (DIR.train_config.json, kept as the record of what
+// ran), then `hydra train` over N GPUs in a process of its own, which the pipeline waits for.
+void run_stage_process(const TrainConfig& tc, const std::string& dir, bool resume, int gpus) {
+    const std::string config_file = dir + ".train_config.json";
+    if (!resume) write_text_file(config_file, tc.to_json().dump(2) + "\n");
+    const std::vector<std::string> argv =
+        stage_process_command(config_file, dir, resume, tc.device, gpus, tc.steps);
+    fmt::print(stderr, "== {}\n", fmt::join(argv, " "));
+    const int code = run_self(argv);
+    HYDRA_CHECK(code == 0, "{}: `{}` exited with status {}", dir, fmt::join(argv, " "), code);
+}
+
+void run(const PipelineConfig& config, const std::string& out_arg, const std::string& from, bool force,
+         int gpus) {
     const std::filesystem::path out = normalize_dir_path(out_arg, "--out");
     const DirLock lock = claim_run_dir(out, "pipeline_config.json", force);
     PipelineHooks hooks;
@@ -86,6 +118,14 @@ void run(const PipelineConfig& config, const std::string& out_arg, const std::st
         return gpu::make_gpu_window_stats_fn(teacher, student, max_positions);
     };
 #endif
+    if (gpus >= 1) {
+        HYDRA_CHECK(gpus == 1 || config.device == "cuda",
+                    "--gpus {} trains on the GPUs: give --device cuda (or device = \"cuda\" in the config)",
+                    gpus);
+        hooks.run_stage = [gpus](const TrainConfig& tc, const std::string& dir, bool resume) {
+            run_stage_process(tc, dir, resume, gpus);
+        };
+    }
     const PipelineResult r = run_pipeline(config, out.string(), from, hooks);
     if (bar) bar->finish();
     fmt::print("\n{}\nreport: {} ({:.1f} min)\n", r.table, r.report_path, r.seconds / 60.0);
@@ -113,6 +153,11 @@ void register_pipeline(CLI::App& app) {
                     "cpu | cuda: where training and evaluation run (default: the config's "
                     "device; smollm2-gpu: cuda)");
     add_threads_option(*cmd, o->threads);
+    cmd->add_option(
+           "--gpus", o->gpus,
+           "run every training stage as `hydra train --gpus N` in a process of its own (data parallel "
+           "over N GPUs of this host; 1: one process per stage on one device)")
+        ->check(CLI::Range(1, 1024));
     cmd->callback([o] {
         apply_threads(o->threads);
         PipelineConfig config = PipelineConfig::preset(o->preset);
@@ -128,7 +173,7 @@ void register_pipeline(CLI::App& app) {
             }
         }
         if (!o->device.empty()) config.device = o->device;
-        run(config, o->out.empty() ? "runs/" + o->preset : o->out, o->from, o->force);
+        run(config, o->out.empty() ? "runs/" + o->preset : o->out, o->from, o->force, o->gpus);
     });
 }
 

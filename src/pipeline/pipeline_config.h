@@ -19,17 +19,17 @@ namespace hydra {
 inline constexpr const char* kHeldoutTaskGroup = "held-out tasks";
 
 struct PipelineVariant {
-    std::string name;                 // directory and label, e.g. "hydra-7:1-scores"
-    std::string select = "random";    // scores | random | uniform | layerwise | all-la | all-fa (the teacher)
-    std::string ratio;                // LA:FA, e.g. "7:1" (empty for all-la / all-fa / layerwise with layers)
+    std::string name;               // directory and label, e.g. "hydra-7:1-scores"
+    std::string select = "random";  // scores | random | uniform | layerwise | all-la | all-fa (the teacher)
+    std::string ratio;              // LA:FA, e.g. "7:1" (empty for all-la / all-fa / layerwise with layers)
     std::string granularity = "kv";
     std::string fusion = "scale-norm";
-    std::string layers;               // layerwise: "3,7"
+    std::string layers;  // layerwise: "3,7"
     uint64_t seed = 1;
     std::string score_method;  // select=scores: one method's table (e.g. "retrieval"); "": the aggregate
     // Positions of the FA heads, as `hydra convert --rope-scaling` / `--nope` take them: "" keeps the
-    // teacher's; e.g. "yarn:4" (the teacher's context x4), "dynamic:4" (NTK). all-fa + rope_scaling + no stages is
-    // the teacher with training-free scaling.
+    // teacher's; e.g. "yarn:4" (the teacher's context x4), "ntk:4" (static NTK-aware base), "dynamic:4".
+    // all-fa + rope_scaling + no stages is the teacher with training-free scaling.
     std::string rope_scaling;
     bool nope = false;
     // The transfer stages this variant runs, in this order (a subset of align, distill, longctx). An
@@ -43,17 +43,17 @@ struct PipelineVariant {
 
 struct PipelineConfig {
     std::string name = "pipeline";
-    std::string teacher;              // model path; empty: train one with teacher_train
-    std::string device = "cpu";       // cpu | cuda: where training steps and evaluation decoding run
-    TrainConfig teacher_train;        // used when teacher is empty
+    std::string teacher;         // model path; empty: train one with teacher_train
+    std::string device = "cpu";  // cpu | cuda: where training steps and evaluation decoding run
+    TrainConfig teacher_train;   // used when teacher is empty
     // head scoring (for variants with select = scores)
     std::vector<std::string> score_methods = {"activation", "attribution"};
     std::vector<std::string> score_tasks = {"passkey", "niah_single_1"};
     std::vector<int64_t> score_lengths = {256};
     int64_t score_samples = 4;
-    int64_t ablation_samples = 20;    // per task, for the causality check (top-scored vs random heads ablated)
-    std::string score_file;           // a scores.json of `hydra score-heads` for this teacher: used instead of scoring
-    int64_t calib_tokens = 512;       // conversion calibration (teacher head RMS, attention span)
+    int64_t ablation_samples = 20;  // per task, for the causality check (top-scored vs random heads ablated)
+    std::string score_file;  // a scores.json of `hydra score-heads` for this teacher: used instead of scoring
+    int64_t calib_tokens = 512;  // conversion calibration (teacher head RMS, attention span)
     std::vector<PipelineVariant> variants;
     // stage configs (stage.kind/init/teacher are filled in by the runner)
     TrainConfig align, distill, longctx;

@@ -84,9 +84,17 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         say(fmt::format("{}: {} steps of {} x {} tokens{}", label, tc.steps, tc.batch_size, tc.seq_len,
                         fs::exists(dir / "state.json") ? " (resuming)" : ""));
         const auto t0 = Clock::now();
+        tc.device = cfg.device;
+        if (hooks.run_stage) {
+            hooks.run_stage(tc, dir.string(), fs::exists(dir / "state.json"));
+            HYDRA_CHECK(stage_complete(dir, tc.steps),
+                        "{}: the stage's process ended without its {} steps in {}", label, tc.steps,
+                        dir.string());
+            record(label, seconds_since(t0), tc.steps * tc.batch_size * tc.seq_len);
+            return;
+        }
         DataLoader::Generator synthetic;
         if (tc.synthetic_fraction > 0 && hooks.synthetic_rows) synthetic = hooks.synthetic_rows(tc);
-        tc.device = cfg.device;
         train_stage_resumable(
             tc, dir,
             [&](const StepLog& s) {

@@ -31,7 +31,8 @@
 namespace hydra {
 
 // The pipeline steps in order; `from` names one of them.
-const std::vector<std::string>& pipeline_steps();  // teacher, score, convert, align, distill, longctx, eval, report
+const std::vector<std::string>&
+pipeline_steps();  // teacher, score, convert, align, distill, longctx, eval, report
 
 struct PipelineHooks {
     // progress(step label, done, total, status): training steps, eval samples, score items.
@@ -42,11 +43,16 @@ struct PipelineHooks {
     // and a greedy generator for a model (cache capacity, context limit) for evaluation and the ablation
     // check. Empty hooks with device = cuda are an error.
     TrainEngineFactory train_engine;
-    std::function<GenerateFn(const LlamaModel&, const ModelText&, int64_t capacity, int64_t context_limit)> generator;
+    std::function<GenerateFn(const LlamaModel&, const ModelText&, int64_t capacity, int64_t context_limit)>
+        generator;
     // device = cuda: the held-out KL, agreement and perplexity statistics of a student (null: the teacher
     // itself) against the teacher, computed on the GPU (gpu/gpu_logits.h), windows of max_positions at most.
     std::function<WindowStatsFn(const LlamaModel& teacher, const LlamaModel* student, int64_t max_positions)>
         window_stats;
+    // Runs one training stage outside this process (`hydra pipeline --gpus N`: a `hydra train` process over
+    // N GPUs): the stage's whole config, its checkpoint directory, and whether it resumes the run saved
+    // there; throws when the stage fails. Empty: the stage trains in this process.
+    std::function<void(const TrainConfig&, const std::string& dir, bool resume)> run_stage;
 };
 
 struct PipelineResult {

@@ -62,8 +62,10 @@ bool train_stage_resumable(const TrainConfig& tc, const fs::path& dir,
                            const DataLoader::Generator& synthetic, const TrainEngineFactory& engine) {
     if (stage_complete(dir, tc.steps)) return false;
     const bool resume = fs::exists(dir / "state.json");
-    run_training(tc, dir.string(), resume ? std::optional(dir.string()) : std::nullopt, std::nullopt, on_step,
-                 synthetic, engine);
+    // a resumed run keeps the config saved with it but for the step count, which the pipeline's may have
+    // grown since (without the override the stage would end at its old count, short of tc.steps)
+    run_training(tc, dir.string(), resume ? std::optional(dir.string()) : std::nullopt,
+                 resume ? std::optional(tc.steps) : std::nullopt, on_step, synthetic, engine);
     return true;
 }
 

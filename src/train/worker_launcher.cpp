@@ -139,6 +139,46 @@ int pick_free_port() {
     return int(ntohs(a.sin_port));
 }
 
+namespace {
+
+// This executable (/proc/self/exe).
+std::string self_executable() {
+    char exe[4096];
+    const ssize_t k = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    HYDRA_CHECK(k > 0, "cannot find the hydra executable (/proc/self/exe): {}", std::strerror(errno));
+    exe[k] = '\0';
+    return exe;
+}
+
+// Spawns processes of this executable, one per environment, and supervises them with SIGINT / SIGTERM
+// passed on; returns the exit code (the failure message printed on stderr).
+int spawn_and_supervise(const std::vector<std::string>& argv,
+                        const std::vector<std::map<std::string, std::string>>& envs, double grace_s) {
+    const std::string exe = self_executable();
+    g_forward_signal = 0;
+    auto old_int = std::signal(SIGINT, remember_signal);
+    auto old_term = std::signal(SIGTERM, remember_signal);
+    std::vector<pid_t> pids;
+    for (const auto& env : envs) {
+        try {
+            pids.push_back(spawn_worker(exe, argv, env));
+        } catch (...) {
+            for (pid_t p : pids) ::kill(p, SIGKILL);
+            for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+            std::signal(SIGINT, old_int);
+            std::signal(SIGTERM, old_term);
+            throw;
+        }
+    }
+    const SupervisionResult res = supervise_workers(pids, grace_s);
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+    if (!res.message.empty()) fmt::print(stderr, "hydra: {}\n", res.message);
+    return res.exit_code;
+}
+
+}  // namespace
+
 int launch_local_workers(int n, const std::vector<std::string>& argv, double grace_s) {
     HYDRA_CHECK(n >= 1, "--gpus must be >= 1 (got {})", n);
     DistEnv base;
@@ -156,33 +196,18 @@ int launch_local_workers(int n, const std::vector<std::string>& argv, double gra
     } else {
         base.master_port = pick_free_port();
     }
-    char exe[4096];
-    const ssize_t k = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    HYDRA_CHECK(k > 0, "cannot find the hydra executable (/proc/self/exe): {}", std::strerror(errno));
-    exe[k] = '\0';
-    g_forward_signal = 0;
-    auto old_int = std::signal(SIGINT, remember_signal);
-    auto old_term = std::signal(SIGTERM, remember_signal);
-    std::vector<pid_t> pids;
+    std::vector<std::map<std::string, std::string>> envs;
     for (int r = 0; r < n; ++r) {
         DistEnv e = base;
         e.rank = r;
         e.local_rank = r;
-        try {
-            pids.push_back(spawn_worker(exe, argv, e.to_env()));
-        } catch (...) {
-            for (pid_t p : pids) ::kill(p, SIGKILL);
-            for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-            std::signal(SIGINT, old_int);
-            std::signal(SIGTERM, old_term);
-            throw;
-        }
+        envs.push_back(e.to_env());
     }
-    const SupervisionResult res = supervise_workers(pids, grace_s);
-    std::signal(SIGINT, old_int);
-    std::signal(SIGTERM, old_term);
-    if (!res.message.empty()) fmt::print(stderr, "hydra: {}\n", res.message);
-    return res.exit_code;
+    return spawn_and_supervise(argv, envs, grace_s);
+}
+
+int run_self(const std::vector<std::string>& argv, double grace_s) {
+    return spawn_and_supervise(argv, {{}}, grace_s);
 }
 
 }  // namespace hydra

@@ -35,4 +35,9 @@ int pick_free_port();
 // environment names them. Returns the process exit code (prints the failure message on stderr).
 int launch_local_workers(int n, const std::vector<std::string>& argv, double grace_s = 15.0);
 
+// One process of this executable with the command line `argv` (argv[0] included), supervised the same
+// way (SIGINT / SIGTERM passed on); returns its exit code. `hydra pipeline --gpus N` runs each training
+// stage so, as `hydra train ... --gpus N`.
+int run_self(const std::vector<std::string>& argv, double grace_s = 15.0);
+
 }  // namespace hydra
