@@ -9,12 +9,8 @@ HYDRA="$(realpath "$1")"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
-fails=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-contains() { grep -qF -- "$2" "$1"; }
+# shellcheck source=tests/cli/checks.sh
+source "$(dirname "$0")/checks.sh"
 params() { grep -m1 '^parameters' "$1" | awk '{print $2}'; }
 
 for arch in llama qwen2 qwen3; do

@@ -10,12 +10,8 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 [ -f "$ROOT/.cache/prose/austen_emma.txt" ] || { echo "prose cache missing (tools/setup.sh): skipped"; exit 77; }
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
-fails=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-contains() { grep -qF -- "$2" "$1"; }
+# shellcheck source=tests/cli/checks.sh
+source "$(dirname "$0")/checks.sh"
 same_file() { [ "$(sha256sum < "$1")" = "$(sha256sum < "$2")" ]; }
 step_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$1"; }
 

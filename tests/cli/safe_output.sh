@@ -11,12 +11,8 @@ PROSE="$ROOT/.cache/prose/austen_persuasion.txt"
 MODEL="$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
-fails=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-contains() { grep -qF -- "$2" "$1"; }
+# shellcheck source=tests/cli/checks.sh
+source "$(dirname "$0")/checks.sh"
 
 # --steps 0: one short line, no 300-digit bound.
 "$HYDRA" train --steps 0 >"$W/o" 2>&1; rc=$?

@@ -12,11 +12,8 @@ MODEL="${HYDRA_MODEL:-$ROOT/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 W="$(mktemp -d)"
 PID=""
 trap '[ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null; rm -rf "$W"' EXIT
-fails=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
+# shellcheck source=tests/cli/checks.sh
+source "$(dirname "$0")/checks.sh"
 
 "$HYDRA" serve "$MODEL" --port 0 --max-seqs 2 --ctx 256 --threads 2 --served-name smol >"$W/out" 2>"$W/err" &
 PID=$!

@@ -10,12 +10,8 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 PROSE="$ROOT/.cache/prose/austen_persuasion.txt"
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
-fails=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-contains() { grep -qF -- "$2" "$1"; }
+# shellcheck source=tests/cli/checks.sh
+source "$(dirname "$0")/checks.sh"
 
 cat >"$W/rows.jsonl" <<'ROWS'
 {"prompt": "The capital of France is", "answer": "Paris", "length": 64, "id": "fr"}
