@@ -36,6 +36,13 @@ size_t sz(int64_t n) {
     return size_t(n);
 }
 
+long long mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+    long long n = a.size() != b.size();
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+        n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return n;
+}
+
 void run_gemm(int64_t M, int64_t N, int64_t K, Rng& rng) {
     cu::BlasContext ctx;
     for (int t = 0; t < 4; ++t) {
@@ -61,6 +68,10 @@ void run_gemm(int64_t M, int64_t N, int64_t K, Rng& rng) {
         cu::gemm_bf16(ctx, ta, tb, M, N, K, 0.5f, dA.p(), lda, dB.p(), ldb, 1.0f, dC2.p(), dD.p(), N);
         expect_delta("gemm f32 C->D" + tr + " D", host(dD), ref, C0, kTolBf16);
         expect_rel("gemm f32 C->D" + tr + " C unchanged", host(dC2), C0, kTolBf16);
+        // the same product again gives the same bits (single rows: row_gemv's fixed order)
+        Dev<float> dD2(M * N);
+        cu::gemm_bf16(ctx, ta, tb, M, N, K, 0.5f, dA.p(), lda, dB.p(), ldb, 1.0f, dC2.p(), dD2.p(), N);
+        expect_exact("gemm f32 C->D" + tr + " repeated: differing elements", mismatches(host(dD2), host(dD)));
     }
     // strided batched, B shared (stride 0) and a padded C stride
     const int64_t batch = 3, sc = M * N + 7;

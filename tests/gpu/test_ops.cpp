@@ -110,6 +110,13 @@ std::vector<OpCase> op_cases() {
     c.push_back(elementwise_case(77, 576));
     // ---- training ops ----
     c.push_back(gemm_case(77, 129, 200));
+    // single rows (decode): x @ W^T goes to row_gemv (one to eight chunks a lane, a partial last warp, an
+    // odd row count), the other transposes and K past kRowGemvMaxK to cuBLAS
+    c.push_back(gemm_case(1, 960, 576));
+    c.push_back(gemm_case(1, 577, 1536));
+    c.push_back(gemm_case(1, 13, 2048));
+    c.push_back(gemm_case(1, 5, 8));
+    c.push_back(gemm_case(1, 33, 2056));
     c.push_back(linear_case(301, 576, 1536));
     c.push_back(linear_case(33, 1000, 77));
     // small vocabulary: one partial chunk, several row blocks

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/row_gemv.h"
 
 namespace hydra::cuda {
 
@@ -309,6 +310,10 @@ void gemm_impl(BlasContext& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t
     const GemmArgs g{ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, sa, sb, C, D, ctype, ldc, sc, batch};
     if (K == 0) {  // D = beta * C: cublasGemmEx handles K == 0, cuBLASLt need not
         run_legacy(ctx, g);
+        return;
+    }
+    if (row_gemv_applies(ta, tb, M, K, batch, A, B, ldb)) {  // decode's single rows (row_gemv.h)
+        row_gemv(ctx.stream(), N, K, alpha, A, B, ldb, beta, C, D, ctype);
         return;
     }
     const GemmPlan& p = plan_for(ctx, g);
