@@ -1,6 +1,5 @@
 // hydra: the HydraHead command-line tool. Dispatches to the subcommands in cli/cmd_*.cpp and turns
 // every hydra::Error into one line on stderr and exit code 1.
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/restart_self.h"
 
 namespace {
 
@@ -23,11 +23,7 @@ namespace {
 void demo_wait_policy(int argc, char** argv) {
     if (argc < 2 || std::strcmp(argv[1], "demo") != 0 || std::getenv("OMP_WAIT_POLICY")) return;
     if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return;
-    self[n] = '\0';
-    execv(self, argv);  // returns only on failure: then run as we are
+    hydra::restart_self(argv);  // returns only on failure: then run as we are
 }
 
 }  // namespace

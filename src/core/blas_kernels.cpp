@@ -2,7 +2,6 @@
 #include "core/blas_kernels.h"
 
 #include <cblas.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -10,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+
+#include "core/restart_self.h"
 
 namespace hydra {
 
@@ -63,12 +64,7 @@ void ensure_blas_kernels(char** argv) {
     const char* detected = openblas_get_corename();
     const std::string core = blas_core_override(detected ? detected : "", cpu_simd_level());
     if (core.empty() || setenv("OPENBLAS_CORETYPE", core.c_str(), 1) != 0) return;
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        execv(self, argv);  // returns only on failure
-    }
+    restart_self(argv);  // returns only on failure
     std::fprintf(stderr,
                  "hydra: OpenBLAS runs its %s kernels on a CPU with wider vectors and the restart with "
                  "OPENBLAS_CORETYPE=%s failed; set it yourself for faster CPU matrix products\n",

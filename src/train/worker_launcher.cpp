@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/restart_self.h"
 #include "train/dist_env.h"
 
 namespace hydra {
@@ -140,15 +141,6 @@ int pick_free_port() {
 }
 
 namespace {
-
-// This executable (/proc/self/exe).
-std::string self_executable() {
-    char exe[4096];
-    const ssize_t k = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    HYDRA_CHECK(k > 0, "cannot find the hydra executable (/proc/self/exe): {}", std::strerror(errno));
-    exe[k] = '\0';
-    return exe;
-}
 
 // Spawns processes of this executable, one per environment, and supervises them with SIGINT / SIGTERM
 // passed on; returns the exit code (the failure message printed on stderr).
