@@ -1,8 +1,8 @@
 // The single-row product of decode: y (N) = alpha * W (N, K) @ x (K) + beta * c (N), bf16 W (HF layout,
 // row-major, leading dimension ldw) and x, fp32 accumulation, fp32 or bf16 y. cuBLASLt runs such a GEMM
-// (M = 1) on a handful of CTAs, so a SmolLM2 projection took 4.6-7.2 us of a decode step's ~41 us a
-// layer; here every warp takes two rows and issues all its weight loads before any arithmetic, so the
-// matrix streams through all SMs in about one memory round trip.
+// (M = 1) on a handful of CTAs, which leaves most SMs idle on a latency-bound decode step; here every warp
+// takes two rows and issues all its weight loads before any arithmetic, so the matrix streams through all
+// SMs in about one memory round trip.
 //
 // gemm.h's gemm_bf16 calls row_gemv first and falls back to cuBLASLt when it declines: M != 1, a batch,
 // A transposed or B not (the product must be x @ W^T), K not a multiple of 8 or above kRowGemvMaxK,
