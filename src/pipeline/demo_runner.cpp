@@ -48,8 +48,8 @@ PipelineConfig demo_config(const std::string& teacher) {
     p.device = "cpu";
     p.score_file.clear();
     // A NIAH task SmolLM2-135M solves at 1K tokens (every sample right), so ablating the heads it needs
-    // shows as a drop. Sized for under 30 minutes of a 2-core machine shared with other work (about 3
-    // minutes when it is quiet): 4 scoring pairs, 6 samples per ablation condition.
+    // shows as a drop. Sized for a 2-core machine (about 3 minutes when it is quiet, 8 beside a build and
+    // test run): 4 scoring pairs, 6 samples per ablation condition.
     p.score_methods = {"attribution"};
     p.score_tasks = {"niah_single_1"};
     p.score_lengths = {1024};
