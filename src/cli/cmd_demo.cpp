@@ -1,5 +1,5 @@
 // `hydra demo [MODEL] [--out DIR] [--from STEP] [key=value ...]`: the HydraHead method on the default
-// model (SmolLM2-135M) within about 30 minutes of a 2-core CPU (pipeline/demo_runner.h): head scores,
+// model (SmolLM2-135M) in a few minutes of a 2-core CPU (pipeline/demo_runner.h): head scores,
 // the causal ablation check, the 7:1 conversion and its KV cache, a short recovery whose held-out KL
 // falls, and a pointer to the full-budget GPU report; resumable step by step. The README's main command.
 #include <unistd.h>
@@ -39,7 +39,8 @@ void register_demo(CLI::App& app) {
     auto* o = new DemoOptions;
     auto* cmd = app.add_subcommand(
         "demo",
-        "The method on the default model in ~30 min of a 2-core CPU: score heads, ablate the top-scored "
+        "The method on the default model in a few minutes of a 2-core CPU: score heads, ablate the "
+        "top-scored "
         "eighth vs random ones, convert 7:1 (KV cache shrink), short recovery (held-out KL before/after)");
     cmd->add_option("MODEL", o->model, "the full-attention teacher: a .gguf file or a model directory")
         ->capture_default_str();

@@ -70,7 +70,7 @@ std::string write_demo_report(const DemoReportInputs& in) {
         "matter for retrieval, convert it 7:1 keeping the interpretability-selected KV groups as full "
         "attention, "
         "and recover it briefly. Every figure below was measured in this run; the sample counts are small "
-        "(sized for about 30 minutes on 2 cores), so read them as a demonstration of the method, and the GPU "
+        "(sized for a few minutes on 2 cores), so read them as a demonstration of the method, and the GPU "
         "report of section 5 for the full-budget figures.\n\n",
         cfg.teacher);
 
