@@ -259,7 +259,7 @@ struct SyntheticCase {
     bool qwen = false;               // q/k bias and q/k norm
     std::string granularity, ratio;  // empty: the teacher (all full attention)
     FusionKind fusion = FusionKind::ScaleNorm;
-    int index = 0;  // seeds: weights 1000 + index, prompt 42 + index
+    int index = 0;              // seeds: weights 1000 + index, prompt 42 + index
     int window = 0, sinks = 0;  // > 0: the sliding-window baseline (the ratio's LA heads windowed instead)
 };
 
@@ -432,8 +432,13 @@ void expect_stepwise_gpu_matches_cpu(const LlamaModel& model, const std::vector<
         const std::vector<float> g = fwd.forward_last_logits(cache, all.subspan(size_t(t), 1));
         worst = std::max(worst, rel(g.data(), c.f32(), V));
     }
-    std::printf("stepwise GPU vs CPU: worst rel RMS %.3e\n", worst);
-    EXPECT_LT(worst, kTol);
+    // the CPU's own move when only its matrices are rounded to bf16 (cpu_logits_floor.h): per-head normalised
+    // fusion on random hybrid weights amplifies it past any fixed bf16 tolerance; a teacher's floor is tiny
+    const LogitsFloor floor = cpu_logits_floor(model, prompt);
+    const double tol = std::max(kTol, 2 * floor.worst);
+    std::printf("stepwise GPU vs CPU: worst rel RMS %.3e (tolerance %.3e: the CPU's bf16 floor %.3e)\n",
+                worst, tol, floor.worst);
+    EXPECT_LT(worst, tol);
 }
 
 class GpuForwardRopeScaling : public ::testing::TestWithParam<const char*> {};
