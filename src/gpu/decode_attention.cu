@@ -70,6 +70,15 @@ void decode_attention_workspace_clear(float* workspace, cudaStream_t stream) {
     cuda::device_memset(workspace, 0, size_t(decode_core::kCounterSlots) * sizeof(float), stream);
 }
 
+float* ensure_decode_attention_workspace(cuda::DeviceBuffer<float>& buf, int64_t floats,
+                                         cudaStream_t stream) {
+    if (buf.size() < floats) {
+        buf.resize(floats);
+        decode_attention_workspace_clear(buf.data(), stream);
+    }
+    return buf.data();
+}
+
 void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
                       const __nv_bfloat16* v, const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D,
                       int64_t L, float scale, float* partials, cudaStream_t stream,

@@ -8,10 +8,10 @@
 // Layouts: q, o: (n_q, D) bf16, heads contiguous; k, v: the cache rows (>= L, n_kv, D) bf16;
 // kv_index: (n_q) int32 in DEVICE memory, the KV slot of each query head (any map: head-granular
 // hybrids have groups of unequal size); D in {64, 128}. fp32 scores, softmax statistics and
-// accumulation (base-2 exponentials). partials: decode_attention_workspace_floats(n_q, D, L) fp32, cleared once
-// after allocation (decode_attention_workspace_clear: its per-head counters); the kernel leaves them clear.
-// decode_attention_dev is the CUDA-graph form: the same kernels read L from device memory when they run.
-// Every CUDA call is checked (hydra::Error on failure); asynchronous on `stream`.
+// accumulation (base-2 exponentials). partials: decode_attention_workspace_floats(n_q, D, L) fp32, cleared
+// once after allocation (decode_attention_workspace_clear: its per-head counters); the kernel leaves them
+// clear. decode_attention_dev is the CUDA-graph form: the same kernels read L from device memory when they
+// run. Every CUDA call is checked (hydra::Error on failure); asynchronous on `stream`.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "gpu/decode_splits.h"
+#include "ops/cuda/device_arena.h"
 
 namespace hydra::gpu {
 
@@ -36,6 +37,9 @@ struct DecodeWindows {
 size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L);
 // Zeroes the counters of a freshly allocated workspace, of this kernel or the paged one (asynchronous).
 void decode_attention_workspace_clear(float* workspace, cudaStream_t stream = nullptr);
+// Grows `buf` to at least `floats` (decode_attention_workspace_floats or the paged kernel's), clearing the
+// counters of a new allocation; returns buf's data. Every owner of a workspace allocates it through this.
+float* ensure_decode_attention_workspace(cuda::DeviceBuffer<float>& buf, int64_t floats, cudaStream_t stream);
 
 void decode_attention(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k,
                       const __nv_bfloat16* v, const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D,

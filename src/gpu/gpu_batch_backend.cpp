@@ -95,8 +95,9 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
     x_.resize(Bm * C), xn_.resize(Bm * C), proj_.resize(Bm * model_.layout().max_proj_cols());
     attn_.resize(Bm * HD), la_qkv_.resize(3 * Bm * HD), gates_.resize(2 * Bm * H), la_o_.resize(Bm * HD);
     heads_.resize(Bm * HD), gu_.resize(Bm * 2 * F), act_.resize(Bm * F), logits_.resize(Bm * V);
-    partials_.resize(int64_t(paged_decode_attention_workspace_floats(Bm, H, c.head_dim, ctx_splits_)));
-    decode_attention_workspace_clear(partials_.data(), stream());
+    ensure_decode_attention_workspace(
+        partials_, int64_t(paged_decode_attention_workspace_floats(Bm, H, c.head_dim, ctx_splits_)),
+        stream());
 
     // the cache: GDN slots first (fixed per sequence), the rest in KV blocks
     const size_t slot_bytes = size_t(GdnStateSlots::slot_floats_for(model_)) * sizeof(float);

@@ -86,11 +86,8 @@ void GpuForward::ensure(int64_t T, int64_t n_logits, int64_t kv_len) {
         cap_logits_ = n_logits;
     }
     if (kv_len > cap_kv_) {
-        const int64_t need = int64_t(decode_attention_workspace_floats(H, c.head_dim, kv_len));
-        if (partials_.size() < need) {
-            partials_.resize(need);
-            decode_attention_workspace_clear(partials_.data(), stream_);
-        }
+        ensure_decode_attention_workspace(
+            partials_, int64_t(decode_attention_workspace_floats(H, c.head_dim, kv_len)), stream_);
         cap_kv_ = kv_len;
     }
 }
@@ -228,11 +225,8 @@ void GpuForward::prepare_graphs(const GpuCache& cache) {
         dec_.heads.resize(HD), dec_.gu.resize(2 * F), dec_.act.resize(F), dec_.logits.resize(c.vocab_size);
     }
     // decode-attention partials for the largest grid this cache can need (graphs were dropped: may move)
-    const int64_t need = int64_t(decode_attention_workspace_floats(H, c.head_dim, cache.capacity()));
-    if (dec_.partials.size() < need) {
-        dec_.partials.resize(need);
-        decode_attention_workspace_clear(dec_.partials.data(), stream_);
-    }
+    ensure_decode_attention_workspace(
+        dec_.partials, int64_t(decode_attention_workspace_floats(H, c.head_dim, cache.capacity())), stream_);
     graph_cache_id_ = cache.id();
 }
 

@@ -14,8 +14,8 @@
 // max_splits: key splits per (row, head) of the grid; every row's decode_attention_splits(pos[b] + 1) <=
 // max_splits <= kMaxDecodeSplits (blocks past a row's last split exit at once). partials:
 // paged_decode_attention_workspace_floats(B, n_q, D, max_splits) fp32 (B * n_q <= 16384), cleared once after
-// allocation (gpu/decode_attention.h's decode_attention_workspace_clear); the kernel leaves it clear. Every CUDA call is
-// checked (hydra::Error on failure); asynchronous on `stream`.
+// allocation (gpu/decode_attention.h's ensure_decode_attention_workspace); the kernel leaves it clear. Every
+// CUDA call is checked (hydra::Error on failure); asynchronous on `stream`.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -131,12 +131,8 @@ void PrefillAttention::own(__nv_bfloat16* o, const __nv_bfloat16* q, int64_t ld_
     }
     // a query offset: one decode launch per row, row t over the keys [0, pos0 + t]
     const int32_t* idx = kv_index ? kv_index : uniform_index(n_fa, n_kv, stream);
-    const int64_t need = int64_t(decode_attention_workspace_floats(n_fa, Dh, pos0 + T));
-    if (partials_.size() < need) {
-        partials_.resize(need);
-        decode_attention_workspace_clear(partials_.data(), stream);
-    }
-    float* partials = partials_.data();
+    float* partials = ensure_decode_attention_workspace(
+        partials_, int64_t(decode_attention_workspace_floats(n_fa, Dh, pos0 + T)), stream);
     for (int64_t t = 0; t < T; ++t)
         decode_attention(o + t * width, q + t * ldq, k, v, idx, n_fa, n_kv, Dh, pos0 + t + 1, scale, partials,
                          stream, windows);
