@@ -4,7 +4,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -31,13 +30,13 @@ int blas_core_level(std::string_view core_name) {
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return char(std::tolower(c)); });
     // OpenBLAS's x86-64 targets by the widest instructions their single-precision kernels use
-    static const std::array<std::pair<std::string_view, int>, 22> kLevels = {{
+    static const std::pair<std::string_view, int> kLevels[] = {
         {"prescott", 0},       {"core2", 0},       {"penryn", 0},    {"dunnington", 0},   {"nehalem", 0},
         {"atom", 0},           {"nano", 0},        {"opteron", 0},   {"opteron_sse3", 0}, {"barcelona", 0},
         {"bobcat", 0},         {"sandybridge", 1}, {"bulldozer", 1}, {"piledriver", 1},   {"steamroller", 1},
         {"excavator", 2},      {"haswell", 2},     {"zen", 2},       {"skylakex", 3},     {"cooperlake", 3},
-        {"sapphirerapids", 3}, {"skylake", 2},
-    }};
+        {"sapphirerapids", 3},
+    };
     for (const auto& [n, level] : kLevels)
         if (name == n) return level;
     return -1;
