@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -81,6 +82,7 @@ struct Cell {
     std::string skipped;  // the reason, empty when the cell ran
     double prefill_s = 0, prefill_cold_s = 0, prefill_tok_s = 0;
     std::string prefill_path;  // what the last chunk's attention ran (cudnn / flash / decode)
+    std::map<std::string, double> prefill_profile_ms;  // HYDRA_STEP_PROFILE=1: GPU ms per layer section
     int64_t decode_steps = 0;
     double decode_ms = 0, decode_p10_ms = 0, decode_p90_ms = 0, floor_ms = 0;
     bool graphs_ran = false;
@@ -190,7 +192,11 @@ class LengthCostBench {
             c.state_bytes = cache.state_bytes();
             const std::vector<int32_t> prompt = random_tokens(L, gm.config().vocab_size, uint64_t(L));
             int32_t tok = 0;
-            for (int pass = 0; pass < 2; ++pass) {
+            // HYDRA_STEP_PROFILE=1: a third, untimed pass with CUDA events at the layer's sections
+            const char* prof_env = std::getenv("HYDRA_STEP_PROFILE");
+            const bool profile = prof_env && std::string(prof_env) == "1";
+            for (int pass = 0; pass < (profile ? 3 : 2); ++pass) {
+                if (pass == 2) fwd.enable_profile();
                 cache.reset(fwd.stream());
                 const auto t0 = clock_type::now();
                 for (int64_t off = 0; off < L; off += o_.chunk) {
@@ -204,6 +210,10 @@ class LengthCostBench {
                             o_.max_seconds, pass == 0 ? "first" : "timed", off + n, L);
                         return c;
                     }
+                }
+                if (pass == 2) {
+                    c.prefill_profile_ms = fwd.collect_profile();
+                    continue;
                 }
                 (pass == 0 ? c.prefill_cold_s : c.prefill_s) =
                     std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -270,15 +280,23 @@ std::string json_line(const Cell& c, const std::string& device, size_t weights_b
     std::string s = fmt::format(R"({{"kind": "cell", "device": {}, "model": {}, "length": {}, )",
                                 json_str(device), json_str(c.model), c.length);
     if (!c.skipped.empty()) return s + fmt::format(R"("skipped": {}}})", json_str(c.skipped));
-    return s +
-           fmt::format(
-               R"("prefill_s": {:.4f}, "prefill_cold_s": {:.4f}, "prefill_tok_s": {:.0f}, "prefill_attention": {}, )"
-               R"("decode_ms": {:.4f}, "decode_p10_ms": {:.4f}, "decode_p90_ms": {:.4f}, "decode_steps": {}, )"
-               R"("hbm_floor_ms": {:.4f}, "cache_capacity": {}, "kv_bytes": {}, "state_bytes": {}, )"
-               R"("cache_bytes": {}, "bytes_per_token": {}, "weights_bytes": {}, "peak_bytes": {}}})",
-               c.prefill_s, c.prefill_cold_s, c.prefill_tok_s, json_str(c.prefill_path), c.decode_ms,
-               c.decode_p10_ms, c.decode_p90_ms, c.decode_steps, c.floor_ms, c.capacity, c.kv_bytes,
-               c.state_bytes, c.cache_bytes(), c.bytes_per_token, weights_bytes, c.peak_bytes);
+    s += fmt::format(
+        R"("prefill_s": {:.4f}, "prefill_cold_s": {:.4f}, "prefill_tok_s": {:.0f}, "prefill_attention": {}, )"
+        R"("decode_ms": {:.4f}, "decode_p10_ms": {:.4f}, "decode_p90_ms": {:.4f}, "decode_steps": {}, )"
+        R"("hbm_floor_ms": {:.4f}, "cache_capacity": {}, "kv_bytes": {}, "state_bytes": {}, )"
+        R"("cache_bytes": {}, "bytes_per_token": {}, "weights_bytes": {}, "peak_bytes": {}}})",
+        c.prefill_s, c.prefill_cold_s, c.prefill_tok_s, json_str(c.prefill_path), c.decode_ms,
+        c.decode_p10_ms, c.decode_p90_ms, c.decode_steps, c.floor_ms, c.capacity, c.kv_bytes, c.state_bytes,
+        c.cache_bytes(), c.bytes_per_token, weights_bytes, c.peak_bytes);
+    if (!c.prefill_profile_ms.empty()) {
+        s.pop_back();  // the closing brace: the profile joins the object
+        s += R"(, "prefill_profile_ms": {)";
+        const char* sep = "";
+        for (const auto& [k, v] : c.prefill_profile_ms)
+            s += fmt::format(R"({}{}: {:.3f})", sep, json_str(k), v), sep = ", ";
+        s += "}}";
+    }
+    return s;
 }
 
 void print_row(const std::string& label, const Cell& c) {

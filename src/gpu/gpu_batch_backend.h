@@ -22,8 +22,10 @@
 // Snapshots end on block boundaries (snapshot_granularity() = block_size): the slot's full blocks (shared,
 // one more reference) and a device copy of its GDN slot.
 //
-// A row's logits come from the same kernels whatever the other rows are; only cuBLAS's choice of GEMM
-// algorithm for a bucket's row count can move the low bits. Not thread-safe (the scheduler's one thread
+// A row's logits come from the same kernels whatever the other rows are. In buckets of up to 4 rows the
+// projections run on row_gemv (ops/cuda/row_gemv.h), which sums each row alone: a sequence gets the bits
+// it gets by itself; in larger buckets cuBLAS's choice of GEMM algorithm for the row count can move the
+// low bits. Not thread-safe (the scheduler's one thread
 // drives it); snapshots may be destroyed on any thread.
 #pragma once
 

@@ -466,6 +466,7 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
                                  w.k_norm, N, n_kv, Dh, eps, st);
         }
         if (kc) {
+            prof.section("attention");  // RoPE, the cache write and the attention
             cached_attention(c, w, l, T, a, *kc, rope_cos, rope_sin, st);
         } else if (kb) {
             prof.section("attention");

@@ -181,6 +181,7 @@ void GpuForward::check_tokens(const GpuCache& cache, std::span<const int32_t> to
 void GpuForward::forward_pass(GpuCache& cache, int64_t T, int64_t pos0, int64_t n_logits, const Work& w) {
     const ModelConfig& c = model_.config();
     const int64_t C = c.hidden_size, V = c.vocab_size;
+    prof_.section("embedding_rope_table");
     cuda::embedding_forward(w.x, w.ids, model_.p32(model_.embed_offset()), T, V, C, stream_);
     if (T > 1 && fa_rotates(c)) {
         const int64_t half = c.rope_dim / 2;
@@ -188,6 +189,7 @@ void GpuForward::forward_pass(GpuCache& cache, int64_t T, int64_t pos0, int64_t 
     }
     for (int64_t l = 0; l < c.num_layers; ++l) layer(l, cache, T, pos0, w);
     // final norm (bf16, the LM head GEMM's operand) of the last n_logits rows, then the logits in fp32
+    prof_.section("lm_head");
     cuda::rmsnorm_forward(w.xn, nullptr, w.x + (T - n_logits) * C, model_.p32(model_.final_norm_offset()),
                           n_logits, C, c.rms_norm_eps, stream_);
     cuda::linear_forward(*blas_, w.xn, model_.p16(model_.lm_head_offset()), n_logits, C, V, w.logits, 0.f);

@@ -94,6 +94,17 @@ class GpuForward {
         size_t last_nodes = 0;       // nodes of the last graph captured
     };
     const GraphStats& graph_stats() const { return stats_; }
+    // GPU milliseconds per section of the layer (gpu/step_profiler.h: attention, gdn, gemm_fwd, ...) of
+    // the eager passes between enable_profile() and collect_profile() (which synchronises and switches the
+    // events off again); events cost a few microseconds of CPU each, so benchmarks profile a pass of their
+    // own, and graph captures must not run in between.
+    void enable_profile() { prof_.enable(stream_); }
+    std::map<std::string, double> collect_profile() {
+        prof_.stop();
+        std::map<std::string, double> ms = prof_.collect();
+        prof_.disable();
+        return ms;
+    }
 
   private:
     // Device buffers one forward pass works in: the eager path's grow-only members, or the decode graphs'
@@ -149,7 +160,7 @@ class GpuForward {
     std::vector<GpuLayerWeights> weights_;  // per layer, views of model_ (inference_weights)
     LayerResources res_;
     PrefillAttention prefill_;
-    StepProfiler prof_;  // never enabled: the layer's section marks cost nothing
+    StepProfiler prof_;  // off (the layer's section marks cost nothing) unless enable_profile()
     cudaStream_t stream_ = nullptr;
     std::unique_ptr<cuda::BlasContext> blas_;
     int64_t cap_T_ = 0, cap_logits_ = 0, cap_kv_ = 0;

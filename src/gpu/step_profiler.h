@@ -20,6 +20,7 @@ class StepProfiler {
     StepProfiler& operator=(const StepProfiler&) = delete;
 
     void enable(cudaStream_t stream) { stream_ = stream, on_ = true; }
+    void disable() { on_ = false; }
     bool enabled() const { return on_; }
     // From here until the next section() or stop(), GPU time counts towards `category` (a literal).
     void section(const char* category);

@@ -20,6 +20,7 @@
 #include "ops/cuda/device_arena.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/losses.h"
+#include "ops/cuda/row_gemv.h"
 #include "parity.h"
 #include "train/adamw.h"
 #include "train/losses.h"
@@ -72,6 +73,21 @@ void run_gemm(int64_t M, int64_t N, int64_t K, Rng& rng) {
         Dev<float> dD2(M * N);
         cu::gemm_bf16(ctx, ta, tb, M, N, K, 0.5f, dA.p(), lda, dB.p(), ldb, 1.0f, dC2.p(), dD2.p(), N);
         expect_exact("gemm f32 C->D" + tr + " repeated: differing elements", mismatches(host(dD2), host(dD)));
+    }
+    if (M > 1 && M <= cu::kRowGemvMaxRows) {  // a small decode bucket: each row of X @ W^T gets the bits it
+                                              // gets alone (row_gemv)
+        auto A = bf16_values(sz(M * K), rng), B = bf16_values(sz(N * K), rng);
+        auto dA = dev_bf16(A), dB = dev_bf16(B);
+        Dev<bf16> all(M * N), one(N);
+        cu::gemm_bf16(ctx, false, true, M, N, K, 1.0f, dA.p(), K, dB.p(), K, 0.0f, all.p(), N);
+        const std::vector<float> got = host(all);  // bf16 widened: equal floats, equal bits
+        long long differ = 0;
+        for (int64_t m = 0; m < M; ++m) {
+            cu::gemm_bf16(ctx, false, true, 1, N, K, 1.0f, dA.p() + m * K, K, dB.p(), K, 0.0f, one.p(), N);
+            const std::vector<float> alone = host(one);
+            differ += std::memcmp(alone.data(), got.data() + m * N, sz(N) * sizeof(float)) != 0;
+        }
+        expect_exact("gemm bf16 tB: rows of the bucket differing from the row alone", differ);
     }
     // strided batched, B shared (stride 0) and a padded C stride
     const int64_t batch = 3, sc = M * N + 7;

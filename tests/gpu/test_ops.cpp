@@ -117,6 +117,10 @@ std::vector<OpCase> op_cases() {
     c.push_back(gemm_case(1, 13, 2048));
     c.push_back(gemm_case(1, 5, 8));
     c.push_back(gemm_case(1, 33, 2056));
+    // decode buckets of 2 and 4 rows: row_gemv too, each row bit-equal to its product alone; 8 rows: cuBLAS
+    c.push_back(gemm_case(2, 960, 576));
+    c.push_back(gemm_case(4, 577, 1536));
+    c.push_back(gemm_case(8, 1000, 576));
     c.push_back(linear_case(301, 576, 1536));
     c.push_back(linear_case(33, 1000, 77));
     // small vocabulary: one partial chunk, several row blocks

@@ -312,8 +312,8 @@ void gemm_impl(BlasContext& ctx, bool ta, bool tb, int64_t M, int64_t N, int64_t
         run_legacy(ctx, g);
         return;
     }
-    if (row_gemv_applies(ta, tb, M, K, batch, A, B, ldb)) {  // decode's single rows (row_gemv.h)
-        row_gemv(ctx.stream(), N, K, alpha, A, B, ldb, beta, C, D, ctype);
+    if (row_gemv_applies(ta, tb, M, K, batch, A, lda, B, ldb)) {  // decode's few rows (row_gemv.h)
+        row_gemv(ctx.stream(), M, N, K, alpha, A, lda, B, ldb, beta, C, D, ldc, ctype);
         return;
     }
     const GemmPlan& p = plan_for(ctx, g);
