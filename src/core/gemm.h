@@ -8,10 +8,17 @@ namespace hydra {
 
 // C (M, N) = alpha * op(A) * op(B) + beta * C, with op = transpose when the flag is set.
 // A is (M, K) or, transposed, (K, M); B is (K, N) or, transposed, (N, K). Sizes must fit BLAS ints.
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+
+// Tensor-core precision, emulated for reference tolerances: while on, the float gemm / gemv round their
+// operands (A, B, x) to bf16 before the product (the accumulation stays fp32), as the GPU's bf16 GEMMs and
+// attention read theirs. Process-wide (OpenMP workers call gemm too); the GPU parity tests switch it on to
+// measure how far bf16 operands move the CPU's own result (their tolerance). Off by default.
+void set_gemm_bf16_operands(bool on);
+bool gemm_bf16_operands();
 
 // y (M) = alpha * A (M, K) @ x (K) + beta * y: a matrix-vector product streams A once (decode).
 void gemv(int64_t M, int64_t K, float alpha, const float* A, const float* x, float beta, float* y);

@@ -1,8 +1,11 @@
 // Gradient parity of the GPU training step (gpu/gpu_train_step.h) against the CPU reference
 // (train/model_step.h, train/align_step.h), one named test per case
 // (GpuTrainStep/Parity.<case>): the loss, its CE and KL parts, and every trainable tensor's gradient
-// (relative RMS within max(2e-2, 2 x that tensor's bf16 floor); the floor is how far rounding only the GEMM
-// weights to bf16, as the GPU reads them, moves the CPU's fp32 gradient); frozen tensors exactly zero; the
+// (relative RMS within max(2e-2, 2 x that tensor's bf16 floor); the floor is how far bf16 GEMM operands
+// (weights rounded to bf16 as the GPU reads them, and every product's activations and gradients rounded to
+// bf16 as its tensor cores read them: core/gemm.h's set_gemm_bf16_operands) move the CPU's fp32 gradient;
+// on the real model they move layer 0's gradients 2-4x further than rounding the weights alone); frozen
+// tensors exactly zero; the
 // step repeated (captured as a CUDA graph, then replayed) equal to the eager one. Align cases (stage 1):
 // align_forward_backward against align_step on the teacher's layer-boundary states, the loss and every
 // layer's loss (1e-2) and the gradients as above. Hybrids are converted from their random teacher
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gemm.h"
 #include "core/half.h"
 #include "gpu/gpu_train_engine.h"
 #include "gpu/gpu_train_step.h"
@@ -432,6 +436,14 @@ int64_t numel(const ArenaEntry& e) {
     return k;
 }
 
+// The CPU step computed with bf16 GEMM operands while this lives (the bf16 floor's run).
+struct Bf16GemmOperands {
+    Bf16GemmOperands() { set_gemm_bf16_operands(true); }
+    ~Bf16GemmOperands() { set_gemm_bf16_operands(false); }
+    Bf16GemmOperands(const Bf16GemmOperands&) = delete;
+    Bf16GemmOperands& operator=(const Bf16GemmOperands&) = delete;
+};
+
 // Every trainable tensor's GPU gradient against the CPU reference within max(kGradTol, 2 x its bf16 floor);
 // frozen tensors exactly zero on the GPU. Prints the whole-vector errors as a summary.
 void expect_gradients(const ParamArena& layout, const std::vector<char>& trainable,
@@ -473,7 +485,8 @@ void run_objective_case(const StepCase& c, cudaStream_t stream) {
     const TrainBatch batch{inputs.data(), targets.data(), c.B, c.T};
     const std::vector<char> trainable = trainable_mask(layout, c.trainable, c.frozen);
 
-    // CPU reference, and its bf16 floor (the same step with the GEMM weights rounded to bf16)
+    // CPU reference, and its bf16 floor (the same step with bf16 GEMM weights and operands, the teacher's
+    // hidden states for the KL computed so too)
     StageObjective so;
     so.ce_weight = c.obj.ce_weight;
     so.kl_weight = c.obj.kl_weight;
@@ -499,7 +512,17 @@ void run_objective_case(const StepCase& c, cudaStream_t stream) {
                                                         batch, so, trainable, {false});
     {
         const std::vector<float> p16 = bf16_gemm_weights(layout);
-        model_train_step<float>(cfg, m.plan(), layout, p16.data(), g_floor.data(), batch, so, trainable,
+        const Bf16GemmOperands emulate;
+        StageObjective so16 = so;
+        std::vector<float> t_hidden16;
+        if (teacher) {
+            const LlamaModel& t = *teacher;
+            const std::vector<float> t16 = bf16_gemm_weights(t.params());
+            t_hidden16 =
+                final_hidden_states(t.config(), t.plan(), t.params(), t16.data(), inputs.data(), c.B, c.T);
+            so16.teacher_hidden = t_hidden16.data();
+        }
+        model_train_step<float>(cfg, m.plan(), layout, p16.data(), g_floor.data(), batch, so16, trainable,
                                 {false});
     }
 
@@ -558,13 +581,15 @@ void run_align_case(const StepCase& c, cudaStream_t stream) {
     const std::vector<char> trainable =
         trainable_mask(layout, c.la_layers_trainable ? la_layer_globs(m) : c.trainable, c.frozen);
 
-    // CPU reference; the bf16 floor rounds the GEMM weights of both models (the GPU teacher reads bf16 too)
+    // CPU reference; the bf16 floor runs both models with bf16 GEMM weights and operands (the GPU teacher's
+    // boundary states come from bf16 products too)
     const std::vector<float> states =
         layer_boundary_states(t.config(), t.plan(), t.params(), t.params().data(), inputs.data(), c.B, c.T);
     std::vector<float> g_cpu(size_t(n), 0.f), g_floor(size_t(n), 0.f);
     const AlignResult ref =
         align_step(cfg, m.plan(), layout, layout.data(), g_cpu.data(), trainable, states.data(), c.B, c.T);
     {
+        const Bf16GemmOperands emulate;
         const std::vector<float> t16 = bf16_gemm_weights(t.params());
         const std::vector<float> states16 =
             layer_boundary_states(t.config(), t.plan(), t.params(), t16.data(), inputs.data(), c.B, c.T);
