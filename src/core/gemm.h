@@ -13,12 +13,14 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
           int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 
-// Tensor-core precision, emulated for reference tolerances: while on, the float gemm / gemv round their
-// operands (A, B, x) to bf16 before the product (the accumulation stays fp32), as the GPU's bf16 GEMMs and
-// attention read theirs. Process-wide (OpenMP workers call gemm too); the GPU parity tests switch it on to
-// measure how far bf16 operands move the CPU's own result (their tolerance). Off by default.
-void set_gemm_bf16_operands(bool on);
-bool gemm_bf16_operands();
+// bf16 storage, emulated for reference tolerances: while on, the float gemm / gemv round their operands
+// (A, B, x) to bf16 before the product and, when the product overwrites its output (beta == 0), the output
+// after it (the accumulation stays fp32; an accumulating product, beta != 0, keeps an fp32 output), as the
+// GPU's bf16 GEMMs read their operands and store most fresh products. Process-wide (OpenMP workers call gemm
+// too); the GPU training-step parity test switches it on to measure how far bf16 storage moves the CPU's own
+// gradients (its tolerance). Off by default.
+void set_gemm_bf16_rounding(bool on);
+bool gemm_bf16_rounding();
 
 // y (M) = alpha * A (M, K) @ x (K) + beta * y: a matrix-vector product streams A once (decode).
 void gemv(int64_t M, int64_t K, float alpha, const float* A, const float* x, float beta, float* y);

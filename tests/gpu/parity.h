@@ -7,8 +7,8 @@
 // Tolerances (DESIGN.md §3): 1e-2 where the GPU output is bf16 or computed from bf16 operands, 1e-5
 // where it is fp32 arithmetic on fp32 inputs; cases with other needs name their own beside the check.
 // Model-level checks add the bf16 floor (expect_rel_floor): how far bf16 rounding moves the CPU's own fp32
-// result (the forward checks round the weights; the training step also the products' operands, as tensor
-// cores read them); an output passes within max(tolerance, 2 x its floor).
+// result (the forward checks round the weights; the training step also its products' operands and fresh
+// outputs, as the GPU reads and stores them); an output passes within max(tolerance, 2 x its floor).
 //
 // Inputs: random, from a generator seeded per case by its name (reproducible in CTest);
 // HYDRA_TEST_SEED=N mixes N into every case's seed to draw other inputs (printed at each case's start).

@@ -3,7 +3,7 @@
 // (GpuTrainStep/Parity.<case>): the loss, its CE and KL parts, and every trainable tensor's gradient
 // (relative RMS within max(2e-2, 2 x that tensor's bf16 floor); the floor is how far bf16 GEMM operands
 // (weights rounded to bf16 as the GPU reads them, and every product's activations and gradients rounded to
-// bf16 as its tensor cores read them: core/gemm.h's set_gemm_bf16_operands) move the CPU's fp32 gradient;
+// bf16 as its tensor cores read them: core/gemm.h's set_gemm_bf16_rounding) move the CPU's fp32 gradient;
 // on the real model they move layer 0's gradients 2-4x further than rounding the weights alone); frozen
 // tensors exactly zero; the
 // step repeated (captured as a CUDA graph, then replayed) equal to the eager one. Align cases (stage 1):
@@ -436,12 +436,12 @@ int64_t numel(const ArenaEntry& e) {
     return k;
 }
 
-// The CPU step computed with bf16 GEMM operands while this lives (the bf16 floor's run).
-struct Bf16GemmOperands {
-    Bf16GemmOperands() { set_gemm_bf16_operands(true); }
-    ~Bf16GemmOperands() { set_gemm_bf16_operands(false); }
-    Bf16GemmOperands(const Bf16GemmOperands&) = delete;
-    Bf16GemmOperands& operator=(const Bf16GemmOperands&) = delete;
+// The CPU step computed with bf16 storage in its products while this lives (the bf16 floor's run).
+struct Bf16GemmRounding {
+    Bf16GemmRounding() { set_gemm_bf16_rounding(true); }
+    ~Bf16GemmRounding() { set_gemm_bf16_rounding(false); }
+    Bf16GemmRounding(const Bf16GemmRounding&) = delete;
+    Bf16GemmRounding& operator=(const Bf16GemmRounding&) = delete;
 };
 
 // Every trainable tensor's GPU gradient against the CPU reference within max(kGradTol, 2 x its bf16 floor);
@@ -485,8 +485,8 @@ void run_objective_case(const StepCase& c, cudaStream_t stream) {
     const TrainBatch batch{inputs.data(), targets.data(), c.B, c.T};
     const std::vector<char> trainable = trainable_mask(layout, c.trainable, c.frozen);
 
-    // CPU reference, and its bf16 floor (the same step with bf16 GEMM weights and operands, the teacher's
-    // hidden states for the KL computed so too)
+    // CPU reference, and its bf16 floor (the same step with bf16 GEMM weights and bf16 storage in its
+    // products, the teacher's hidden states for the KL computed so too)
     StageObjective so;
     so.ce_weight = c.obj.ce_weight;
     so.kl_weight = c.obj.kl_weight;
@@ -512,7 +512,7 @@ void run_objective_case(const StepCase& c, cudaStream_t stream) {
                                                         batch, so, trainable, {false});
     {
         const std::vector<float> p16 = bf16_gemm_weights(layout);
-        const Bf16GemmOperands emulate;
+        const Bf16GemmRounding emulate;
         StageObjective so16 = so;
         std::vector<float> t_hidden16;
         if (teacher) {
@@ -581,15 +581,15 @@ void run_align_case(const StepCase& c, cudaStream_t stream) {
     const std::vector<char> trainable =
         trainable_mask(layout, c.la_layers_trainable ? la_layer_globs(m) : c.trainable, c.frozen);
 
-    // CPU reference; the bf16 floor runs both models with bf16 GEMM weights and operands (the GPU teacher's
-    // boundary states come from bf16 products too)
+    // CPU reference; the bf16 floor runs both models with bf16 GEMM weights and bf16 storage in their
+    // products (the GPU teacher's boundary states come from bf16 products too)
     const std::vector<float> states =
         layer_boundary_states(t.config(), t.plan(), t.params(), t.params().data(), inputs.data(), c.B, c.T);
     std::vector<float> g_cpu(size_t(n), 0.f), g_floor(size_t(n), 0.f);
     const AlignResult ref =
         align_step(cfg, m.plan(), layout, layout.data(), g_cpu.data(), trainable, states.data(), c.B, c.T);
     {
-        const Bf16GemmOperands emulate;
+        const Bf16GemmRounding emulate;
         const std::vector<float> t16 = bf16_gemm_weights(t.params());
         const std::vector<float> states16 =
             layer_boundary_states(t.config(), t.plan(), t.params(), t16.data(), inputs.data(), c.B, c.T);

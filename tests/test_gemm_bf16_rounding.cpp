@@ -1,4 +1,4 @@
-// The CPU GEMM's bf16-operand emulation (core/gemm.h set_gemm_bf16_operands): on, every float product
+// The CPU GEMM's bf16-operand emulation (core/gemm.h set_gemm_bf16_rounding): on, every float product
 // equals the plain product of its operands rounded to bf16 (any transpose, leading dimensions past the
 // width); off again, the plain product.
 #include <gtest/gtest.h>
@@ -30,10 +30,10 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 struct Operands {
-    ~Operands() { set_gemm_bf16_operands(false); }
+    ~Operands() { set_gemm_bf16_rounding(false); }
 };
 
-TEST(GemmBf16Operands, EveryTransposeEqualsTheProductOfRoundedOperands) {
+TEST(GemmBf16Rounding, EveryTransposeEqualsTheProductOfRoundedOperands) {
     const int64_t M = 5, N = 7, K = 9, pad = 3;
     for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
@@ -47,11 +47,11 @@ TEST(GemmBf16Operands, EveryTransposeEqualsTheProductOfRoundedOperands) {
         gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, plain.data(), ldc);
         {
             Operands scope;
-            set_gemm_bf16_operands(true);
-            EXPECT_TRUE(gemm_bf16_operands());
+            set_gemm_bf16_rounding(true);
+            EXPECT_TRUE(gemm_bf16_rounding());
             gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, got.data(), ldc);
         }
-        EXPECT_FALSE(gemm_bf16_operands());
+        EXPECT_FALSE(gemm_bf16_rounding());
         EXPECT_TRUE(same_bits(got, want)) << "transpose A " << ta << " B " << tb;
         EXPECT_FALSE(same_bits(got, plain))
             << "the operands were not rounded (transpose A " << ta << " B " << tb << ")";
@@ -61,7 +61,22 @@ TEST(GemmBf16Operands, EveryTransposeEqualsTheProductOfRoundedOperands) {
     }
 }
 
-TEST(GemmBf16Operands, MatrixVectorProductRoundsMatrixAndVector) {
+TEST(GemmBf16Rounding, AFreshProductIsStoredInBf16) {
+    const int64_t M = 4, N = 6, K = 8;
+    const std::vector<float> A = random_values(size_t(M * K), 41), B = random_values(size_t(K * N), 42);
+    std::vector<float> want(size_t(M * N), 0.f), got(size_t(M * N), -7.f);
+    const std::vector<float> A16 = rounded(A), B16 = rounded(B);
+    gemm(false, false, M, N, K, 1.0f, A16.data(), K, B16.data(), N, 0.0f, want.data(), N);
+    want = rounded(want);
+    {
+        Operands scope;
+        set_gemm_bf16_rounding(true);
+        gemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, got.data(), N);
+    }
+    EXPECT_TRUE(same_bits(got, want));
+}
+
+TEST(GemmBf16Rounding, MatrixVectorProductRoundsMatrixAndVector) {
     const int64_t M = 6, K = 11;
     const std::vector<float> A = random_values(size_t(M * K), 31), x = random_values(size_t(K), 32),
                              y0 = random_values(size_t(M), 33);
@@ -70,7 +85,7 @@ TEST(GemmBf16Operands, MatrixVectorProductRoundsMatrixAndVector) {
     gemv(M, K, 1.0f, A16.data(), x16.data(), 0.25f, want.data());
     {
         Operands scope;
-        set_gemm_bf16_operands(true);
+        set_gemm_bf16_rounding(true);
         gemv(M, K, 1.0f, A.data(), x.data(), 0.25f, got.data());
     }
     EXPECT_TRUE(same_bits(got, want));
