@@ -1,11 +1,11 @@
 // Gradient parity of the GPU training step (gpu/gpu_train_step.h) against the CPU reference
 // (train/model_step.h, train/align_step.h), one named test per case
 // (GpuTrainStep/Parity.<case>): the loss, its CE and KL parts, and every trainable tensor's gradient
-// (relative RMS within max(2e-2, 2 x that tensor's bf16 floor); the floor is how far bf16 GEMM operands
-// (weights rounded to bf16 as the GPU reads them, and every product's activations and gradients rounded to
-// bf16 as its tensor cores read them: core/gemm.h's set_gemm_bf16_rounding) move the CPU's fp32 gradient;
-// on the real model they move layer 0's gradients 2-4x further than rounding the weights alone); frozen
-// tensors exactly zero; the
+// (relative RMS within max(2e-2, 2 x that tensor's bf16 floor); the floor is how far bf16 storage moves the
+// CPU's fp32 gradient: the weights rounded to bf16 as the GPU reads them, and every product's operands and
+// fresh outputs as its tensor cores read and its kernels store them, core/gemm.h set_gemm_bf16_rounding; on
+// the real model that moves layer 0's gradients 2.5-4x further than rounding the weights alone, and the GPU
+// lies 1.2-1.5x that floor from the CPU: bench/bf16_floor_bench); frozen tensors exactly zero; the
 // step repeated (captured as a CUDA graph, then replayed) equal to the eager one. Align cases (stage 1):
 // align_forward_backward against align_step on the teacher's layer-boundary states, the loss and every
 // layer's loss (1e-2) and the gradients as above. Hybrids are converted from their random teacher
