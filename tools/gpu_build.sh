@@ -143,15 +143,16 @@ stash)
   # every model part this call carries is kept for the calls after it
   mkdir -p "$PREFIX/gguf_parts"
   for d in "$DEPS"/gguf_[0-9]*; do [[ -f "$d/part" ]] && cp "$d/part" "$PREFIX/gguf_parts/${d##*_}" && cp "$d/of" "$PREFIX/gguf_parts/of"; done
-  echo "[gpu_build] kept model parts: $(ls "$PREFIX/gguf_parts" | tr '\n' ' ')"
+  echo "[gpu_build] kept model parts: $(ls "$PREFIX/gguf_parts" | grep -vx of | tr '\n' ' ')of $(cat "$PREFIX/gguf_parts/of" 2>/dev/null)"
   ;;
 model)
   "$0" stash >/dev/null
   of=$(cat "$PREFIX/gguf_parts/of" 2>/dev/null || echo 0)
   missing=""
   for i in $(seq 1 "$of"); do [[ -f "$PREFIX/gguf_parts/$i" ]] || missing="$missing $i"; done
-  [[ "$of" -gt 0 && -z "$missing" && -x "$PREFIX/build/hydra" ]] || {
-    echo "[gpu_build] model parts missing ($missing of $of) or no build: the machine went cold; start again with call 1" >&2
+  # the parts say how many there are; none kept at all means a machine that went cold (or never had call 1)
+  [[ "$of" -gt 0 && -z "$missing" ]] || {
+    echo "[gpu_build] model parts missing (${missing:- all} of ${of}): the machine went cold or a call was skipped; start again with call 1" >&2
     exit 3; }
   mkdir -p "$PREFIX/models"
   for i in $(seq 1 "$of"); do cat "$PREFIX/gguf_parts/$i"; done | unxz_to "$PREFIX/models/$GGUF_NAME"
