@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 
 #include "core/error.h"
@@ -15,6 +16,7 @@
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/rmsnorm.h"
 #include "ops/cuda/rope.h"
+#include "train/token_groups.h"
 
 namespace hydra::gpu {
 
@@ -33,6 +35,8 @@ GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher,
     student_res_.step = this, student_res_.student = true;
     teacher_res_.step = this, teacher_res_.student = false;
     totals_ = cuda::DeviceBuffer<cuda::LossTotals>(2);
+    if (const char* e = std::getenv("HYDRA_DETERMINISTIC"); e && *e)
+        opt_.deterministic = std::string(e) == "1";
     const char* attn_env = std::getenv("HYDRA_ATTENTION");
     if (opt_.cudnn_attention && !(attn_env && std::string(attn_env) == "own"))
         cudnn_attn_ = std::make_unique<cuda::CudnnAttention>();
@@ -204,6 +208,15 @@ void GpuTrainStep::upload_batch(const TrainBatch& batch, bool with_targets) {
     const int64_t N = batch.batch * batch.seq_len;
     if (ids_.size() < N) ids_.resize(N);
     CUDA_CHECK(cudaMemcpyAsync(ids_.data(), batch.inputs, size_t(N) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    if (opt_.deterministic) {
+        group_tokens(std::span<const int32_t>(batch.inputs, size_t(N)), student_.config().vocab_size,
+                     token_groups_host_, token_group_counts_);
+        if (token_groups_.size() < token_groups_host_.size()) token_groups_.resize(token_groups_host_.size());
+        // pageable source: the copy has read it when the call returns, so the next batch may regroup at once
+        CUDA_CHECK(cudaMemcpyAsync(token_groups_.data(), token_groups_host_.data(),
+                                   token_groups_host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                   stream_));
+    }
     if (with_targets) {
         if (targets_.size() < N) targets_.resize(N);
         CUDA_CHECK(cudaMemcpyAsync(targets_.data(), batch.targets, size_t(N) * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -538,8 +551,12 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
             }
             grads_done(grad_event_layer(l, L));
         }
-        if (float* g = student_.grad(student_.embed_offset()))
-            cuda::embedding_backward(g, dx, ids_.data(), N, V, C, st);
+        if (float* g = student_.grad(student_.embed_offset())) {
+            if (opt_.deterministic)
+                cuda::embedding_backward_grouped(g, dx, token_groups_.data(), N, C, st);
+            else
+                cuda::embedding_backward(g, dx, ids_.data(), N, V, C, st);
+        }
         grads_done(grad_event_embedding(L));
         prof_.stop();
     };  // body
@@ -559,6 +576,7 @@ GpuStepLosses GpuTrainStep::forward_backward(const TrainBatch& batch, const GpuO
                                   double(ws_generation_),
                                   double(reinterpret_cast<uintptr_t>(ids_.data())),
                                   double(reinterpret_cast<uintptr_t>(targets_.data())),
+                                  double(reinterpret_cast<uintptr_t>(token_groups_.data())),
                                   double(cudnn_attn_ ? cudnn_attn_->workspace_bytes() : 0)};
     // a gradient hook launches work on other streams from the host as the backward is issued: eager only
     if (kl_mask || prof_.enabled() || grad_hook_ || !run_step_graph(key, body)) body();

@@ -86,6 +86,11 @@ struct GpuStepOptions {
     // HYDRA_STEP_GRAPH=0 / 1 in the environment overrides this. Not with HYDRA_STEP_PROFILE's events or
     // a KL position limit (its row mask is uploaded inside the step).
     bool cuda_graph = true;
+    // The same gradients every run: the embedding backward sums each table row's rows in position order
+    // (ops/cuda/embedding.h embedding_backward_grouped, the CPU's bits) instead of with atomics.
+    // HYDRA_DETERMINISTIC=1 in the environment turns it on. (The GDN backward still adds partial sums
+    // with shared-memory atomics.)
+    bool deterministic = false;
 };
 
 // The stage objective (train/model_step.h's StageObjective on the device): ce_weight * mean CE over scored
@@ -233,6 +238,9 @@ class GpuTrainStep {
     std::unique_ptr<cuda::LmHeadLossWorkspace> loss_ws_;
     cuda::DeviceBuffer<cuda::LossTotals> totals_;
     cuda::DeviceBuffer<int32_t> ids_, targets_;
+    cuda::DeviceBuffer<int32_t>
+        token_groups_;  // deterministic: the batch's ids grouped (train/token_groups.h)
+    std::vector<int32_t> token_groups_host_, token_group_counts_;
     cuda::DeviceBuffer<uint8_t> kl_mask_;
     Shape train_shape_;  // the shape the training workspaces were made for
     std::vector<std::unique_ptr<cuda::GdnWorkspace>> gdn_layer_ws_;              // per layer (no recompute)

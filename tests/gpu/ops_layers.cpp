@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "ops/cuda/short_conv.h"
 #include "ops/cuda/swiglu.h"
 #include "parity.h"
+#include "train/token_groups.h"
 
 // fusion.cu maps hydra::FusionKind by its enumerator values.
 static_assert(int(hydra::FusionKind::ScaleNorm) == 0 && int(hydra::FusionKind::None) == 1 &&
@@ -74,6 +76,19 @@ void run_embedding(int64_t N, int64_t V, int64_t C, Rng& rng) {
     expect_rel("embedding fwd f32 table x", host(x), x_ref, kTolF32);
     cu::embedding_backward(ddt.p(), ddx.p(), dids.p(), N, V, C);
     expect_delta("embedding bwd dtable+=", host(ddt), dt_ref, dt0, kTolF32);
+    // the deterministic backward: the CPU's sums in the CPU's order, so the same bits (a second call too)
+    std::vector<int32_t> packed, counts;
+    group_tokens(ids, V, packed, counts);
+    auto dgroups = dev_i32(packed);
+    for (int call = 0; call < 2; ++call) {
+        auto ddt_grouped = dev_f32(dt0);
+        cu::embedding_backward_grouped(ddt_grouped.p(), ddx.p(), dgroups.p(), N, C);
+        const std::vector<float> got = host(ddt_grouped);
+        long long differ = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+            differ += std::memcmp(&got[i], &dt_ref[i], sizeof(float)) != 0;
+        expect_exact("embedding bwd grouped: elements differing from the CPU", differ);
+    }
 }
 
 void run_rmsnorm(int64_t N, int64_t C, Rng& rng) {

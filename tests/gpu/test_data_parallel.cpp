@@ -5,7 +5,8 @@
 // weights, m, v and every step's loss and gradient norm must be bit-identical. Our attention kernels are
 // used (HYDRA_ATTENTION=own) because cuDNN's backward accumulates dQ with atomics (run-to-run noise; ours
 // add at most two KV blocks' terms at T = 96, an order-free sum), and GEMMs take the heuristic's algorithm
-// (HYDRA_GEMM_TUNE=0); a first check that two plain runs agree bit for bit guards the comparison, and a
+// (HYDRA_GEMM_TUNE=0), and the embedding backward sums in a fixed order (HYDRA_DETERMINISTIC=1); a first
+// check that two plain runs agree bit for bit guards the comparison, and a
 // failure names the first differing step and the tensors that differ. Skipped when NCCL cannot be
 // loaded (LD_LIBRARY_PATH / HYDRA_NCCL_LIB: tools/nccl_lib_dir.sh).
 #include <cuda_runtime.h>
@@ -165,6 +166,8 @@ TEST_P(GpuDataParallel, OneRankNcclIsBitIdenticalToPlain) {
     ScopedEnv small_buckets("HYDRA_DP_BUCKET_MB", "0.5");
     // the heuristic's GEMM algorithm, not the fastest of a timing: two runs' timings may pick differently
     ScopedEnv fixed_gemms("HYDRA_GEMM_TUNE", "0");
+    // the embedding backward's fixed-order sums instead of atomics on repeated tokens
+    ScopedEnv fixed_sums("HYDRA_DETERMINISTIC", "1");
     auto teacher = std::make_unique<LlamaModel>(tiny());
     bench::randomise(*teacher, 1);
     const HybridPlan plan = build_plan(

@@ -28,4 +28,11 @@ void embedding_forward(float* x, const int32_t* ids, const float* table, int64_t
 void embedding_backward(float* dtable, const float* dx, const int32_t* ids, int64_t N, int64_t V, int64_t C,
                         cudaStream_t stream = nullptr);
 
+// The same sums in a fixed order: `groups` is train/token_groups.h's packed grouping of the batch's ids
+// ((3 N + 2) int32 on the device); one block per group adds the group's rows to its table row in position
+// order, starting from the row's value, as the CPU's embedding_backward does (the same bits). For the
+// deterministic training step (HYDRA_DETERMINISTIC=1).
+void embedding_backward_grouped(float* dtable, const float* dx, const int32_t* groups, int64_t N, int64_t C,
+                                cudaStream_t stream = nullptr);
+
 }  // namespace hydra::cuda
