@@ -530,7 +530,15 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         float* win_k = kc ? kc->cache->conv_k(l) : nullptr;
         float* win_v = kc ? kc->cache->conv_v(l) : nullptr;
         prof.section("la_conv");
-        if (kb) {  // each row's windows in its slot
+        if (T == 1 && (kb || kc) && W >= 2) {  // decode: q, k, v in one launch, windows shifted in place
+            cuda::ConvDecodeGroups cg;
+            cg.out[0] = a.lq, cg.out[1] = a.lk, cg.out[2] = a.lv;
+            cg.w[0] = w.conv_q, cg.w[1] = w.conv_k, cg.w[2] = w.conv_v;
+            cg.windows[0] = kb ? kb->conv_q : win_q, cg.windows[1] = kb ? kb->conv_k : win_k;
+            cg.windows[2] = kb ? kb->conv_v : win_v;
+            cuda::short_conv_decode_qkv(cg, a.lqkv, ld_lqkv, kb ? kb->slots : nullptr,
+                                        kb ? kb->slot_stride : 0, B, Dla, W, st);
+        } else if (kb) {  // each row's windows in its slot
             cuda::short_conv_forward_slots(a.lq, kb->conv_q, kb->slots, kb->slot_stride, a.lqkv, ld_lqkv,
                                            w.conv_q, B, T, Dla, W, st);
             cuda::short_conv_forward_slots(a.lk, kb->conv_k, kb->slots, kb->slot_stride, a.lqkv + Dla,

@@ -66,6 +66,7 @@ OpCase rope_scaled_case(const std::string& spec, int64_t max_pos, int64_t num_se
                         int64_t Dh, int64_t pos0);
 OpCase swiglu_case(int64_t N, int64_t I);
 OpCase short_conv_case(int64_t B, int64_t T, int64_t D, int64_t W, bool with_prev, int64_t pad);
+OpCase short_conv_decode_case(int64_t B, int64_t D, int64_t W, int64_t pad);
 OpCase gdn_gates_case(int64_t N, int64_t HV, bool neg);
 OpCase gated_rmsnorm_case(int64_t N, int64_t HV, int64_t D, int64_t zpad);
 OpCase fusion_case(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, bool inplace);

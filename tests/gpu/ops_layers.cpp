@@ -91,6 +91,61 @@ void run_embedding(int64_t N, int64_t V, int64_t C, Rng& rng) {
     }
 }
 
+// The decode conv of q, k and v in one launch against three short_conv_forward calls (contiguous windows)
+// and three short_conv_forward_slots calls (windows in a slot pool, rows on scattered slots): the same
+// outputs and next windows, bit for bit.
+void run_short_conv_decode(int64_t B, int64_t D, int64_t W, int64_t pad, Rng& rng) {
+    const int64_t P = W - 1, xs = 3 * D + pad, n_slots = B + 3, stride = P * D + 5;
+    auto x = bf16_values(sz(B * xs), rng);
+    std::vector<std::vector<float>> w(3), win(3), pool(3);
+    for (int g = 0; g < 3; ++g) {
+        w[sz(g)] = f32_values(sz(D * W), rng, 0.5f);
+        win[sz(g)] = f32_values(sz(B * P * D), rng);
+        pool[sz(g)] = f32_values(sz(n_slots * stride), rng);
+    }
+    std::vector<int32_t> slots(sz(B));
+    for (int64_t b = 0; b < B; ++b) slots[sz(b)] = int32_t((b * 2 + 1) % n_slots);  // distinct for B < 4
+    auto dX = dev_bf16(x);
+    auto dslots = dev_i32(slots);
+    long long out_differ = 0, win_differ = 0;
+    auto count = [](const std::vector<float>& a, const std::vector<float>& b) {
+        long long n = a.size() != b.size();
+        for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+            n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+        return n;
+    };
+    for (int with_slots = 0; with_slots < 2; ++with_slots) {
+        std::vector<Dev<float>> wd, ref_win, fused_win;
+        std::vector<Dev<bf16>> ref_out, fused_out;
+        for (int g = 0; g < 3; ++g) {
+            wd.push_back(dev_f32(w[sz(g)]));
+            const std::vector<float>& w0 = with_slots ? pool[sz(g)] : win[sz(g)];
+            ref_win.push_back(dev_f32(w0));
+            fused_win.push_back(dev_f32(w0));
+            ref_out.emplace_back(B * D);
+            fused_out.emplace_back(B * D);
+        }
+        cu::ConvDecodeGroups cg;
+        for (int g = 0; g < 3; ++g) {
+            if (with_slots)
+                cu::short_conv_forward_slots(ref_out[sz(g)].p(), ref_win[sz(g)].p(), dslots.p(), stride,
+                                             dX.p() + g * D, xs, wd[sz(g)].p(), B, 1, D, W);
+            else
+                cu::short_conv_forward(ref_out[sz(g)].p(), ref_win[sz(g)].p(), dX.p() + g * D, xs,
+                                       wd[sz(g)].p(), ref_win[sz(g)].p(), B, 1, D, W);
+            cg.out[g] = fused_out[sz(g)].p(), cg.windows[g] = fused_win[sz(g)].p(), cg.w[g] = wd[sz(g)].p();
+        }
+        cu::short_conv_decode_qkv(cg, dX.p(), xs, with_slots ? dslots.p() : nullptr, with_slots ? stride : 0,
+                                  B, D, W);
+        for (int g = 0; g < 3; ++g) {
+            out_differ += count(host(fused_out[sz(g)]), host(ref_out[sz(g)]));
+            win_differ += count(host(fused_win[sz(g)]), host(ref_win[sz(g)]));
+        }
+    }
+    expect_exact("short_conv decode qkv: outputs differing from the per-group calls", out_differ);
+    expect_exact("short_conv decode qkv: window elements differing", win_differ);
+}
+
 void run_rmsnorm(int64_t N, int64_t C, Rng& rng) {
     const float eps = 1e-5f;
     auto x = f32_values(sz(N * C), rng, 2.f);
@@ -573,6 +628,11 @@ OpCase rope_scaled_case(const std::string& spec, int64_t max_pos, int64_t num_se
 
 OpCase swiglu_case(int64_t N, int64_t I) {
     return {case_name("swiglu", {{"N", N}, {"I", I}}), [=](Rng& r) { run_swiglu(N, I, r); }};
+}
+
+OpCase short_conv_decode_case(int64_t B, int64_t D, int64_t W, int64_t pad) {
+    return {case_name("short_conv_decode", {{"B", B}, {"D", D}, {"W", W}, {"pad", pad}}),
+            [=](Rng& r) { run_short_conv_decode(B, D, W, pad, r); }};
 }
 
 OpCase short_conv_case(int64_t B, int64_t T, int64_t D, int64_t W, bool with_prev, int64_t pad) {

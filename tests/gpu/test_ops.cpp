@@ -92,6 +92,10 @@ std::vector<OpCase> op_cases() {
     c.push_back(short_conv_case(4, 1, 256, 4, true, 0));  // decode step
     c.push_back(short_conv_case(1, 77, 128, 3, true, 0));
     c.push_back(short_conv_case(1, 20, 64, 1, false, 0));  // no window
+    // a decode step's q, k and v convolutions in one launch: contiguous and slot-pool windows
+    c.push_back(short_conv_decode_case(1, 512, 4, 0));
+    c.push_back(short_conv_decode_case(3, 192, 4, 64));
+    c.push_back(short_conv_decode_case(2, 130, 2, 0));
     c.push_back(gdn_gates_case(260, 9, false));
     c.push_back(gdn_gates_case(77, 16, true));
     c.push_back(gated_rmsnorm_case(130, 9, 64, 0));

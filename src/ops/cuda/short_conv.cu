@@ -164,6 +164,41 @@ __global__ void k_conv_next_prev(float* prev_out, const bf16* __restrict__ x, in
     }
 }
 
+// Decode (T = 1), q, k and v together: thread (b, group, d) forms the pre-activation from its carried
+// window and the new token in the order k_conv_forward uses (taps 0 .. W-1), writes the output, and shifts
+// the window by one row (rows 1 .. W-2, then the token), the same values k_conv_next_prev writes.
+template <int W>
+__global__ void k_conv_decode_qkv(ConvDecodeGroups g, const bf16* __restrict__ x, int64_t xs,
+                                  const int32_t* __restrict__ slots, int64_t slot_stride, int B, int D) {
+    constexpr int P = W - 1;
+    const int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (k >= int64_t(B) * 3 * D) return;
+    const int d = int(k % D), grp = int((k / D) % 3), b = int(k / (int64_t(3) * D));
+    const float xv = __bfloat162float(x[int64_t(b) * xs + int64_t(grp) * D + d]);
+    float* win = g.windows[grp] + window_at(b, P, D, slots, slot_stride) + d;
+    const float* w = g.w[grp] + int64_t(d) * W;
+    float xc[W];
+#pragma unroll
+    for (int i = 0; i < P; ++i) xc[i] = win[int64_t(i) * D];
+    xc[P] = xv;
+    float pre = 0.f;
+#pragma unroll
+    for (int i = 0; i < W; ++i) pre += __ldg(w + i) * xc[i];
+    g.out[grp][int64_t(b) * D + d] = __float2bfloat16_rn(pre * fast_sigmoid(pre));
+#pragma unroll
+    for (int i = 0; i < P; ++i) win[int64_t(i) * D] = xc[i + 1];
+}
+
+template <int W>
+void decode_qkv_w(const ConvDecodeGroups& g, const bf16* x, int64_t xs, const int32_t* slots,
+                  int64_t slot_stride, int64_t B, int64_t D, cudaStream_t stream) {
+    const int64_t n = B * 3 * D;
+    constexpr int threads = 256;
+    k_conv_decode_qkv<W><<<unsigned((n + threads - 1) / threads), threads, 0, stream>>>(
+        g, x, xs, slots, slot_stride, int(B), int(D));
+    CUDA_CHECK(cudaGetLastError());
+}
+
 // Thread (b, chunk c, channels d..d+V-1) owns xc rows j in [j0, j0 + kLB) (j0 = c kLB, j < J = T + W-1) of
 // d xc (the gradient of [prev; x]):
 //   dxc[j] = sum_i w[i] dpre[j - i] (+ dprev_out[j - T] for j >= T),  dpre[t] = dout[t] silu'(pre[t])
@@ -401,6 +436,43 @@ void short_conv_forward_slots(bf16* out, float* windows, const int32_t* slots, i
         forward_v<2>(out, windows, x, x_stride, w, windows, B, T, D, W, stream, slots, slot_stride);
     else
         forward_v<1>(out, windows, x, x_stride, w, windows, B, T, D, W, stream, slots, slot_stride);
+}
+
+void short_conv_decode_qkv(const ConvDecodeGroups& g, const bf16* x, int64_t x_stride, const int32_t* slots,
+                           int64_t slot_stride, int64_t B, int64_t D, int64_t W, cudaStream_t stream) {
+    if (B <= 0 || D <= 0) return;
+    HYDRA_CUDA_REQUIRE(W >= 2 && W <= kMaxW && x_stride >= 3 * D && B * 3 * D < (int64_t(1) << 31),
+                       "short_conv_decode_qkv: W must be 2..8, x rows at least 3 D apart, B 3 D < 2^31");
+    HYDRA_CUDA_REQUIRE(!slots || slot_stride >= (W - 1) * D,
+                       "short_conv_decode_qkv: a slot stride >= (W-1) D is required");
+    for (int i = 0; i < 3; ++i)
+        HYDRA_CUDA_REQUIRE(g.out[i] && g.windows[i] && g.w[i],
+                           "short_conv_decode_qkv: every group needs an output, windows and weights");
+#define DEC(w_) decode_qkv_w<w_>(g, x, x_stride, slots, slot_stride, B, D, stream)
+    switch (W) {
+        case 2:
+            DEC(2);
+            break;
+        case 3:
+            DEC(3);
+            break;
+        case 4:
+            DEC(4);
+            break;
+        case 5:
+            DEC(5);
+            break;
+        case 6:
+            DEC(6);
+            break;
+        case 7:
+            DEC(7);
+            break;
+        default:
+            DEC(8);
+            break;
+    }
+#undef DEC
 }
 
 void short_conv_backward(bf16* dx, int64_t dx_stride, float* dw, float* dprev, const bf16* dout,

@@ -34,6 +34,21 @@ void short_conv_forward_slots(bf16* out, float* windows, const int32_t* slots, i
                               int64_t x_stride, const float* w, int64_t B, int64_t T, int64_t D, int64_t W,
                               cudaStream_t stream = nullptr);
 
+// One decode token (T = 1) of the q, k and v convolutions at once, each with its own weights, windows and
+// output: the three short_conv_forward calls (or _slots calls) of a decode step in one launch, the same
+// sums and bits. x: (B, 3 D) bf16 rows x_stride apart, group g's channels at column g D (the fused q|k|v
+// projection); out[g]: (B, D) bf16; w[g]: (D, W); windows[g]: the carried (W-1, D) windows, read and then
+// OVERWRITTEN with the next ones: row b's at windows[g] + slots[b] * slot_stride (slots on the device), or
+// at windows[g] + b (W-1) D when slots is null. W >= 2.
+struct ConvDecodeGroups {
+    bf16* out[3];
+    float* windows[3];
+    const float* w[3];
+};
+void short_conv_decode_qkv(const ConvDecodeGroups& g, const bf16* x, int64_t x_stride, const int32_t* slots,
+                           int64_t slot_stride, int64_t B, int64_t D, int64_t W,
+                           cudaStream_t stream = nullptr);
+
 // Backward. dout: gradient of out; dprev_out: gradient of the forward's prev_out (null = none).
 // dx OVERWRITTEN (row stride dx_stride, 0 = D), including what dprev_out routes to x;
 // dw ACCUMULATED (+=, null = frozen; deterministic: fixed token blocks summed in order, device scratch
