@@ -551,18 +551,21 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
             cuda::short_conv_forward(a.lv, win_v, a.lqkv + 2 * Dla, ld_lqkv, w.conv_v, win_v, B, T, Dla, W,
                                      st);
         }
-        prof.section("la_gates");
-        cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, ld_lab, w.A_log, w.dt_bias, N, n_la,
-                                plan.gdn.allow_neg_eigval, st);
-        prof.section("gdn");
         float* state = kc ? kc->cache->state(l) : nullptr;  // (n_la, Dh, Dh): h0 in, ht out
-        if (kb) {                                           // each row's state in its slot
-            cuda::gdn_decode_step_slots(int(B), int(n_la), int(n_la), int(Dh), a.lq, a.lk, a.lv, a.g, a.beta,
-                                        kb->state, kb->slots, kb->slot_stride, a.lo, scale, true, st);
-        } else if (kc && T == 1) {
-            cuda::gdn_decode_step(1, int(n_la), int(n_la), int(Dh), a.lq, a.lk, a.lv, a.g, a.beta, state,
-                                  state, a.lo, scale, true, st);
+        if (kb || (kc && T == 1)) {  // a decode step: the gates computed in the step, the state in place
+            prof.section("gdn");
+            cuda::GdnGateInputs gi;
+            gi.a = a.lab, gi.b = a.lab + n_la, gi.ab_stride = ld_lab, gi.A_log = w.A_log,
+            gi.dt_bias = w.dt_bias;
+            gi.allow_neg_eigval = plan.gdn.allow_neg_eigval;
+            cuda::gdn_decode_step_gated(int(B), int(n_la), int(n_la), int(Dh), a.lq, a.lk, a.lv, gi,
+                                        kb ? kb->state : state, kb ? kb->slots : nullptr,
+                                        kb ? kb->slot_stride : 0, a.lo, scale, true, st);
         } else {
+            prof.section("la_gates");
+            cuda::gdn_gates_forward(a.g, a.beta, a.lab, a.lab + n_la, ld_lab, w.A_log, w.dt_bias, N, n_la,
+                                    plan.gdn.allow_neg_eigval, st);
+            prof.section("gdn");
             cuda::GdnShape gs;
             gs.B = int(B), gs.T = int(T), gs.H = int(n_la), gs.HV = int(n_la), gs.D = int(Dh);
             cuda::GdnWorkspace& ws = env.res->gdn_workspace(l, n_la, s, save);

@@ -8,6 +8,8 @@
 //     row0 on, and back to rows: the values come back unchanged;
 //   - the GDN decode step with states in slots (gdn_decode_step_slots) against gdn_decode_step on the
 //     same states laid out per sequence (outputs and updated states);
+//   - the GDN decode step computing its gates in place (gdn_decode_step_gated) against the gates kernel
+//     followed by gdn_decode_step, contiguous and in slots, beta up to 1 and up to 2;
 //   - the short conv with windows in slots (short_conv_forward_slots) against short_conv_forward;
 //   - RoPE at per-row positions (rope_forward_rows) against rope_forward_decode at each position.
 #include <gtest/gtest.h>
@@ -23,6 +25,7 @@
 #include "gpu/paged_decode_attention.h"
 #include "gpu/paged_kv_write.h"
 #include "ops/cuda/gdn_chunk.h"
+#include "ops/cuda/gdn_gates.h"
 #include "ops/cuda/rope.h"
 #include "ops/cuda/short_conv.h"
 #include "parity.h"
@@ -95,7 +98,8 @@ void paged_attention_case(int64_t D) {
     for (int64_t L : lens) pos.push_back(int32_t(L - 1));
     Dev<int32_t> dpos = dev_i32(pos), dslots = dev_i32(slots), dtable = dev_i32(pg.table);
     const int64_t max_splits = gpu::decode_attention_splits(700) + 2;  // two spare splits per row
-    Dev<float> part(static_cast<int64_t>(gpu::paged_decode_attention_workspace_floats(B, n_q, D, max_splits)));
+    Dev<float> part(
+        static_cast<int64_t>(gpu::paged_decode_attention_workspace_floats(B, n_q, D, max_splits)));
     gpu::decode_attention_workspace_clear(part.p());
     gpu::PagedKv kv;
     kv.k_pool = dkp.p(), kv.v_pool = dvp.p(), kv.block_table = dtable.p(), kv.max_blocks = pg.max_blocks;
@@ -192,6 +196,58 @@ TEST(GpuBatchDecodeOps, GdnDecodeWithSlotsMatchesPerSequence) {
         expect_exact("GDN decode leaves other slots alone",
                      mismatches(std::vector<float>(got.begin() + stride, got.begin() + 3 * stride),
                                 std::vector<float>(pool.begin() + stride, pool.begin() + 3 * stride)));
+    }
+}
+
+// The decode step computing its gates in place (gdn_decode_step_gated) against gdn_gates_forward followed by
+// gdn_decode_step: the same outputs and states, bit for bit, with contiguous states and in a slot pool, and
+// with beta = 2 sigmoid(b) (negative eigenvalues allowed).
+TEST(GpuBatchDecodeOps, GdnDecodeWithGatesInPlaceMatchesGatesKernel) {
+    for (int D : {64, 128}) {
+        for (bool neg : {false, true}) {
+            Rng rng = case_rng("GdnDecodeGated" + std::to_string(D) + (neg ? "neg" : ""));
+            const int B = 3, H = 4;
+            const int64_t S = int64_t(H) * D * D, stride = S + 64, n_slots = 4, ab = 2 * H + 6;
+            const std::vector<int32_t> slots = {2, 0, 3};
+            const std::vector<float> q = bf16_values(size_t(B * H * D), rng),
+                                     k = bf16_values(size_t(B * H * D), rng),
+                                     v = bf16_values(size_t(B * H * D), rng),
+                                     lab = bf16_values(size_t(B * ab), rng);
+            std::vector<float> A_log(static_cast<size_t>(H)), dt_bias(static_cast<size_t>(H));
+            for (float& x : A_log) x = float(rng.uniform()) - 0.5f;
+            for (float& x : dt_bias) x = float(rng.uniform()) - 0.5f;
+            std::vector<float> states = f32_values(size_t(B * S), rng, 0.1f),
+                               pool(size_t(n_slots * stride), 0.f);
+            for (int b = 0; b < B; ++b)
+                std::copy(states.begin() + b * S, states.begin() + (b + 1) * S,
+                          pool.begin() + slots[size_t(b)] * stride);
+            Dev<bf16> dq = dev_bf16(q), dk = dev_bf16(k), dv = dev_bf16(v), dab = dev_bf16(lab),
+                      o_ref(B * H * D), o_contig(B * H * D), o_slots(B * H * D);
+            Dev<float> dA = dev_f32(A_log), ddt = dev_f32(dt_bias), dg(B * H), dbeta(B * H);
+            Dev<float> s_ref = dev_f32(states), s_contig = dev_f32(states), s_pool = dev_f32(pool);
+            Dev<int32_t> dslots = dev_i32(slots);
+            const float scale = float(1.0 / std::sqrt(double(D)));
+            cuda::gdn_gates_forward(dg.p(), dbeta.p(), dab.p(), dab.p() + H, ab, dA.p(), ddt.p(), B, H, neg);
+            cuda::gdn_decode_step(B, H, H, D, dq.p(), dk.p(), dv.p(), dg.p(), dbeta.p(), s_ref.p(), s_ref.p(),
+                                  o_ref.p(), scale, true);
+            cuda::GdnGateInputs gi;
+            gi.a = dab.p(), gi.b = dab.p() + H, gi.ab_stride = ab, gi.A_log = dA.p(), gi.dt_bias = ddt.p();
+            gi.allow_neg_eigval = neg;
+            cuda::gdn_decode_step_gated(B, H, H, D, dq.p(), dk.p(), dv.p(), gi, s_contig.p(), nullptr, 0,
+                                        o_contig.p(), scale, true);
+            cuda::gdn_decode_step_gated(B, H, H, D, dq.p(), dk.p(), dv.p(), gi, s_pool.p(), dslots.p(),
+                                        stride, o_slots.p(), scale, true);
+            const std::string at = ", D=" + std::to_string(D) + (neg ? ", negative eigenvalues" : "");
+            expect_exact("gated decode output, contiguous" + at, mismatches(host(o_contig), host(o_ref)));
+            expect_exact("gated decode output, slots" + at, mismatches(host(o_slots), host(o_ref)));
+            expect_exact("gated decode states, contiguous" + at, mismatches(host(s_contig), host(s_ref)));
+            const std::vector<float> ref = host(s_ref), got = host(s_pool);
+            std::vector<float> gs;
+            for (int b = 0; b < B; ++b)
+                gs.insert(gs.end(), got.begin() + slots[size_t(b)] * stride,
+                          got.begin() + slots[size_t(b)] * stride + S);
+            expect_exact("gated decode states, slots" + at, mismatches(gs, ref));
+        }
     }
 }
 

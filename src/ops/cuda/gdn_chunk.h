@@ -100,6 +100,22 @@ void gdn_decode_step_slots(int B, int H, int HV, int D, const bf16* q, const bf1
                            int64_t slot_stride, bf16* o, float scale, bool l2norm_qk,
                            cudaStream_t stream = nullptr);
 
+// A decode step that computes its gates in place (gdn_gates.h's forward: one launch less a layer): the pair
+// (b, j)'s g and beta from a[b ab_stride + j], b[b ab_stride + j] (bf16), A_log[j], dt_bias[j]; the states
+// updated in place, sequence b's at states + slots[b] * slot_stride, or at states + b HV D D without slots.
+struct GdnGateInputs {
+    const bf16* a = nullptr;
+    const bf16* b = nullptr;
+    int64_t ab_stride = 0;  // elements between the rows of a (and of b)
+    const float* A_log = nullptr;
+    const float* dt_bias = nullptr;
+    bool allow_neg_eigval = false;  // beta = 2 sigmoid(b)
+};
+void gdn_decode_step_gated(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v,
+                           const GdnGateInputs& gates, float* states, const int32_t* slots,
+                           int64_t slot_stride, bf16* o, float scale, bool l2norm_qk,
+                           cudaStream_t stream = nullptr);
+
 // Diagnostics: when on, each chunked forward/backward call synchronises and prints the time of each of
 // its kernels to stderr (for benchmarks' stage breakdowns; off by default).
 void gdn_set_profile(bool on);

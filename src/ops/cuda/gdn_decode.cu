@@ -12,12 +12,14 @@ using gdn::warp_sum;
 
 // One block = 4 warps x ROWS state rows of one (sequence, value head); each lane holds D/32 columns of
 // each of its warp's rows, so the state is read and written exactly once with 8- or 16-byte accesses.
+// With gates.a set, the pair's g and beta come from the gate projections (gdn_gates.h's forward, in place)
+// instead of from g and beta.
 template <int D, int ROWS>
 __global__ void __launch_bounds__(128)
     gdn_decode_kernel(int H, int HV, const bf16* __restrict__ q, const bf16* __restrict__ k,
                       const bf16* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                      const float* state_in, float* state_out, bf16* __restrict__ o, float scale, int l2norm,
-                      const int32_t* __restrict__ slots, int64_t slot_stride) {
+                      GdnGateInputs gates, const float* state_in, float* state_out, bf16* __restrict__ o,
+                      float scale, int l2norm, const int32_t* __restrict__ slots, int64_t slot_stride) {
     constexpr int PER = D / 32;
     const int bj = blockIdx.y, b = bj / HV, j = bj % HV, h = j / (HV / H);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -53,7 +55,14 @@ __global__ void __launch_bounds__(128)
     }
 #pragma unroll
     for (int i = 0; i < PER; ++i) qv[i] *= qs, kv[i] *= ks;
-    const float alpha = expf(g[bj]), bt = beta[bj];
+    float alpha, bt;
+    if (gates.a) {
+        const size_t ab = size_t(b) * size_t(gates.ab_stride) + size_t(j);
+        alpha = expf(detail::gdn_log_decay(__bfloat162float(gates.a[ab]), gates.A_log[j], gates.dt_bias[j]));
+        bt = (gates.allow_neg_eigval ? 2.f : 1.f) * detail::sigmoidf_(__bfloat162float(gates.b[ab]));
+    } else {
+        alpha = expf(g[bj]), bt = beta[bj];
+    }
     float e[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -105,17 +114,20 @@ __global__ void __launch_bounds__(128)
 namespace {
 
 void launch_decode(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v, const float* g,
-                   const float* beta, const float* state_in, float* state_out, bf16* o, float scale,
-                   bool l2norm_qk, const int32_t* slots, int64_t slot_stride, cudaStream_t stream) {
+                   const float* beta, const GdnGateInputs& gates, const float* state_in, float* state_out,
+                   bf16* o, float scale, bool l2norm_qk, const int32_t* slots, int64_t slot_stride,
+                   cudaStream_t stream) {
     gdn::check_shape({B, 1, H, HV, D});
     constexpr int ROWS = 8;
     const dim3 grid(unsigned(D / (4 * ROWS)), unsigned(B * HV));
     if (D == 64)
-        gdn_decode_kernel<64, ROWS><<<grid, 128, 0, stream>>>(H, HV, q, k, v, g, beta, state_in, state_out, o,
-                                                              scale, l2norm_qk ? 1 : 0, slots, slot_stride);
+        gdn_decode_kernel<64, ROWS><<<grid, 128, 0, stream>>>(H, HV, q, k, v, g, beta, gates, state_in,
+                                                              state_out, o, scale, l2norm_qk ? 1 : 0, slots,
+                                                              slot_stride);
     else
-        gdn_decode_kernel<128, ROWS><<<grid, 128, 0, stream>>>(
-            H, HV, q, k, v, g, beta, state_in, state_out, o, scale, l2norm_qk ? 1 : 0, slots, slot_stride);
+        gdn_decode_kernel<128, ROWS><<<grid, 128, 0, stream>>>(H, HV, q, k, v, g, beta, gates, state_in,
+                                                               state_out, o, scale, l2norm_qk ? 1 : 0, slots,
+                                                               slot_stride);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -124,8 +136,8 @@ void launch_decode(int B, int H, int HV, int D, const bf16* q, const bf16* k, co
 void gdn_decode_step(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v, const float* g,
                      const float* beta, const float* state_in, float* state_out, bf16* o, float scale,
                      bool l2norm_qk, cudaStream_t stream) {
-    launch_decode(B, H, HV, D, q, k, v, g, beta, state_in, state_out, o, scale, l2norm_qk, nullptr, 0,
-                  stream);
+    launch_decode(B, H, HV, D, q, k, v, g, beta, GdnGateInputs{}, state_in, state_out, o, scale, l2norm_qk,
+                  nullptr, 0, stream);
 }
 
 void gdn_decode_step_slots(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v,
@@ -133,8 +145,20 @@ void gdn_decode_step_slots(int B, int H, int HV, int D, const bf16* q, const bf1
                            int64_t slot_stride, bf16* o, float scale, bool l2norm_qk, cudaStream_t stream) {
     HYDRA_CUDA_REQUIRE(states != nullptr && slots != nullptr && slot_stride >= int64_t(HV) * D * D,
                        "gdn_decode_step_slots: states, slots and a slot stride >= HV D D are required");
-    launch_decode(B, H, HV, D, q, k, v, g, beta, states, states, o, scale, l2norm_qk, slots, slot_stride,
-                  stream);
+    launch_decode(B, H, HV, D, q, k, v, g, beta, GdnGateInputs{}, states, states, o, scale, l2norm_qk, slots,
+                  slot_stride, stream);
+}
+
+void gdn_decode_step_gated(int B, int H, int HV, int D, const bf16* q, const bf16* k, const bf16* v,
+                           const GdnGateInputs& gates, float* states, const int32_t* slots,
+                           int64_t slot_stride, bf16* o, float scale, bool l2norm_qk, cudaStream_t stream) {
+    HYDRA_CUDA_REQUIRE(
+        gates.a && gates.b && gates.A_log && gates.dt_bias && gates.ab_stride >= HV,
+        "gdn_decode_step_gated: the gate projections a, b (rows >= HV apart), A_log and dt_bias");
+    HYDRA_CUDA_REQUIRE(states != nullptr && (!slots || slot_stride >= int64_t(HV) * D * D),
+                       "gdn_decode_step_gated: states, and a slot stride >= HV D D with slots");
+    launch_decode(B, H, HV, D, q, k, v, nullptr, nullptr, gates, states, states, o, scale, l2norm_qk, slots,
+                  slot_stride, stream);
 }
 
 }  // namespace hydra::cuda

@@ -11,9 +11,9 @@ namespace hydra::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kSoftplusThreshold = 20.f;
+using detail::kSoftplusThreshold;
+using detail::softplus_;
 
-__device__ __forceinline__ float softplus_(float x) { return x > kSoftplusThreshold ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float softplus_grad_(float x) {
     return x > kSoftplusThreshold ? 1.f : 1.f / (1.f + expf(-x));
 }
@@ -24,8 +24,7 @@ __global__ void k_gates_forward(float* __restrict__ g, float* __restrict__ beta,
     const int64_t total = N * HV;
     for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
         const int64_t n = k / HV, h = k - n * HV;
-        const float x = __bfloat162float(a[n * abs_ + h]) + dt_bias[h];
-        g[k] = -expf(A_log[h]) * softplus_(x);
+        g[k] = detail::gdn_log_decay(__bfloat162float(a[n * abs_ + h]), A_log[h], dt_bias[h]);
         beta[k] = s * detail::sigmoidf_(__bfloat162float(b[n * abs_ + h]));
     }
 }

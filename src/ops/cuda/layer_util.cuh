@@ -59,6 +59,16 @@ __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// The GDN gates (gdn_gates.h), shared by their own kernel and the decode step that computes them in place:
+// g = -exp(A_log) softplus(a + dt_bias) (softplus(x) = x above 20, as fla), beta = s sigmoid(b).
+constexpr float kSoftplusThreshold = 20.f;
+__device__ __forceinline__ float softplus_(float x) {
+    return x > kSoftplusThreshold ? x : log1pf(expf(x));
+}
+__device__ __forceinline__ float gdn_log_decay(float a, float A_log, float dt_bias) {
+    return -expf(A_log) * softplus_(a + dt_bias);
+}
+
 // Blocks of `threads` covering `n` work items, capped (grid-stride loops cover the rest).
 inline unsigned grid_for(int64_t n, int threads, int64_t cap = 65535LL * 16) {
     int64_t b = (n + threads - 1) / threads;
