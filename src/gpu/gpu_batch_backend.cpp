@@ -93,7 +93,7 @@ void GpuBatchBackend::init(const GpuBatchOptions& o) {
                   F = c.intermediate_size, V = c.vocab_size;
     in_.resize(3 * Bm);
     x_.resize(Bm * C), xn_.resize(Bm * C), proj_.resize(Bm * model_.layout().max_proj_cols());
-    attn_.resize(Bm * HD), la_qkv_.resize(3 * Bm * HD), gates_.resize(2 * Bm * H), la_o_.resize(Bm * HD);
+    la_qkv_.resize(3 * Bm * HD), gates_.resize(2 * Bm * H), la_o_.resize(Bm * HD);
     heads_.resize(Bm * HD), gu_.resize(Bm * 2 * F), act_.resize(Bm * F), logits_.resize(Bm * V);
     ensure_decode_attention_workspace(
         partials_, int64_t(paged_decode_attention_workspace_floats(Bm, H, c.head_dim, ctx_splits_)),
@@ -261,7 +261,7 @@ void GpuBatchBackend::layer(int64_t l, int64_t Bp, int64_t splits) {
     a.xn1 = xn_.data();
     a.proj = proj, a.ld_proj = P;
     a.q = proj + pb.q, a.k = proj + pb.k, a.v = proj + pb.v, a.ld_qkv = P;
-    a.o = g.n_la == 0 ? heads_.data() : attn_.data();
+    a.o = heads_.data();  // the paged attention writes each row's FA heads into its heads row
     a.lqkv = proj + pb.la_q, a.ld_lqkv = P;
     a.lz = proj + pb.la_g, a.ld_lz = P;
     a.lab = proj + pb.la_a, a.ld_lab = P;

@@ -143,7 +143,7 @@ class GpuBatchBackend final : public serve::BatchBackend {
     // the decode pass's fixed buffers (never moved while graphs exist), sized for max_bucket_ rows
     cuda::DeviceBuffer<int32_t> in_;  // ids | pos | slots, max_bucket_ each
     cuda::DeviceBuffer<float> x_, gates_, partials_, logits_;
-    cuda::DeviceBuffer<bf16> xn_, proj_, attn_, la_qkv_, la_o_, heads_, gu_, act_;
+    cuda::DeviceBuffer<bf16> xn_, proj_, la_qkv_, la_o_, heads_, gu_, act_;
     int32_t* host_in_[2] = {nullptr, nullptr};  // pinned staging of the step inputs, used in turn
     cudaEvent_t in_done_[2] = {nullptr, nullptr};
     int turn_ = 0;

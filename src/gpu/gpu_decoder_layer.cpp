@@ -232,7 +232,9 @@ void batched_attention(const ModelConfig& c, const GpuLayerWeights& w, int64_t B
     PagedKv kv;
     kv.k_pool = kb.k_pool, kv.v_pool = kb.v_pool, kv.block_table = kb.block_table;
     kv.max_blocks = kb.max_blocks, kv.block_size = kb.block_size;
-    paged_decode_attention(a.o, n_fa * Dh, a.q, P, kv, w.kv_index, n_fa, n_kv, Dh, B, kb.pos, kb.slots,
+    // straight into the heads rows (their FA part) when the caller points a.o there
+    const int64_t ldo = a.o == a.heads ? c.num_heads * Dh : n_fa * Dh;
+    paged_decode_attention(a.o, ldo, a.q, P, kv, w.kv_index, n_fa, n_kv, Dh, B, kb.pos, kb.slots,
                            kb.max_splits, scale, kb.partials, st);
 }
 
@@ -510,7 +512,7 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
                 cuda::attention_forward(as, a.q, kk, vv, a.o, a.lse, scale, st);
         }
         prof.section("copies");
-        if (n_la > 0) copy_rows(a.heads, HD, a.o, Dfa, Dfa, N, st);
+        if (n_la > 0 && a.o != a.heads) copy_rows(a.heads, HD, a.o, Dfa, Dfa, N, st);
     }
     if (n_la > 0) {
         const int64_t W = plan.gdn.conv_size;
@@ -575,7 +577,7 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         prof.section("la_gated_norm");
         cuda::gated_rmsnorm_forward(a.gn_out, a.gn_rstd, a.lo, a.lz, a.ld_lz, w.o_norm, N, n_la, Dh,
                                     plan.gdn.norm_eps, st);
-        if (n_fa > 0) copy_rows(a.heads + Dfa, HD, a.gn_out, Dla, Dla, N, st);
+        if (n_fa > 0 && a.gn_out != a.heads + Dfa) copy_rows(a.heads + Dfa, HD, a.gn_out, Dla, Dla, N, st);
     }
     if (const GpuHeadTaps* tp = env.taps) {
         prof.section("copies");

@@ -112,7 +112,9 @@ struct GpuLayerActs {
     const float* x_in = nullptr;                                  // the layer input (fp32 residual)
     bf16* xn1 = nullptr;                                          // (N, C) normed input
     float* rstd1 = nullptr;                                       // (N)
-    bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // FA (N, n_fa|n_kv, Dh), q/k after RoPE
+    // FA (N, n_fa|n_kv, Dh), q/k after RoPE. o may be `heads` itself (its rows' FA part, row stride H Dh:
+    // no copy after the attention): a pure-FA layer, a decode step of one sequence or of a batch.
+    bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
     bf16* qk_pre = nullptr;                      // (N, Dfa + Dkv) q | k before the q/k norm (qk_norm)
     float *rstd_q = nullptr, *rstd_k = nullptr;  // (N * n_fa), (N * n_kv) (qk_norm)
     bf16 *kdup = nullptr, *vdup = nullptr;       // (N, n_fa, Dh) K / V per FA head (non-uniform groups)
@@ -127,7 +129,7 @@ struct GpuLayerActs {
     float *g = nullptr, *beta = nullptr;               // (N, n_la)
     bf16* lo = nullptr;                                // (N, Dla) GDN core output
     float* gn_rstd = nullptr;                          // (N, n_la)
-    bf16* gn_out = nullptr;                            // (N, Dla) gated-norm output (mixed layers)
+    bf16* gn_out = nullptr;  // (N, Dla) gated-norm output (mixed layers), or heads + Dfa for one token
     bf16* heads = nullptr;                             // (N, H, Dh) mixer output before the fusion
     bf16* mixed = nullptr;                             // o_proj input: fused heads, or heads
     float* x_mid = nullptr;                            // (N, C)

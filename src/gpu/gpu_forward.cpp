@@ -126,8 +126,9 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, cons
     a.xn1 = w.xn;
     a.proj = w.proj, a.ld_proj = P;
     a.q = w.proj + pb.q, a.k = w.proj + pb.k, a.v = w.proj + pb.v, a.ld_qkv = P;
-    // FA output: straight into the heads when the layer has no LA heads
-    a.o = g.n_la == 0 ? w.heads : w.attn;
+    // FA output straight into the heads when the layer has no LA heads, or for one token (its heads row is
+    // [FA heads | LA heads], so the FA part is a (1, Dfa) row at its start)
+    a.o = g.n_la == 0 || T == 1 ? w.heads : w.attn;
     a.lqkv = w.proj + pb.la_q, a.ld_lqkv = P;  // la_k, la_v follow la_q in the row
     a.lz = w.proj + pb.la_g, a.ld_lz = P;
     a.lab = w.proj + pb.la_a, a.ld_lab = P;  // la_b follows la_a
@@ -135,7 +136,9 @@ void GpuForward::layer(int64_t l, GpuCache& cache, int64_t T, int64_t pos0, cons
     a.lv = w.la_qkv ? w.la_qkv + 2 * T * Dla : nullptr;
     a.g = w.gates, a.beta = w.gates ? w.gates + T * g.n_la : nullptr;
     a.lo = w.la_o;
-    a.gn_out = g.n_fa == 0 ? w.heads : w.la_o;  // gated norm in place over the GDN output when mixed
+    // the gated norm into the heads (a pure-LA layer, or one token: the LA part of its heads row), else in
+    // place over the GDN output, copied into the heads after
+    a.gn_out = g.n_fa == 0 ? w.heads : T == 1 ? w.heads + g.n_fa * c.head_dim : w.la_o;
     a.heads = w.heads, a.mixed = w.heads;       // fusion in place
     a.x_mid = w.x, a.xn2 = w.xn, a.gu = w.gu, a.act = w.act;
 
