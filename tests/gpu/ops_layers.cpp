@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -83,11 +82,8 @@ void run_embedding(int64_t N, int64_t V, int64_t C, Rng& rng) {
     for (int call = 0; call < 2; ++call) {
         auto ddt_grouped = dev_f32(dt0);
         cu::embedding_backward_grouped(ddt_grouped.p(), ddx.p(), dgroups.p(), N, C);
-        const std::vector<float> got = host(ddt_grouped);
-        long long differ = 0;
-        for (size_t i = 0; i < got.size(); ++i)
-            differ += std::memcmp(&got[i], &dt_ref[i], sizeof(float)) != 0;
-        expect_exact("embedding bwd grouped: elements differing from the CPU", differ);
+        expect_exact("embedding bwd grouped: elements differing from the CPU",
+                     bit_mismatches(host(ddt_grouped), dt_ref));
     }
 }
 
@@ -108,12 +104,6 @@ void run_short_conv_decode(int64_t B, int64_t D, int64_t W, int64_t pad, Rng& rn
     auto dX = dev_bf16(x);
     auto dslots = dev_i32(slots);
     long long out_differ = 0, win_differ = 0;
-    auto count = [](const std::vector<float>& a, const std::vector<float>& b) {
-        long long n = a.size() != b.size();
-        for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-            n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-        return n;
-    };
     for (int with_slots = 0; with_slots < 2; ++with_slots) {
         std::vector<Dev<float>> wd, ref_win, fused_win;
         std::vector<Dev<bf16>> ref_out, fused_out;
@@ -138,8 +128,8 @@ void run_short_conv_decode(int64_t B, int64_t D, int64_t W, int64_t pad, Rng& rn
         cu::short_conv_decode_qkv(cg, dX.p(), xs, with_slots ? dslots.p() : nullptr, with_slots ? stride : 0,
                                   B, D, W);
         for (int g = 0; g < 3; ++g) {
-            out_differ += count(host(fused_out[sz(g)]), host(ref_out[sz(g)]));
-            win_differ += count(host(fused_win[sz(g)]), host(ref_win[sz(g)]));
+            out_differ += bit_mismatches(host(fused_out[sz(g)]), host(ref_out[sz(g)]));
+            win_differ += bit_mismatches(host(fused_win[sz(g)]), host(ref_win[sz(g)]));
         }
     }
     expect_exact("short_conv decode qkv: outputs differing from the per-group calls", out_differ);

@@ -37,13 +37,6 @@ size_t sz(int64_t n) {
     return size_t(n);
 }
 
-long long mismatches(const std::vector<float>& a, const std::vector<float>& b) {
-    long long n = a.size() != b.size();
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-        n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return n;
-}
-
 void run_gemm(int64_t M, int64_t N, int64_t K, Rng& rng) {
     cu::BlasContext ctx;
     for (int t = 0; t < 4; ++t) {
@@ -72,7 +65,8 @@ void run_gemm(int64_t M, int64_t N, int64_t K, Rng& rng) {
         // the same product again gives the same bits (single rows: row_gemv's fixed order)
         Dev<float> dD2(M * N);
         cu::gemm_bf16(ctx, ta, tb, M, N, K, 0.5f, dA.p(), lda, dB.p(), ldb, 1.0f, dC2.p(), dD2.p(), N);
-        expect_exact("gemm f32 C->D" + tr + " repeated: differing elements", mismatches(host(dD2), host(dD)));
+        expect_exact("gemm f32 C->D" + tr + " repeated: differing elements",
+                     bit_mismatches(host(dD2), host(dD)));
     }
     if (M > 1 && M <= cu::kRowGemvMaxRows) {  // a small decode bucket: each row of X @ W^T gets the bits it
                                               // gets alone (row_gemv)
@@ -84,8 +78,8 @@ void run_gemm(int64_t M, int64_t N, int64_t K, Rng& rng) {
         long long differ = 0;
         for (int64_t m = 0; m < M; ++m) {
             cu::gemm_bf16(ctx, false, true, 1, N, K, 1.0f, dA.p() + m * K, K, dB.p(), K, 0.0f, one.p(), N);
-            const std::vector<float> alone = host(one);
-            differ += std::memcmp(alone.data(), got.data() + m * N, sz(N) * sizeof(float)) != 0;
+            differ += bit_mismatches(host(one),
+                                     std::vector<float>(got.begin() + m * N, got.begin() + (m + 1) * N)) != 0;
         }
         expect_exact("gemm bf16 tB: rows of the bucket differing from the row alone", differ);
     }

@@ -2,6 +2,7 @@
 #include "parity.h"
 
 #include <gtest/gtest.h>
+#include <cstring>
 
 #include <algorithm>
 #include <cmath>
@@ -95,6 +96,14 @@ void expect_scalar(const std::string& what, double got, double ref, double tol, 
 void expect_exact(const std::string& what, long long mismatches, std::source_location at) {
     std::printf("  %-44s %lld mismatches %s\n", what.c_str(), mismatches, mismatches == 0 ? "ok" : "FAIL");
     if (mismatches != 0) fail_at(at, what + ": " + std::to_string(mismatches) + " mismatches");
+}
+
+long long bit_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return (long long)std::max(a.size(), b.size());
+    long long n = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0 || std::isnan(a[i]) || std::isnan(b[i]);
+    return n;
 }
 
 Rng case_rng(const std::string& case_name) {

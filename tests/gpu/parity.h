@@ -54,6 +54,9 @@ void expect_scalar(const std::string& what, double got, double ref, double tol, 
 // Exact checks (counts, bit identity): `mismatches` must be 0.
 void expect_exact(const std::string& what, long long mismatches,
                   std::source_location at = std::source_location::current());
+// Elements of a and b whose bits differ, or that are NaN on either side (an unwritten, poisoned output);
+// arrays of different sizes count as the larger size.
+long long bit_mismatches(const std::vector<float>& a, const std::vector<float>& b);
 
 // The case's generator: seeded from its name (FNV-1a) and HYDRA_TEST_SEED; prints the seed.
 Rng case_rng(const std::string& case_name);

@@ -34,13 +34,6 @@ namespace hydra::gputest {
 
 namespace {
 
-long long mismatches(const std::vector<float>& a, const std::vector<float>& b) {
-    if (a.size() != b.size()) return (long long)std::max(a.size(), b.size());
-    long long n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += !(a[i] == b[i]);  // NaN (unwritten) counts
-    return n;
-}
-
 // A shuffled assignment of blocks to the rows: table (slots, max_blocks), row b in slot slots[b].
 struct Paging {
     int64_t bs = 16, max_blocks = 0, n_blocks = 0;
@@ -107,7 +100,7 @@ void paged_attention_case(int64_t D) {
     gpu::paged_decode_attention(o.p(), ldo, dq.p(), ldq, kv, kvi.p(), n_q, n_kv, D, B, dpos.p(), dslots.p(),
                                 max_splits, scale, part.p());
     expect_exact("paged decode attention D=" + std::to_string(D) + " against decode_attention per row",
-                 mismatches(host(o), want));
+                 bit_mismatches(host(o), want));
 }
 
 }  // namespace
@@ -134,8 +127,8 @@ TEST(GpuBatchDecodeOps, PagedKvWritesRoundTrip) {
         gpu::copy_rows_to_blocks(kp.p(), vp.p(), dk.p(), dv.p(), 0, split, W, row, pg.bs, nullptr);
         gpu::copy_rows_to_blocks(kp.p(), vp.p(), dk.p(), dv.p(), split, L - split, W, row, pg.bs, nullptr);
         gpu::copy_blocks_to_rows(bk.p(), bv.p(), kp.p(), vp.p(), L, W, row, pg.bs, nullptr);
-        expect_exact("rows -> blocks -> rows, K, row " + std::to_string(b), mismatches(host(bk), k));
-        expect_exact("rows -> blocks -> rows, V, row " + std::to_string(b), mismatches(host(bv), v));
+        expect_exact("rows -> blocks -> rows, K, row " + std::to_string(b), bit_mismatches(host(bk), k));
+        expect_exact("rows -> blocks -> rows, V, row " + std::to_string(b), bit_mismatches(host(bv), v));
     }
     // a decode step's rows (strided like the fused projection row) at each row's last position
     const std::vector<float> k = bf16_values(size_t(B * ld), rng), v = bf16_values(size_t(B * ld), rng);
@@ -152,11 +145,11 @@ TEST(GpuBatchDecodeOps, PagedKvWritesRoundTrip) {
                                  dtable.p() + slots[size_t(b)] * pg.max_blocks, pg.bs, nullptr);
         const std::vector<float> gk = host(bk), gv = host(bv);
         expect_exact("write_kv_paged K row " + std::to_string(b),
-                     mismatches(std::vector<float>(gk.end() - W, gk.end()),
-                                std::vector<float>(k.begin() + b * ld, k.begin() + b * ld + W)));
+                     bit_mismatches(std::vector<float>(gk.end() - W, gk.end()),
+                                    std::vector<float>(k.begin() + b * ld, k.begin() + b * ld + W)));
         expect_exact("write_kv_paged V row " + std::to_string(b),
-                     mismatches(std::vector<float>(gv.end() - W, gv.end()),
-                                std::vector<float>(v.begin() + b * ld, v.begin() + b * ld + W)));
+                     bit_mismatches(std::vector<float>(gv.end() - W, gv.end()),
+                                    std::vector<float>(v.begin() + b * ld, v.begin() + b * ld + W)));
     }
 }
 
@@ -185,17 +178,17 @@ TEST(GpuBatchDecodeOps, GdnDecodeWithSlotsMatchesPerSequence) {
         cuda::gdn_decode_step_slots(B, H, H, D, dq.p(), dk.p(), dv.p(), dg.p(), db.p(), dp.p(), dslots.p(),
                                     stride, o2.p(), scale, true);
         expect_exact("GDN decode output, slots against per sequence, D=" + std::to_string(D),
-                     mismatches(host(o2), host(o1)));
+                     bit_mismatches(host(o2), host(o1)));
         const std::vector<float> ref = host(ds), got = host(dp);
         std::vector<float> gs;
         for (int b = 0; b < B; ++b)
             gs.insert(gs.end(), got.begin() + slots[size_t(b)] * stride,
                       got.begin() + slots[size_t(b)] * stride + S);
-        expect_exact("GDN decode updated states, D=" + std::to_string(D), mismatches(gs, ref));
+        expect_exact("GDN decode updated states, D=" + std::to_string(D), bit_mismatches(gs, ref));
         // slot 1 and 2 (no row) untouched
         expect_exact("GDN decode leaves other slots alone",
-                     mismatches(std::vector<float>(got.begin() + stride, got.begin() + 3 * stride),
-                                std::vector<float>(pool.begin() + stride, pool.begin() + 3 * stride)));
+                     bit_mismatches(std::vector<float>(got.begin() + stride, got.begin() + 3 * stride),
+                                    std::vector<float>(pool.begin() + stride, pool.begin() + 3 * stride)));
     }
 }
 
@@ -238,15 +231,15 @@ TEST(GpuBatchDecodeOps, GdnDecodeWithGatesInPlaceMatchesGatesKernel) {
             cuda::gdn_decode_step_gated(B, H, H, D, dq.p(), dk.p(), dv.p(), gi, s_pool.p(), dslots.p(),
                                         stride, o_slots.p(), scale, true);
             const std::string at = ", D=" + std::to_string(D) + (neg ? ", negative eigenvalues" : "");
-            expect_exact("gated decode output, contiguous" + at, mismatches(host(o_contig), host(o_ref)));
-            expect_exact("gated decode output, slots" + at, mismatches(host(o_slots), host(o_ref)));
-            expect_exact("gated decode states, contiguous" + at, mismatches(host(s_contig), host(s_ref)));
+            expect_exact("gated decode output, contiguous" + at, bit_mismatches(host(o_contig), host(o_ref)));
+            expect_exact("gated decode output, slots" + at, bit_mismatches(host(o_slots), host(o_ref)));
+            expect_exact("gated decode states, contiguous" + at, bit_mismatches(host(s_contig), host(s_ref)));
             const std::vector<float> ref = host(s_ref), got = host(s_pool);
             std::vector<float> gs;
             for (int b = 0; b < B; ++b)
                 gs.insert(gs.end(), got.begin() + slots[size_t(b)] * stride,
                           got.begin() + slots[size_t(b)] * stride + S);
-            expect_exact("gated decode states, slots" + at, mismatches(gs, ref));
+            expect_exact("gated decode states, slots" + at, bit_mismatches(gs, ref));
         }
     }
 }
@@ -266,13 +259,13 @@ TEST(GpuBatchDecodeOps, ShortConvWithSlotsMatchesPerSequence) {
     Dev<int32_t> dslots = dev_i32(slots);
     cuda::short_conv_forward(o1.p(), dprev.p(), dx.p(), xs, dw.p(), dprev.p(), B, 1, D, W);
     cuda::short_conv_forward_slots(o2.p(), dpool.p(), dslots.p(), stride, dx.p(), xs, dw.p(), B, 1, D, W);
-    expect_exact("short conv output, slots against per sequence", mismatches(host(o2), host(o1)));
+    expect_exact("short conv output, slots against per sequence", bit_mismatches(host(o2), host(o1)));
     const std::vector<float> ref = host(dprev), got = host(dpool);
     std::vector<float> gw;
     for (int64_t b = 0; b < B; ++b)
         gw.insert(gw.end(), got.begin() + slots[size_t(b)] * stride,
                   got.begin() + slots[size_t(b)] * stride + (W - 1) * D);
-    expect_exact("short conv next windows", mismatches(gw, ref));
+    expect_exact("short conv next windows", bit_mismatches(gw, ref));
 }
 
 TEST(GpuBatchDecodeOps, RopeRowsMatchesDecodeAtEachPosition) {
@@ -291,8 +284,8 @@ TEST(GpuBatchDecodeOps, RopeRowsMatchesDecodeAtEachPosition) {
         cuda::rope_forward_decode(one.p(), H, Dh, R, dpos.p() + b, f);
         expect_exact(
             "rope_forward_rows row " + std::to_string(b),
-            mismatches(std::vector<float>(got.begin() + b * stride, got.begin() + b * stride + H * Dh),
-                       host(one)));
+            bit_mismatches(std::vector<float>(got.begin() + b * stride, got.begin() + b * stride + H * Dh),
+                           host(one)));
     }
 }
 

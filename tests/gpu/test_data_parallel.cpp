@@ -29,6 +29,7 @@
 #include "gpu_train_common.h"
 #include "model/hybrid_conversion.h"
 #include "model/plan_builders.h"
+#include "parity.h"
 #include "train/param_groups.h"
 
 namespace hydra::gputest {
@@ -95,13 +96,6 @@ RunOut train(const LlamaModel& student_in, const LlamaModel& teacher, const std:
     return out;
 }
 
-int64_t mismatches(const std::vector<float>& a, const std::vector<float>& b) {
-    if (a.size() != b.size()) return -1;
-    int64_t n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return n;
-}
-
 // Where two runs part: the first step whose loss or gradient norm differs, then the named tensors whose
 // weights differ (most first), so that a failure points at the kernels to look at.
 std::string divergence(const RunOut& a, const RunOut& b) {
@@ -128,9 +122,9 @@ std::string divergence(const RunOut& a, const RunOut& b) {
 }
 
 void expect_same(const RunOut& a, const RunOut& b, const std::string& what) {
-    EXPECT_EQ(mismatches(a.params, b.params), 0) << what << ": parameters differ";
-    EXPECT_EQ(mismatches(a.m, b.m), 0) << what << ": AdamW m differs";
-    EXPECT_EQ(mismatches(a.v, b.v), 0) << what << ": AdamW v differs";
+    EXPECT_EQ(bit_mismatches(a.params, b.params), 0) << what << ": parameters differ";
+    EXPECT_EQ(bit_mismatches(a.m, b.m), 0) << what << ": AdamW m differs";
+    EXPECT_EQ(bit_mismatches(a.v, b.v), 0) << what << ": AdamW v differs";
     EXPECT_EQ(a.steps, b.steps) << what;
     EXPECT_EQ(a.loss, b.loss) << what << ": step losses differ";
     EXPECT_EQ(a.norm, b.norm) << what << ": gradient norms differ";
@@ -179,7 +173,7 @@ TEST_P(GpuDataParallel, OneRankNcclIsBitIdenticalToPlain) {
     const int steps = 4;
     const RunOut plain = train(*student, *teacher, stage, nullptr, steps);
     const RunOut again = train(*student, *teacher, stage, nullptr, steps);
-    ASSERT_EQ(mismatches(plain.params, again.params), 0)
+    ASSERT_EQ(bit_mismatches(plain.params, again.params), 0)
         << "two plain runs differ: the kernels are not deterministic, so no bit-level comparison is "
            "possible; "
         << divergence(plain, again);
@@ -188,7 +182,7 @@ TEST_P(GpuDataParallel, OneRankNcclIsBitIdenticalToPlain) {
     std::printf("NCCL %d, one rank, stage %s\n", nccl.nccl_version(), stage.c_str());
     const RunOut dp = train(*student, *teacher, stage, &nccl, steps);
     expect_same(dp, plain, "NCCL one rank vs plain (" + stage + ")");
-    if (mismatches(dp.params, plain.params) != 0) ADD_FAILURE() << divergence(dp, plain);
+    if (bit_mismatches(dp.params, plain.params) != 0) ADD_FAILURE() << divergence(dp, plain);
     EXPECT_EQ(plain.steps, steps);
 }
 
