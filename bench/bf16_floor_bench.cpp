@@ -19,12 +19,12 @@
 #include "core/blas_kernels.h"
 #include "core/error.h"
 #include "core/gemm.h"
-#include "core/half.h"
 #include "core/parse_number.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "model/llama_model.h"
 #include "model/model_loader.h"
+#include "train/bf16_weights.h"
 #include "train/model_step.h"
 
 using namespace hydra;
@@ -104,11 +104,7 @@ int main(int argc, char** argv) {
         for (int64_t i = 0; i < N; i += 17) targets[size_t(i)] = -1;
         const TrainBatch batch{inputs.data(), targets.data(), B, T};
 
-        std::vector<float> p16(layout.data(), layout.data() + n);
-        for (const ArenaEntry& e : layout.entries())
-            if (e.shape.size() == 2)
-                for (int64_t i = 0; i < e.shape[0] * e.shape[1]; ++i)
-                    p16[size_t(e.offset + i)] = bf16_to_f32(f32_to_bf16(p16[size_t(e.offset + i)]));
+        const std::vector<float> p16 = bf16_gemm_weights(layout, layout.data());
         std::vector<float> g(size_t(n), 0.f), g_weights(size_t(n), 0.f), g_storage(size_t(n), 0.f);
         model_train_step<float>(m.config(), m.plan(), layout, layout.data(), g.data(), batch);
         model_train_step<float>(m.config(), m.plan(), layout, p16.data(), g_weights.data(), batch);

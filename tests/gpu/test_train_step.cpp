@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "core/gemm.h"
-#include "core/half.h"
 #include "gpu/gpu_train_engine.h"
 #include "gpu/gpu_train_step.h"
 #include "gpu_train_common.h"
@@ -38,6 +37,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "parity.h"
 #include "train/align_step.h"
+#include "train/bf16_weights.h"
 #include "train/model_step.h"
 #include "train/param_groups.h"
 
@@ -419,17 +419,6 @@ std::vector<char> trainable_mask(const ParamArena& layout, const std::vector<std
     return mask;
 }
 
-// A copy of the parameters with the GEMM weights (2-D tensors) rounded to bf16, as the GPU reads them.
-std::vector<float> bf16_gemm_weights(const ParamArena& layout) {
-    const int64_t n = layout.numel();
-    std::vector<float> p16(layout.data(), layout.data() + n);
-    for (const ArenaEntry& e : layout.entries())
-        if (e.shape.size() == 2)
-            for (int64_t i = 0; i < e.shape[0] * e.shape[1]; ++i)
-                p16[size_t(e.offset + i)] = bf16_to_f32(f32_to_bf16(p16[size_t(e.offset + i)]));
-    return p16;
-}
-
 int64_t numel(const ArenaEntry& e) {
     int64_t k = 1;
     for (int64_t d : e.shape) k *= d;
@@ -511,13 +500,13 @@ void run_objective_case(const StepCase& c, cudaStream_t stream) {
     const ModelStepResult ref = model_train_step<float>(cfg, m.plan(), layout, layout.data(), g_cpu.data(),
                                                         batch, so, trainable, {false});
     {
-        const std::vector<float> p16 = bf16_gemm_weights(layout);
+        const std::vector<float> p16 = bf16_gemm_weights(layout, layout.data());
         const Bf16GemmRounding emulate;
         StageObjective so16 = so;
         std::vector<float> t_hidden16;
         if (teacher) {
             const LlamaModel& t = *teacher;
-            const std::vector<float> t16 = bf16_gemm_weights(t.params());
+            const std::vector<float> t16 = bf16_gemm_weights(t.params(), t.params().data());
             t_hidden16 =
                 final_hidden_states(t.config(), t.plan(), t.params(), t16.data(), inputs.data(), c.B, c.T);
             so16.teacher_hidden = t_hidden16.data();
@@ -590,10 +579,10 @@ void run_align_case(const StepCase& c, cudaStream_t stream) {
         align_step(cfg, m.plan(), layout, layout.data(), g_cpu.data(), trainable, states.data(), c.B, c.T);
     {
         const Bf16GemmRounding emulate;
-        const std::vector<float> t16 = bf16_gemm_weights(t.params());
+        const std::vector<float> t16 = bf16_gemm_weights(t.params(), t.params().data());
         const std::vector<float> states16 =
             layer_boundary_states(t.config(), t.plan(), t.params(), t16.data(), inputs.data(), c.B, c.T);
-        const std::vector<float> p16 = bf16_gemm_weights(layout);
+        const std::vector<float> p16 = bf16_gemm_weights(layout, layout.data());
         align_step(cfg, m.plan(), layout, p16.data(), g_floor.data(), trainable, states16.data(), c.B, c.T);
     }
 
