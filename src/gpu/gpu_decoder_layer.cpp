@@ -532,7 +532,7 @@ void gpu_layer_forward(const ModelConfig& c, const HybridPlan& plan, const GpuLa
         float* win_k = kc ? kc->cache->conv_k(l) : nullptr;
         float* win_v = kc ? kc->cache->conv_v(l) : nullptr;
         prof.section("la_conv");
-        if (T == 1 && (kb || kc) && W >= 2) {  // decode: q, k, v in one launch, windows shifted in place
+        if (T == 1 && (kb || kc)) {  // decode: q, k, v in one launch, windows shifted in place
             cuda::ConvDecodeGroups cg;
             cg.out[0] = a.lq, cg.out[1] = a.lk, cg.out[2] = a.lv;
             cg.w[0] = w.conv_q, cg.w[1] = w.conv_k, cg.w[2] = w.conv_v;

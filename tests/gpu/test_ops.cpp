@@ -96,6 +96,7 @@ std::vector<OpCase> op_cases() {
     c.push_back(short_conv_decode_case(1, 512, 4, 0));
     c.push_back(short_conv_decode_case(3, 192, 4, 64));
     c.push_back(short_conv_decode_case(2, 130, 2, 0));
+    c.push_back(short_conv_decode_case(2, 64, 1, 0));  // no window
     c.push_back(gdn_gates_case(260, 9, false));
     c.push_back(gdn_gates_case(77, 16, true));
     c.push_back(gated_rmsnorm_case(130, 9, 64, 0));

@@ -175,7 +175,7 @@ __global__ void k_conv_decode_qkv(ConvDecodeGroups g, const bf16* __restrict__ x
     if (k >= int64_t(B) * 3 * D) return;
     const int d = int(k % D), grp = int((k / D) % 3), b = int(k / (int64_t(3) * D));
     const float xv = __bfloat162float(x[int64_t(b) * xs + int64_t(grp) * D + d]);
-    float* win = g.windows[grp] + window_at(b, P, D, slots, slot_stride) + d;
+    float* win = P > 0 ? g.windows[grp] + window_at(b, P, D, slots, slot_stride) + d : nullptr;
     const float* w = g.w[grp] + int64_t(d) * W;
     float xc[W];
 #pragma unroll
@@ -441,37 +441,15 @@ void short_conv_forward_slots(bf16* out, float* windows, const int32_t* slots, i
 void short_conv_decode_qkv(const ConvDecodeGroups& g, const bf16* x, int64_t x_stride, const int32_t* slots,
                            int64_t slot_stride, int64_t B, int64_t D, int64_t W, cudaStream_t stream) {
     if (B <= 0 || D <= 0) return;
-    HYDRA_CUDA_REQUIRE(W >= 2 && W <= kMaxW && x_stride >= 3 * D && B * 3 * D < (int64_t(1) << 31),
-                       "short_conv_decode_qkv: W must be 2..8, x rows at least 3 D apart, B 3 D < 2^31");
+    HYDRA_CUDA_REQUIRE(x_stride >= 3 * D && B * 3 * D < (int64_t(1) << 31),
+                       "short_conv_decode_qkv: x rows at least 3 D apart, B 3 D < 2^31");
     HYDRA_CUDA_REQUIRE(!slots || slot_stride >= (W - 1) * D,
                        "short_conv_decode_qkv: a slot stride >= (W-1) D is required");
     for (int i = 0; i < 3; ++i)
-        HYDRA_CUDA_REQUIRE(g.out[i] && g.windows[i] && g.w[i],
-                           "short_conv_decode_qkv: every group needs an output, windows and weights");
+        HYDRA_CUDA_REQUIRE(g.out[i] && g.w[i] && (g.windows[i] || W == 1),
+                           "short_conv_decode_qkv: every group needs an output, weights and (W > 1) windows");
 #define DEC(w_) decode_qkv_w<w_>(g, x, x_stride, slots, slot_stride, B, D, stream)
-    switch (W) {
-        case 2:
-            DEC(2);
-            break;
-        case 3:
-            DEC(3);
-            break;
-        case 4:
-            DEC(4);
-            break;
-        case 5:
-            DEC(5);
-            break;
-        case 6:
-            DEC(6);
-            break;
-        case 7:
-            DEC(7);
-            break;
-        default:
-            DEC(8);
-            break;
-    }
+    HYDRA_DISPATCH_1_TO_8(W, DEC, "short_conv_decode_qkv: kernel width")
 #undef DEC
 }
 

@@ -39,7 +39,7 @@ void short_conv_forward_slots(bf16* out, float* windows, const int32_t* slots, i
 // sums and bits. x: (B, 3 D) bf16 rows x_stride apart, group g's channels at column g D (the fused q|k|v
 // projection); out[g]: (B, D) bf16; w[g]: (D, W); windows[g]: the carried (W-1, D) windows, read and then
 // OVERWRITTEN with the next ones: row b's at windows[g] + slots[b] * slot_stride (slots on the device), or
-// at windows[g] + b (W-1) D when slots is null. W >= 2.
+// at windows[g] + b (W-1) D when slots is null (W = 1: no windows, which may be null).
 struct ConvDecodeGroups {
     bf16* out[3];
     float* windows[3];
