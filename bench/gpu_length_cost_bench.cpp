@@ -280,23 +280,22 @@ std::string json_line(const Cell& c, const std::string& device, size_t weights_b
     std::string s = fmt::format(R"({{"kind": "cell", "device": {}, "model": {}, "length": {}, )",
                                 json_str(device), json_str(c.model), c.length);
     if (!c.skipped.empty()) return s + fmt::format(R"("skipped": {}}})", json_str(c.skipped));
-    s += fmt::format(
-        R"("prefill_s": {:.4f}, "prefill_cold_s": {:.4f}, "prefill_tok_s": {:.0f}, "prefill_attention": {}, )"
-        R"("decode_ms": {:.4f}, "decode_p10_ms": {:.4f}, "decode_p90_ms": {:.4f}, "decode_steps": {}, )"
-        R"("hbm_floor_ms": {:.4f}, "cache_capacity": {}, "kv_bytes": {}, "state_bytes": {}, )"
-        R"("cache_bytes": {}, "bytes_per_token": {}, "weights_bytes": {}, "peak_bytes": {}}})",
-        c.prefill_s, c.prefill_cold_s, c.prefill_tok_s, json_str(c.prefill_path), c.decode_ms,
-        c.decode_p10_ms, c.decode_p90_ms, c.decode_steps, c.floor_ms, c.capacity, c.kv_bytes, c.state_bytes,
-        c.cache_bytes(), c.bytes_per_token, weights_bytes, c.peak_bytes);
+    std::string profile;  // HYDRA_STEP_PROFILE=1: , "prefill_profile_ms": {section: ms, ...}
     if (!c.prefill_profile_ms.empty()) {
-        s.pop_back();  // the closing brace: the profile joins the object
-        s += R"(, "prefill_profile_ms": {)";
         const char* sep = "";
         for (const auto& [k, v] : c.prefill_profile_ms)
-            s += fmt::format(R"({}{}: {:.3f})", sep, json_str(k), v), sep = ", ";
-        s += "}}";
+            profile += fmt::format(R"({}{}: {:.3f})", sep, json_str(k), v), sep = ", ";
+        profile = R"(, "prefill_profile_ms": {)" + profile + "}";
     }
-    return s;
+    return s +
+           fmt::format(
+               R"("prefill_s": {:.4f}, "prefill_cold_s": {:.4f}, "prefill_tok_s": {:.0f}, "prefill_attention": {}, )"
+               R"("decode_ms": {:.4f}, "decode_p10_ms": {:.4f}, "decode_p90_ms": {:.4f}, "decode_steps": {}, )"
+               R"("hbm_floor_ms": {:.4f}, "cache_capacity": {}, "kv_bytes": {}, "state_bytes": {}, )"
+               R"("cache_bytes": {}, "bytes_per_token": {}, "weights_bytes": {}, "peak_bytes": {}{}}})",
+               c.prefill_s, c.prefill_cold_s, c.prefill_tok_s, json_str(c.prefill_path), c.decode_ms,
+               c.decode_p10_ms, c.decode_p90_ms, c.decode_steps, c.floor_ms, c.capacity, c.kv_bytes,
+               c.state_bytes, c.cache_bytes(), c.bytes_per_token, weights_bytes, c.peak_bytes, profile);
 }
 
 void print_row(const std::string& label, const Cell& c) {
