@@ -35,9 +35,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int W = window ? window[h] : 0;
     const int hide_lo = W > 0 ? sinks : L, hide_hi = W > 0 ? L - W : L;
     const size_t row = size_t(n_kv) * D, off = size_t(kv_index[h]) * D;
-    float* partials = workspace + decode_core::kCounterSlots + size_t(h) * nsplit * (D + 2);
+    float* partials = workspace + decode_core::kCounterSlots + size_t(h) * nsplit * decode_partial_floats(D);
     decode_core::split_partial<D>(
-        partials + size_t(split) * (D + 2), q + size_t(h) * D, k, v,
+        partials + size_t(split) * decode_partial_floats(D), q + size_t(h) * D, k, v,
         [=](int j) { return size_t(j) * row + off; }, j0, j1, hide_lo, hide_hi, scale2);
     if (decode_core::last_split_of_head(reinterpret_cast<int*>(workspace) + h, nsplit))
         decode_core::merge_partials<D>(o + size_t(h) * D, partials, nsplit);
@@ -63,7 +63,8 @@ void launch(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, co
 }  // namespace
 
 size_t decode_attention_workspace_floats(int64_t n_q, int64_t D, int64_t L) {
-    return size_t(decode_core::kCounterSlots) + size_t(n_q) * size_t(decode_max_splits(L)) * size_t(D + 2);
+    return size_t(decode_core::kCounterSlots) +
+           size_t(n_q) * size_t(decode_max_splits(L)) * size_t(decode_partial_floats(D));
 }
 
 void decode_attention_workspace_clear(float* workspace, cudaStream_t stream) {

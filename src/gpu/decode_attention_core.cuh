@@ -6,8 +6,8 @@
 // [l*E, l*E+E), E = D/32. All of them, K and V rows, are loaded before any arithmetic, so that a step of
 // kDecodeWarps x kKeysPerWarp = kMinKeysPerSplit keys costs one memory round trip; fp32 scores (warp sums),
 // online softmax with base-2 exponentials (running max m, sum l, output acc), the warps merged in shared
-// memory; the block writes (m, l, acc[D]). Merge, by the head's last block to finish:
-// o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
+// memory; the block writes (m, l, -, -, acc[D]) (decode_partial_floats). Merge, by the head's last block to
+// finish: o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), M = max_s m_s.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -47,7 +47,7 @@ __device__ __forceinline__ void to_floats(float (&x)[E], Raw<E> r) {
 
 // The split [j0, j1) of one head's keys: q_head (D) bf16; key j's row (D values of the head's KV group) at
 // k + row_of(j), v + row_of(j); keys in [hide_lo, hide_hi) are masked (a sliding window; empty: none).
-// Writes out[0] = m, out[1] = l, out[2 + d] = acc[d]. Every thread of the block calls it.
+// Writes out[0] = m, out[1] = l, out[4 + d] = acc[d]. Every thread of the block calls it.
 template <int D, class RowOf>
 __device__ __forceinline__ void split_partial(float* __restrict__ out,
                                               const __nv_bfloat16* __restrict__ q_head,
@@ -120,7 +120,7 @@ __device__ __forceinline__ void split_partial(float* __restrict__ out,
 #pragma unroll
         for (int w = 0; w < kDecodeWarps; ++w)
             if (sm[w] != -INFINITY) a += sacc[w][d] * exp2f(sm[w] - M);
-        out[2 + d] = a;
+        out[4 + d] = a;
     }
     if (threadIdx.x == 0) {
         float lt = 0.f;
@@ -150,45 +150,78 @@ __device__ __forceinline__ bool last_split_of_head(int* counter, int nsplit) {
     return last;
 }
 
-// One head's output from its nsplit partials p (nsplit x (D + 2), written by other blocks of this launch:
-// read through L2), by the block's kDecodeWarps x 32 threads in G = kDecodeWarps * 32 / D groups of D: group
-// g folds the splits g, g + G, ... in one pass (online rescaling), group 0 joins the groups; thread d of
-// group 0 writes o[d].
+// One head's output from its nsplit <= kMaxDecodeSplits partials p (nsplit x decode_partial_floats(D),
+// written by other blocks of this launch: read through L2), by the block's kDecodeWarps x 32 threads. Why in
+// three passes instead of one online fold: the fold's running max makes every split wait for the one before
+// it, so a head of 256 splits cost ~100 dependent L2 round trips; here each pass issues its loads all at
+// once.
+//  1. every split's m and l (a thread per split): the head's max M, the weights w_s = 2^(m_s - M) (shared),
+//     l = sum_s w_s l_s (a fixed tree);
+//  2. acc: R = D / 4 threads take a split's row as float4s, the G = threads / R groups take the splits
+//     g, g + G, ... in order;
+//  3. group 0's threads add the groups in order and write o = acc / l.
+// Every sum has a fixed order whichever block merges: deterministic.
 template <int D>
 __device__ __forceinline__ void merge_partials(__nv_bfloat16* __restrict__ o, const float* p, int nsplit) {
-    constexpr int G = kDecodeWarps * 32 / D;
-    const int d = threadIdx.x % D, g = threadIdx.x / D;  // a group is whole warps: its branches are uniform
-    float m = -INFINITY, l = 0.f, a = 0.f;
-#pragma unroll 4
-    for (int s = g; s < nsplit; s += G) {
-        const float* ps = p + size_t(s) * (D + 2);
-        const float ms = __ldcg(ps), ls = __ldcg(ps + 1), as = __ldcg(ps + 2 + d);
-        if (ms == -INFINITY) continue;  // every key of the split masked
-        if (ms > m) {                   // a new running max: rescale what is folded so far (0 on the first)
-            const float c = exp2f(m - ms);
-            l *= c, a *= c, m = ms;
-        }
-        const float f = exp2f(ms - m);
-        l += ls * f;
-        a += as * f;
+    constexpr int kThreads = kDecodeWarps * 32, P = int(decode_partial_floats(D));
+    constexpr int kPerThread = int(kMaxDecodeSplits + kThreads - 1) / kThreads;
+    constexpr int R = D / 4, G = kThreads / R;
+    static_assert(kThreads % R == 0 && P % 4 == 0, "a split's acc is whole float4s");
+    __shared__ float w[kMaxDecodeSplits], wmax[kDecodeWarps], wsum[kDecodeWarps];
+    __shared__ float4 ga[G][R];
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    float ms[kPerThread], ls[kPerThread], mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+        const int s = t + i * kThreads;
+        ms[i] = s < nsplit ? __ldcg(p + size_t(s) * P) : -INFINITY;
+        ls[i] = s < nsplit ? __ldcg(p + size_t(s) * P + 1) : 0.f;
+        mx = fmaxf(mx, ms[i]);
     }
-    __shared__ float gm[G], gl[G], ga[G][D];
-    if (d == 0) gm[g] = m, gl[g] = l;
-    ga[g][d] = a;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if (lane == 0) wmax[warp] = mx;
+    __syncthreads();
+    float M = wmax[0];
+#pragma unroll
+    for (int i = 1; i < kDecodeWarps; ++i) M = fmaxf(M, wmax[i]);
+    float lsum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+        const int s = t + i * kThreads;
+        if (s < nsplit) {
+            const float ws = ms[i] == -INFINITY ? 0.f : exp2f(ms[i] - M);  // a split with every key masked: 0
+            w[s] = ws;
+            lsum += ls[i] * ws;
+        }
+    }
+    lsum = warp_sum(lsum);
+    if (lane == 0) wsum[warp] = lsum;
+    __syncthreads();
+    const int r = t % R, g = t / R;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = g; s < nsplit; s += G) {
+        const float4 x = __ldcg(reinterpret_cast<const float4*>(p + size_t(s) * P + 4) + r);
+        const float ws = w[s];
+        a.x += ws * x.x, a.y += ws * x.y, a.z += ws * x.z, a.w += ws * x.w;
+    }
+    ga[g][r] = a;
     __syncthreads();
     if (g != 0) return;
-    float M = -INFINITY;
+    float lt = wsum[0];
 #pragma unroll
-    for (int i = 0; i < G; ++i) M = fmaxf(M, gm[i]);
-    float lt = 0.f, at = 0.f;
+    for (int i = 1; i < kDecodeWarps; ++i) lt += wsum[i];
 #pragma unroll
-    for (int i = 0; i < G; ++i)
-        if (gm[i] != -INFINITY) {
-            const float f = exp2f(gm[i] - M);
-            lt += gl[i] * f;
-            at += ga[i][d] * f;
-        }
-    o[d] = __float2bfloat16_rn(at / lt);
+    for (int i = 1; i < G; ++i) {
+        const float4 x = ga[i][r];
+        a.x += x.x, a.y += x.y, a.z += x.z, a.w += x.w;
+    }
+    __nv_bfloat16* out = o + 4 * r;
+    out[0] = __float2bfloat16_rn(a.x / lt);
+    out[1] = __float2bfloat16_rn(a.y / lt);
+    out[2] = __float2bfloat16_rn(a.z / lt);
+    out[3] = __float2bfloat16_rn(a.w / lt);
 }
 
 // The workspace: kCounterSlots int32 counters first, at the same place whatever the launch's head count (the

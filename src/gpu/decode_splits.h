@@ -31,6 +31,12 @@ HYDRA_HOST_DEVICE constexpr int64_t decode_attention_splits(int64_t L) {
     return (L + kps - 1) / kps;
 }
 
+// fp32 values of one split's partial: its max m, its sum l, two unused (so that acc starts 16-byte aligned:
+// the merge reads it as float4), then acc[D].
+HYDRA_HOST_DEVICE constexpr int64_t decode_partial_floats(int64_t D) {
+    return D + 4;
+}
+
 // The most splits any length 1..capacity needs (the grid and partials of a cache of `capacity` keys).
 // decode_attention_splits is not monotone in L (it drops where the split length grows), so this is the cap,
 // not decode_attention_splits(capacity).

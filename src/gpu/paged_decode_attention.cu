@@ -32,10 +32,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int j0 = split * kps, j1 = min(L, j0 + kps);
     const size_t row = size_t(n_kv) * D, off = size_t(kv_index[h]) * D;
     const size_t head = size_t(b) * n_q + h;
-    float* partials = workspace + decode_core::kCounterSlots + head * max_splits * (D + 2);
+    float* partials = workspace + decode_core::kCounterSlots + head * max_splits * decode_partial_floats(D);
     // key j's row in the pool: block tb[j / bs], offset j % bs
     decode_core::split_partial<D>(
-        partials + size_t(split) * (D + 2), q + int64_t(b) * ldq + size_t(h) * D, k, v,
+        partials + size_t(split) * decode_partial_floats(D), q + int64_t(b) * ldq + size_t(h) * D, k, v,
         [=](int j) { return (size_t(tb[j / bs]) * size_t(bs) + size_t(j % bs)) * row + off; }, j0, j1, L, L,
         scale2);
     if (decode_core::last_split_of_head(reinterpret_cast<int*>(workspace) + head, nsplit))
@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 }  // namespace
 
 size_t paged_decode_attention_workspace_floats(int64_t B, int64_t n_q, int64_t D, int64_t max_splits) {
-    return size_t(decode_core::kCounterSlots) + size_t(B) * size_t(n_q) * size_t(max_splits) * size_t(D + 2);
+    return size_t(decode_core::kCounterSlots) +
+           size_t(B) * size_t(n_q) * size_t(max_splits) * size_t(decode_partial_floats(D));
 }
 
 void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* q, int64_t ldq,
