@@ -8,7 +8,7 @@
 # shared libraries) built outside the repository.
 #
 #   LLAMA_BIN=DIR [HYDRA_BIN=build] [DEVICE=cuda] [LENGTHS=512,4096] [STREAMS=1] [MAX_TOKENS=128] \
-#     [CTX=8192] [OUT=serve_vs_llamacpp] bench/serve_vs_llamacpp.sh MODEL.gguf
+#     [CTX=8192] [CTX_KEY=llama] [OUT=serve_vs_llamacpp] bench/serve_vs_llamacpp.sh MODEL.gguf
 #
 # Each server gets one slot per stream (llama-server: -np S -c S*CTX) and whole prompts per step; every level
 # runs twice and the second (warm: a new prompt length plans its attention once) is the one compared.
@@ -27,6 +27,7 @@ done
 DEVICE="${DEVICE:-cuda}" LENGTHS="${LENGTHS:-512,4096}" STREAMS="${STREAMS:-1}" MAX_TOKENS="${MAX_TOKENS:-128}"
 CTX="${CTX:-8192}" OUT="${OUT:-serve_vs_llamacpp}"
 for v in MAX_TOKENS CTX; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive integer" >&2; exit 2; }; done
+[[ "${CTX_KEY:-llama}" =~ ^[A-Za-z0-9_]+$ ]] || { echo "CTX_KEY: a GGUF architecture name (letters, digits, _)" >&2; exit 2; }
 for v in LENGTHS STREAMS; do [[ "${!v}" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "$v: comma-separated positive integers" >&2; exit 2; }; done
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$LLAMA_BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -72,14 +73,17 @@ serve hydra "$port_ours" "$HYDRA_BIN/hydra" serve "$MODEL" --device "$DEVICE" --
   --max-seqs "$max_streams" --ctx "$CTX" --prefix-cache-mb 0
 ngl=99
 [[ "$DEVICE" == cpu ]] && ngl=0
+# llama-server caps each slot at the GGUF's training context (8K for SmolLM2) unless it is overridden; ours does not
+# cap, so both run unscaled RoPE past it (CTX_KEY: the GGUF's architecture, llama by default)
 serve llama "$port_llama" "$LLAMA_BIN/llama-server" -m "$MODEL" -ngl "$ngl" -fa on -np "$max_streams" \
-  -c $((max_streams * CTX)) -b 2048 -ub 2048 --port "$port_llama"
+  -c $((max_streams * CTX)) --override-kv "${CTX_KEY:-llama}.context_length=int:$CTX" -b 2048 -ub 2048 --port "$port_llama"
 
-# the decode step alone, alternated
+# the decode step alone at each prompt length, alternated: ours after L positions, llama-bench's tg128 at depth L
 if [[ "$DEVICE" == cuda && -x "$HYDRA_BIN/gpu_decode_bench" ]]; then
   for round in 1 2; do
-    "$HYDRA_BIN/gpu_decode_bench" --lengths 512 --steps 200 "$MODEL" > "$OUT/decode_ours_$round.txt" 2>&1
-    "$LLAMA_BIN/llama-bench" -m "$MODEL" -ngl "$ngl" -fa 1 -p 512 -n 128 -r 5 > "$OUT/decode_llama_$round.txt" 2>&1
+    "$HYDRA_BIN/gpu_decode_bench" --lengths "$LENGTHS" --steps 200 "$MODEL" > "$OUT/decode_ours_$round.txt" 2>&1
+    "$LLAMA_BIN/llama-bench" -m "$MODEL" -ngl "$ngl" -fa 1 -p 0 -n 128 -d "$LENGTHS" -r 5 \
+      > "$OUT/decode_llama_$round.txt" 2>&1
   done
 fi
 
@@ -104,18 +108,22 @@ for L in lengths:
         ht, lt = h["output_tokens_per_s"], l["output_tokens_per_s"]
         print(f"| {L} | {S} | {ht:.1f} | {lt:.1f} | {ht / lt if lt else float('nan'):.2f} | "
               f"{h['ttft_ms']['p50']:.0f} | {l['ttft_ms']['p50']:.0f} |")
-ours, peer = [], []
+ours, peer = {}, {}  # positions -> ms/token of each round
 for r in (1, 2):
     try:
         for line in open(os.path.join(out, f"decode_ours_{r}.txt")):
-            m = re.match(r"\| [^|]+\.gguf \| 512 \| [0-9.]+ \| ([0-9.]+) \|", line)
-            if m: ours.append(float(m.group(1)))
+            m = re.match(r"\| [^|]+\.gguf \| ([0-9]+) \| [0-9.]+ \| ([0-9.]+) \|", line)
+            if m: ours.setdefault(int(m.group(1)), []).append(float(m.group(2)))
         for line in open(os.path.join(out, f"decode_llama_{r}.txt")):
-            m = re.search(r"tg128 \|\s+([0-9.]+)", line)
-            if m: peer.append(1000.0 / float(m.group(1)))
+            m = re.search(r"tg128 @ d([0-9]+) \|\s+([0-9.]+)", line)
+            if m: peer.setdefault(int(m.group(1)), []).append(1000.0 / float(m.group(2)))
     except OSError:
         pass
 if ours and peer:
-    print(f"decode at 512 positions: ours {' / '.join(f'{x:.3f}' for x in ours)} ms/token, llama-bench tg128 "
-          f"{' / '.join(f'{x:.3f}' for x in peer)} ms/token: {min(peer) / min(ours):.2f}x (best against best)")
+    print("| positions | ours ms/token | llama-bench tg128 ms/token | ours / llama (speed, best against best) |")
+    print("|---|---|---|---|")
+for L in sorted(set(ours) & set(peer)):
+    o, p = ours[L], peer[L]
+    print(f"| {L} | {' / '.join(f'{x:.3f}' for x in o)} | {' / '.join(f'{x:.3f}' for x in p)} | "
+          f"{min(p) / min(o):.2f}x |")
 EOF
