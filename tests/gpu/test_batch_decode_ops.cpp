@@ -1,9 +1,11 @@
 // The kernels of the GPU serving backend's batched decode, each against the one-sequence kernel it
 // generalises, on random inputs: the same math in the same order, so the outputs must be equal BIT FOR
 // BIT (parity.h's exact checks), which tells a wrong index apart from rounding at once:
-//   - paged decode attention (gpu/paged_decode_attention.h) over shuffled blocks, rows of lengths 1, 130
-//     and 700 in slots out of order, a strided q, spare splits in the grid, an uneven KV-group map,
+//   - paged decode attention (gpu/paged_decode_attention.h) over shuffled blocks, rows of lengths 1, 130,
+//     700 and 9000 in slots out of order, a strided q, spare splits in the grid, an uneven KV-group map,
 //     head dim 64 and 128: against gpu/decode_attention.h on each row's contiguous cache;
+//   - decode attention over long caches (up to the most splits a head takes, splits whose keys a sliding
+//     window hides entirely) against the CPU's causal attention of the last query: the merge of the splits;
 //   - the paged K/V writes (gpu/paged_kv_write.h): a batch's rows into their blocks, a prefix's rows from
 //     row0 on, and back to rows: the values come back unchanged;
 //   - the GDN decode step with states in slots (gdn_decode_step_slots) against gdn_decode_step on the
@@ -24,6 +26,7 @@
 #include "gpu/decode_attention.h"
 #include "gpu/paged_decode_attention.h"
 #include "gpu/paged_kv_write.h"
+#include "ops/cpu/attention.h"
 #include "ops/cuda/gdn_chunk.h"
 #include "ops/cuda/gdn_gates.h"
 #include "ops/cuda/rope.h"
@@ -61,8 +64,9 @@ Paging make_paging(const std::vector<int64_t>& lens, const std::vector<int32_t>&
 void paged_attention_case(int64_t D) {
     Rng rng = case_rng("PagedDecodeAttention" + std::to_string(D));
     const int64_t n_q = 9, n_kv = 3, B = 3, W = n_kv * D, ldq = n_q * D + 64, ldo = n_q * D;
-    const std::vector<int64_t> lens = {1, 130, 700};
-    const std::vector<int32_t> slots = {2, 0, 1}, kv_index = {0, 0, 1, 2, 1, 1, 2, 0, 2};
+    const std::vector<int64_t> lens = {1, 130, 700,
+                                       9000};  // 9000: 141 splits, more than a merge thread's one
+    const std::vector<int32_t> slots = {2, 0, 3, 1}, kv_index = {0, 0, 1, 2, 1, 1, 2, 0, 2};
     const Paging pg = make_paging(lens, slots, rng);
     const float scale = float(1.0 / std::sqrt(double(D)));
     std::vector<float> kpool(size_t(pg.n_blocks * pg.bs * W), 0.f), vpool(kpool.size(), 0.f);
@@ -90,7 +94,7 @@ void paged_attention_case(int64_t D) {
     std::vector<int32_t> pos;
     for (int64_t L : lens) pos.push_back(int32_t(L - 1));
     Dev<int32_t> dpos = dev_i32(pos), dslots = dev_i32(slots), dtable = dev_i32(pg.table);
-    const int64_t max_splits = gpu::decode_attention_splits(700) + 2;  // two spare splits per row
+    const int64_t max_splits = gpu::decode_attention_splits(9000) + 2;  // two spare splits per row
     Dev<float> part(
         static_cast<int64_t>(gpu::paged_decode_attention_workspace_floats(B, n_q, D, max_splits)));
     gpu::decode_attention_workspace_clear(part.p());
@@ -103,7 +107,49 @@ void paged_attention_case(int64_t D) {
                  bit_mismatches(host(o), want));
 }
 
+// One query per head at position L - 1 over L cached keys, against the CPU's causal attention of that query
+// (fp32 on the same bf16 values): L up to where a head has kMaxDecodeSplits splits of more than
+// kMinKeysPerSplit keys; with `window` > 0 every head sees the last `window` keys and 4 sinks, so most splits
+// are masked whole.
+void long_decode_case(int64_t D, int64_t L, int32_t window) {
+    Rng rng = case_rng("LongDecodeAttention" + std::to_string(D) + "_" + std::to_string(L));
+    const int64_t n_q = 9, n_kv = 3, sinks = window > 0 ? 4 : 0;
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    const std::vector<float> q = bf16_values(size_t(n_q * D), rng);
+    const std::vector<float> k = bf16_values(size_t(L * n_kv * D), rng, 2.f);  // peaked softmax rows
+    const std::vector<float> v = bf16_values(size_t(L * n_kv * D), rng);
+    const std::vector<int32_t> kv_index = {0, 0, 0, 1, 1, 1, 2, 2, 2};
+    const std::vector<int32_t> windows(size_t(n_q), window);
+    std::vector<float> ref(size_t(n_q * D));
+    cpu::causal_attention_forward<float>(ref.data(), nullptr, q.data(), k.data(), v.data(), 1, L - 1, n_q,
+                                         n_kv, D, scale, kv_index.data(),
+                                         window > 0 ? windows.data() : nullptr, sinks);
+    Dev<bf16> dq = dev_bf16(q), dk = dev_bf16(k), dv = dev_bf16(v), o(n_q * D);
+    Dev<int32_t> kvi = dev_i32(kv_index), dwin = dev_i32(windows);
+    Dev<float> part(static_cast<int64_t>(gpu::decode_attention_workspace_floats(n_q, D, L)));
+    gpu::decode_attention_workspace_clear(part.p());
+    const gpu::DecodeWindows dw{window > 0 ? dwin.p() : nullptr, sinks};
+    gpu::decode_attention(o.p(), dq.p(), dk.p(), dv.p(), kvi.p(), n_q, n_kv, D, L, scale, part.p(), nullptr,
+                          dw);
+    const std::string what = "decode attention D=" + std::to_string(D) + " L=" + std::to_string(L) + " (" +
+                             std::to_string(gpu::decode_attention_splits(L)) + " splits)" +
+                             (window > 0 ? " window " + std::to_string(window) : std::string());
+    expect_rel(what, host(o), ref, kTolBf16);
+    const std::vector<float> first = host(o);
+    o.poison();  // again: the counters were left clear, and the same splits merge to the same bits
+    gpu::decode_attention(o.p(), dq.p(), dk.p(), dv.p(), kvi.p(), n_q, n_kv, D, L, scale, part.p(), nullptr,
+                          dw);
+    expect_exact(what + " repeated", bit_mismatches(host(o), first));
+}
+
 }  // namespace
+
+TEST(GpuBatchDecodeOps, DecodeAttentionLongCachesMatchCpu) {
+    for (const int64_t D : {64, 128})
+        for (const int64_t L : {4096, 8193, 20000}) long_decode_case(D, L, 0);
+    long_decode_case(64, 20000, 100);
+    long_decode_case(128, 9000, 300);
+}
 
 TEST(GpuBatchDecodeOps, PagedAttentionMatchesDecodeAttention) {
     paged_attention_case(64);
