@@ -2,13 +2,14 @@
 // B2 x T16384, B1 x T65536) and at SmolLM2-135M's head shape (9 query heads, 3 KV heads, d = 64):
 // GDN chunk forward (in-kernel q/k L2 norm, no state saved), GDN forward (saving) + backward, causal
 // attention forward and forward + backward (our kernels and cuDNN's fused attention), GDN decode step (B64,
-// fp32 state). CUDA events around each call, warm-up first, median of N (N sized to about 200 ms per point,
-// at least 5). Inputs are random (never zeros). One JSON object per line on stdout (impl "ours"), matched by
-// bench/cuda_peers.py's rows on op/B/T/H/D.
+// fp32 state), decode attention of one token over 512-128K cached keys. CUDA events around each call, warm-up
+// first, median of N (N sized to about 200 ms per point, at least 5). Inputs are random (never zeros). One
+// JSON object per line on stdout (impl "ours"), matched by bench/cuda_peers.py's rows on op/B/T/H/D.
 //
 // Usage: cuda_gdn_attention_bench [--quick] [--attn-only | --gdn-only | --decode-only]
 // [--shape BxTxHxD[xHkv]]...
-//   --decode-only: the GDN decode rows alone (and the state copy of the same bytes)
+//   --decode-only: the decode rows alone: the GDN decode step (and the state copy of the same bytes), and
+//                 decode attention at 512-128K cached keys
 //   --shape:      time these shapes instead of the built-in list (repeatable; D 64 or 128; Hkv, attention's
 //                 key/value heads, defaults to H); decode rows are skipped
 #include <cuda_bf16.h>
@@ -24,9 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "gpu/decode_attention.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cudnn_attention.h"
+#include "ops/cuda/device_arena.h"
 #include "ops/cuda/gdn_chunk.h"
 #include "ops/cuda/gdn_scan_policy.h"
 
@@ -230,6 +233,36 @@ void bench_attn(int B, int T, int H, int Hkv, int D, std::mt19937_64& gen) {
         CUDA_CHECK(cudaFree(p));
 }
 
+// The single-token decode attention (gpu/decode_attention.h) of n_q query heads over L cached keys of n_kv
+// KV heads, from a CUDA graph with the L2 flushed before each call (a model's layers each read their own
+// cache: the K/V come from HBM). TB/s counts the cache's K and V once (2 x L x n_kv x D bf16): the
+// kernel's floor is that at the HBM's bandwidth (shared/ANCHORS.md's copy ceiling).
+void bench_decode_attention(int n_q, int n_kv, int D, int L, std::mt19937_64& gen) {
+    const size_t nkv = size_t(L) * n_kv * D;
+    bf16* q = dev_random<bf16>(size_t(n_q) * D, gen, -1.f, 1.f, true);
+    bf16* k = dev_random<bf16>(nkv, gen, -1.f, 1.f, true);
+    bf16* v = dev_random<bf16>(nkv, gen, -1.f, 1.f, true);
+    std::vector<int32_t> idx(static_cast<size_t>(n_q));
+    for (int h = 0; h < n_q; ++h) idx[size_t(h)] = h / (n_q / n_kv);
+    int32_t* kv_index = nullptr;
+    CUDA_CHECK(cudaMalloc(&kv_index, idx.size() * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemcpy(kv_index, idx.data(), idx.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    bf16* o = nullptr;
+    CUDA_CHECK(cudaMalloc(&o, size_t(n_q) * D * 2));
+    hydra::cuda::DeviceBuffer<float> ws;
+    float* part = hydra::gpu::ensure_decode_attention_workspace(
+        ws, int64_t(hydra::gpu::decode_attention_workspace_floats(n_q, D, L)), nullptr);
+    const float scale = 1.f / std::sqrt(float(D));
+    auto run = [&](cudaStream_t st) {
+        hydra::gpu::decode_attention(o, q, k, v, kv_index, n_q, n_kv, D, L, scale, part, st);
+    };
+    run(nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const float ms = graph_ms(run);
+    emit("decode_attention_graph", 1, L, n_q, D, ms, 1.0, 4.0 * L * n_q * D, 2.0 * nkv * 2);
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)kv_index, (void*)o}) CUDA_CHECK(cudaFree(p));
+}
+
 void bench_decode(int B, int H, int D, std::mt19937_64& gen) {
     const size_t nq = size_t(B) * H * D, ns = size_t(B) * H * D * D;
     bf16* q = dev_random<bf16>(nq, gen, -1.f, 1.f, true);
@@ -364,6 +397,11 @@ int main(int argc, char** argv) {
             bench_decode(64, 16, 128, gen);
             bench_decode(64, 9, 64, gen);
         }
+        if (!gdn_only)  // SmolLM2's heads (9 / 3, d 64) and a Llama-3-8B layer's (32 / 8, d 128)
+            for (const int L : {512, 4096, 16384, 32768, 131072}) {
+                bench_decode_attention(9, 3, 64, L, gen);
+                bench_decode_attention(32, 8, 128, L, gen);
+            }
         if (decode_only) return 0;
         const int anchors[3][2] = {{8, 4096}, {2, 16384}, {1, 65536}};
         for (int i = 0; i < (quick ? 1 : 3); ++i) {
