@@ -39,7 +39,7 @@ GpuTrainStep::GpuTrainStep(GpuTrainModel& student, const GpuTrainModel* teacher,
         opt_.deterministic = std::string(e) == "1";
     const char* attn_env = std::getenv("HYDRA_ATTENTION");
     if (opt_.cudnn_attention && !(attn_env && std::string(attn_env) == "own"))
-        cudnn_attn_ = std::make_unique<cuda::CudnnAttention>();
+        cudnn_attn_ = std::make_unique<cuda::CudnnAttention>(opt_.deterministic);
 }
 
 bool GpuTrainStep::use_cudnn_attention(const cuda::AttnShape& as) {
@@ -143,7 +143,9 @@ cuda::AttnWorkspace& GpuTrainStep::attn_ws(int64_t n_fa, int64_t n_kv, const Sha
     if (it != attn_ws_.end()) return *it->second;
     cuda::AttnShape as;
     as.B = int(s.B), as.T = int(s.T), as.H = int(n_fa), as.Hkv = int(n_kv), as.D = int(student_.config().head_dim);
-    return *attn_ws_.emplace(key, std::make_unique<cuda::AttnWorkspace>(as)).first->second;
+    auto ws = std::make_unique<cuda::AttnWorkspace>(as);
+    ws->deterministic = opt_.deterministic;  // our backward's dQ in key-block order (no atomics)
+    return *attn_ws_.emplace(key, std::move(ws)).first->second;
 }
 
 void GpuTrainStep::ensure_arena(size_t need) {

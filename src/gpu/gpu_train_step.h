@@ -87,9 +87,14 @@ struct GpuStepOptions {
     // a KL position limit (its row mask is uploaded inside the step).
     bool cuda_graph = true;
     // The same gradients every run: the embedding backward sums each table row's rows in position order
-    // (ops/cuda/embedding.h embedding_backward_grouped, the CPU's bits) instead of with atomics.
-    // HYDRA_DETERMINISTIC=1 in the environment turns it on. (The GDN backward still adds partial sums
-    // with shared-memory atomics.)
+    // (ops/cuda/embedding.h embedding_backward_grouped, the CPU's bits) instead of with atomics, and the
+    // attention backward forms dQ without atomics: cuDNN's graph without its fp32 dQ accumulator, on the
+    // heuristic's first engine instead of a timing's pick (ops/cuda/cudnn_attention.h; a larger workspace),
+    // or our kernels' second pass over the keys (ops/cuda/attention.h AttnWorkspace::deterministic).
+    // HYDRA_DETERMINISTIC=1 in the environment turns it on. The other backward ops are deterministic
+    // always (the GDN backward's sums over warps in a fixed order, the parameter gradients' partial sums
+    // added in order). GEMMs keep their tuned algorithm for the process; HYDRA_GEMM_TUNE=0 fixes it across
+    // processes too (ops/cuda/gemm.h).
     bool deterministic = false;
 };
 

@@ -41,19 +41,23 @@ inline std::string case_name(const std::string& op,
 
 // ---- GDN and attention (ops_gdn_attention.cpp) ----
 // The chunked GDN forward (saving and plain, after another forward on the same workspace) and backward,
-// with the in-kernel q/k L2 norm (or, l2norm = false, without it on rows of norm near 1).
+// with the in-kernel q/k L2 norm (or, l2norm = false, without it on rows of norm near 1); the backward run
+// twice more on the same inputs must give the same bits.
 struct GdnChunkShape {
     int B, T, H, HV, D;
     bool l2norm = true;
 };
 OpCase gdn_chunk_case(const GdnChunkShape& s);
 OpCase gdn_decode_case(int B, int H, int HV, int D);
-// Causal GQA attention, our kernels: forward, backward, and the forward built for the other register budget.
+// Causal GQA attention, our kernels: forward, backward, and the forward built for the other register budget;
+// the deterministic backward (AttnWorkspace::deterministic) against the same references and, run twice more,
+// for the same bits.
 OpCase attention_case(int B, int T, int H, int Hkv, int D);
 // cuDNN's fused attention against the same references (skipped where cuDNN does not load or support the
 // shape); fused_qkv: q|k|v read from and dq|dk|dv written to the training step's one (B T, (H + 2 Hkv) D)
-// row.
-OpCase attention_cudnn_case(int B, int T, int H, int Hkv, int D, bool fused_qkv);
+// row; deterministic: the deterministic step's graphs (CudnnAttention(true)), and the backward run twice more
+// for the same bits.
+OpCase attention_cudnn_case(int B, int T, int H, int Hkv, int D, bool fused_qkv, bool deterministic = false);
 // Our attention kernels and the decode kernel with sliding windows W on every other query head, plus sinks.
 OpCase attention_window_case(int B, int T, int H, int Hkv, int D, int window, int sinks);
 

@@ -1,7 +1,8 @@
 // GPU parity of the sequence mixers: the GDN chunked forward and backward (ops/cuda/gdn_chunk.h), the GDN
 // decode step, and causal GQA attention forward and backward (ops/cuda/attention.h, cudnn_attention.h; with
 // per-head sliding windows also the decode kernel, gpu/decode_attention.h)
-// against the CPU float references (ops/cpu/gdn_recurrence.h, l2norm.h, attention.h).
+// against the CPU float references (ops/cpu/gdn_recurrence.h, l2norm.h, attention.h); the GDN backward and
+// the deterministic attention backwards (ours, cuDNN's) run again on the same inputs must give the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,6 +122,26 @@ void run_gdn_chunk(const GdnChunkShape& sh, Rng& rng) {
     expect_rel("gdn_chunk bwd dg", host(gg), dg_ref, kTolGdnReduced);
     expect_rel("gdn_chunk bwd dbeta", host(gb), db_ref, kTolGdnReduced);
     expect_rel("gdn_chunk bwd dh0", host(gh0), dh0_ref, kTolBf16);
+    // the backward again on the same inputs, twice: the same bits (its sums over warps have a fixed order;
+    // with shared-memory atomics they varied from run to run, and so the training step)
+    {
+        const std::vector<float> hq = host(gq), hk = host(gk), hv = host(gv), hg = host(gg), hb = host(gb),
+                                 hh0 = host(gh0);
+        for (int rep = 1; rep <= 2; ++rep) {
+            Dev<bf16> rq{int64_t(nq)}, rk{int64_t(nq)}, rv{int64_t(nv)};
+            Dev<float> rg{int64_t(ng)}, rb{int64_t(ng)}, rh0{int64_t(ns)};
+            cuda::gdn_chunk_backward(s, dq.p(), dk.p(), dv.p(), dg.p(), db.p(), ddo.p(), ddht.p(), rq.p(),
+                                     rk.p(), rv.p(), rg.p(), rb.p(), rh0.p(), scale, l2norm, ws);
+            const std::string what =
+                "gdn_chunk bwd repeated (" + std::to_string(rep) + "): differing elements of ";
+            expect_exact(what + "dq", bit_mismatches(host(rq), hq));
+            expect_exact(what + "dk", bit_mismatches(host(rk), hk));
+            expect_exact(what + "dv", bit_mismatches(host(rv), hv));
+            expect_exact(what + "dg", bit_mismatches(host(rg), hg));
+            expect_exact(what + "dbeta", bit_mismatches(host(rb), hb));
+            expect_exact(what + "dh0", bit_mismatches(host(rh0), hh0));
+        }
+    }
     // the plain forward (save = false: the scan instantiations inference and the benchmarks run, the
     // tile-copy scan among them), on the same workspace after the saving forward
     o.poison();
@@ -200,7 +221,8 @@ AttnData attention_data(int B, int T, int H, int Hkv, int D, Rng& rng,
 struct AttnRun {
     Dev<bf16> q, k, v, d_o, o, gq, gk, gv;
     Dev<float> lse;
-    explicit AttnRun(const AttnData& a)
+    // deterministic: the backward's dQ pass without atomics (AttnWorkspace::deterministic)
+    explicit AttnRun(const AttnData& a, bool deterministic = false)
         : q(dev_bf16(a.q)),
           k(dev_bf16(a.k)),
           v(dev_bf16(a.v)),
@@ -211,9 +233,26 @@ struct AttnRun {
           gv{int64_t(a.k.size())},
           lse(int64_t(a.s.B) * a.s.H * a.s.T) {
         cuda::AttnWorkspace ws(a.s);
+        ws.deterministic = deterministic;
         cuda::attention_forward(a.s, q.p(), k.p(), v.p(), o.p(), lse.p(), a.scale);
         cuda::attention_backward(a.s, q.p(), k.p(), v.p(), o.p(), lse.p(), d_o.p(), gq.p(), gk.p(), gv.p(),
                                  a.scale, ws);
+    }
+    // The deterministic backward again on the same inputs and forward, twice: the same bits as this run's.
+    void expect_repeatable(const AttnData& a, const std::string& what) const {
+        cuda::AttnWorkspace ws(a.s);
+        ws.deterministic = true;
+        const std::vector<float> hq = host(gq), hk = host(gk), hv = host(gv);
+        for (int rep = 1; rep <= 2; ++rep) {
+            Dev<bf16> rq{int64_t(a.q.size())}, rk{int64_t(a.k.size())}, rv{int64_t(a.k.size())};
+            cuda::attention_backward(a.s, q.p(), k.p(), v.p(), o.p(), lse.p(), d_o.p(), rq.p(), rk.p(),
+                                     rv.p(), a.scale, ws);
+            const std::string w =
+                what + " bwd repeated (" + std::to_string(rep) + "): differing elements of ";
+            expect_exact(w + "dq", bit_mismatches(host(rq), hq));
+            expect_exact(w + "dk", bit_mismatches(host(rk), hk));
+            expect_exact(w + "dv", bit_mismatches(host(rv), hv));
+        }
     }
     void expect(const AttnData& a, const std::string& what) const {
         expect_rel(what + " fwd o", host(o), a.o_ref, kTolBf16);
@@ -234,6 +273,11 @@ void run_attention(int B, int T, int H, int Hkv, int D, Rng& rng) {
     const std::vector<float> o_alt = host(r.o);
     cuda::attention_set_fwd_blocks_per_sm(0);
     expect_rel("attention fwd alt-regs o", o_alt, a.o_ref, kTolBf16);
+    // the deterministic backward (dQ by a second pass per query block): the same references, the same bits
+    // every run
+    const AttnRun d(a, true);
+    d.expect(a, "attention deterministic");
+    d.expect_repeatable(a, "attention deterministic");
 }
 
 // Our kernels with per-head sliding windows and sinks (the head-level sliding-window baseline) against the
@@ -246,6 +290,9 @@ void run_attention_window(int B, int T, int H, int Hkv, int D, const std::vector
     a.s.window = dwin.p(), a.s.sinks = sinks;
     const AttnRun r(a);
     r.expect(a, "windowed attention");
+    const AttnRun rd(a, true);
+    rd.expect(a, "windowed attention deterministic");
+    rd.expect_repeatable(a, "windowed attention deterministic");
     const Dev<bf16>& dk = r.k;
     const Dev<bf16>& dv = r.v;
     // decode: sequence 0's last query over its T cached rows
@@ -271,16 +318,30 @@ void run_attention_window(int B, int T, int H, int Hkv, int D, const std::vector
     expect_rel("windowed decode attention (device length) o", host(od), ref, kTolBf16);
 }
 
-void run_attention_cudnn(int B, int T, int H, int Hkv, int D, bool fused, Rng& rng) {
+// deterministic: cuDNN's deterministic graphs (CudnnAttention(true), the deterministic training step's),
+// checked against the same references and, run twice more, for the same bits.
+void run_attention_cudnn(int B, int T, int H, int Hkv, int D, bool fused, bool deterministic, Rng& rng) {
     const cuda::CudnnLibrary& lib = cuda::cudnn_library();
     if (!lib.loaded) GTEST_SKIP() << "cuDNN not loaded: " << lib.why;
     const AttnData a = attention_data(B, T, H, Hkv, D, rng);
     const size_t nq = a.q.size(), nk = a.k.size();
-    cuda::CudnnAttention cudnn;
+    cuda::CudnnAttention cudnn(deterministic);
     cuda::AttnShape s = a.s;
     if (fused) s.ld_qkv = (H + 2 * Hkv) * D;
     if (!cudnn.supports(s)) GTEST_SKIP() << "cuDNN does not run this shape: " << cudnn.reason();
-    std::printf("cuDNN version %ld\n", lib.version);
+    std::printf("cuDNN version %ld%s\n", lib.version, deterministic ? ", deterministic graphs" : "");
+    const std::string tag = deterministic ? "attention cudnn deterministic" : "attention cudnn";
+    // the backward run twice more into fresh buffers of `n` elements: the same bits as `first`
+    auto expect_repeatable = [&](const std::string& what, size_t n, const std::vector<float>& first,
+                                 auto&& backward_into) {
+        if (!deterministic) return;
+        for (int rep = 1; rep <= 2; ++rep) {
+            Dev<bf16> again{int64_t(n)};
+            backward_into(again);
+            expect_exact(what + " repeated (" + std::to_string(rep) + "): differing elements",
+                         bit_mismatches(host(again), first));
+        }
+    };
     auto dq = dev_bf16(a.q), dk = dev_bf16(a.k), dv = dev_bf16(a.v), ddo = dev_bf16(a.dout);
     Dev<bf16> o{int64_t(nq)};
     Dev<float> lse(int64_t(B) * H * T);
@@ -297,11 +358,21 @@ void run_attention_cudnn(int B, int T, int H, int Hkv, int D, bool fused, Rng& r
                        ws, nullptr);
         std::vector<float> stats2 = host(lse);
         for (float& x : stats2) x *= 1.4426950408889634f;
-        expect_rel("attention cudnn fwd o", host(o), a.o_ref, kTolBf16);
-        expect_rel("attention cudnn fwd stats", stats2, lse_own, kTolBf16);
-        expect_rel("attention cudnn bwd dq", host(gq), a.dq_ref, kTolBf16);
-        expect_rel("attention cudnn bwd dk", host(gk), a.dk_ref, kTolBf16);
-        expect_rel("attention cudnn bwd dv", host(gv), a.dv_ref, kTolBf16);
+        expect_rel(tag + " fwd o", host(o), a.o_ref, kTolBf16);
+        expect_rel(tag + " fwd stats", stats2, lse_own, kTolBf16);
+        expect_rel(tag + " bwd dq", host(gq), a.dq_ref, kTolBf16);
+        expect_rel(tag + " bwd dk", host(gk), a.dk_ref, kTolBf16);
+        expect_rel(tag + " bwd dv", host(gv), a.dv_ref, kTolBf16);
+        // dq, dk, dv of one more backward each time (the other two into scratch)
+        const std::vector<float> hq = host(gq), hk = host(gk), hv = host(gv);
+        Dev<bf16> sq{int64_t(nq)}, sk{int64_t(nk)}, sv{int64_t(nk)};
+        auto bwd = [&](bf16* q_out, bf16* k_out, bf16* v_out) {
+            cudnn.backward(s, dq.p(), dk.p(), dv.p(), o.p(), lse.p(), ddo.p(), q_out, k_out, v_out, a.scale,
+                           ws, nullptr);
+        };
+        expect_repeatable(tag + " bwd dq", nq, hq, [&](Dev<bf16>& x) { bwd(x.p(), sk.p(), sv.p()); });
+        expect_repeatable(tag + " bwd dk", nk, hk, [&](Dev<bf16>& x) { bwd(sq.p(), x.p(), sv.p()); });
+        expect_repeatable(tag + " bwd dv", nk, hv, [&](Dev<bf16>& x) { bwd(sq.p(), sk.p(), x.p()); });
         return;
     }
     // the training step's fused layout: q|k|v as columns of one (B T, (H + 2 Hkv) D) row, read strided, and
@@ -330,10 +401,15 @@ void run_attention_cudnn(int B, int T, int H, int Hkv, int D, bool fused, Rng& r
             fdv[r * kd + c] = g[r * ld + hd + kd + c];
         }
     }
-    expect_rel("attention cudnn fused-qkv fwd o", host(o), a.o_ref, kTolBf16);
-    expect_rel("attention cudnn fused-qkv bwd dq", fdq, a.dq_ref, kTolBf16);
-    expect_rel("attention cudnn fused-qkv bwd dk", fdk, a.dk_ref, kTolBf16);
-    expect_rel("attention cudnn fused-qkv bwd dv", fdv, a.dv_ref, kTolBf16);
+    expect_rel(tag + " fused-qkv fwd o", host(o), a.o_ref, kTolBf16);
+    expect_rel(tag + " fused-qkv bwd dq", fdq, a.dq_ref, kTolBf16);
+    expect_rel(tag + " fused-qkv bwd dk", fdk, a.dk_ref, kTolBf16);
+    expect_rel(tag + " fused-qkv bwd dv", fdv, a.dv_ref, kTolBf16);
+    // the whole fused dq|dk|dv rows of one more backward each time
+    expect_repeatable(tag + " fused-qkv bwd dq|dk|dv", rows * ld, g, [&](Dev<bf16>& x) {
+        cudnn.backward(s, fq, fq + hd, fq + hd + kd, o.p(), lse.p(), ddo.p(), x.p(), x.p() + hd,
+                       x.p() + hd + kd, a.scale, ws, nullptr);
+    });
 }
 
 }  // namespace
@@ -364,10 +440,11 @@ OpCase attention_window_case(int B, int T, int H, int Hkv, int D, int window, in
         [=](Rng& rng) { run_attention_window(B, T, H, Hkv, D, w, sinks, rng); }};
 }
 
-OpCase attention_cudnn_case(int B, int T, int H, int Hkv, int D, bool fused_qkv) {
-    return {case_name(fused_qkv ? "attention_cudnn_fusedqkv" : "attention_cudnn",
-                      {{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}),
-            [=](Rng& rng) { run_attention_cudnn(B, T, H, Hkv, D, fused_qkv, rng); }};
+OpCase attention_cudnn_case(int B, int T, int H, int Hkv, int D, bool fused_qkv, bool deterministic) {
+    std::string name = fused_qkv ? "attention_cudnn_fusedqkv" : "attention_cudnn";
+    if (deterministic) name += "_det";
+    return {case_name(name, {{"B", B}, {"T", T}, {"H", H}, {"Hkv", Hkv}, {"D", D}}),
+            [=](Rng& rng) { run_attention_cudnn(B, T, H, Hkv, D, fused_qkv, deterministic, rng); }};
 }
 
 }  // namespace hydra::gputest

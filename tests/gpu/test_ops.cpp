@@ -57,6 +57,8 @@ std::vector<OpCase> op_cases() {
         c.push_back(attention_case(a[0], a[1], a[2], a[3], a[4]));
         c.push_back(attention_cudnn_case(a[0], a[1], a[2], a[3], a[4], false));
         c.push_back(attention_cudnn_case(a[0], a[1], a[2], a[3], a[4], true));
+        c.push_back(attention_cudnn_case(a[0], a[1], a[2], a[3], a[4], false, true));
+        c.push_back(attention_cudnn_case(a[0], a[1], a[2], a[3], a[4], true, true));
     }
     c.push_back(attention_window_case(2, 1000, 4, 2, 64, 100, 4));  // windows inside and across tiles
     c.push_back(attention_window_case(1, 700, 9, 3, 64, 64, 0));    // SmolLM2's grouping, no sinks

@@ -6,7 +6,10 @@
 // keys double-buffered with cp.async; the heaviest (last) query blocks are scheduled first.
 // Backward: one block per (64 keys, KV head, sequence) looping over the query heads of its group and
 // the query blocks at or after it: S = Q K^T and dP = dO V^T recomputed, P = exp2(S' - lse),
-// dS = P (dP - D); dV += P^T dO and dK += dS^T Q in registers; dQ += dS K through fp32 atomics.
+// dS = P (dP - D); dV += P^T dO and dK += dS^T Q in registers; dQ += dS K through fp32 atomics. The
+// deterministic backward (AttnWorkspace::deterministic) leaves dQ out of that kernel and forms it in a second
+// one, a block per (64 queries, query head, sequence) walking the key blocks in order with dQ in registers
+// (S and dP recomputed once more): atomics add in their order of arrival, so dQ's bits varied run to run.
 #include "ops/cuda/attention.h"
 
 #include <cstdio>
@@ -216,6 +219,40 @@ struct BwdArgs {
     int sinks;
 };
 
+// From a warp's fragments of S = Q K^T and dP = dO V^T (tiling GS: 64 queries from q0 x 64 keys from k0,
+// query head h of sequence b): P = exp2(S scale log2(e) - lse) and dS = P (dP - D), masked (causal, window,
+// past T), as bf16 into Ps (unless null) and dSs (row stride 72).
+template <class GS>
+__device__ __forceinline__ void tile_p_ds(const BwdArgs& a, int b, int h, int q0, int k0,
+                                          const typename GS::Acc& accS, const typename GS::Acc& accP,
+                                          bf16* Ps, bf16* dSs, int warp, int lane) {
+    const int W = a.window ? a.window[h] : 0;
+    const float* lse = a.lse + (size_t(b) * a.H + h) * a.T;
+    const float* dv = a.dvec + (size_t(b) * a.H + h) * a.T;
+    const int r0 = GS::row0(warp), c0 = GS::col0(warp);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int rr = r0 + (lane >> 2) + 8 * half;
+        const int qrow = q0 + rr;
+        const bool rv = qrow < a.T;
+        const float L = rv ? lse[qrow] : 0.f, Dq = rv ? dv[qrow] : 0.f;
+#pragma unroll
+        for (int nt = 0; nt < GS::NT; ++nt) {
+            const int cc = c0 + nt * 8 + ((lane & 3) << 1);
+            float p[2], ds[2];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int key = k0 + cc + u;
+                const bool ok = rv && key <= qrow && key < a.T && !outside_window(key, qrow, W, a.sinks);
+                p[u] = ok ? exp2f(accS[0][nt][2 * half + u] * a.sl2 - L) : 0.f;
+                ds[u] = p[u] * (accP[0][nt][2 * half + u] - Dq);
+            }
+            if (Ps) *reinterpret_cast<uint32_t*>(&Ps[rr * 72 + cc]) = pack_bf16(p[0], p[1]);
+            *reinterpret_cast<uint32_t*>(&dSs[rr * 72 + cc]) = pack_bf16(ds[0], ds[1]);
+        }
+    }
+}
+
 template <int D>
 struct BwdSmem {
     static constexpr int LD = D + 8;
@@ -227,7 +264,8 @@ struct BwdSmem {
     bf16 dSs[64 * 72];
 };
 
-template <int D>
+// DQ: dQ += dS K through fp32 atomics into a.dq_acc; without it dQ is left to attn_bwd_dq_kernel.
+template <int D, bool DQ>
 __global__ void __launch_bounds__(256, 1) attn_bwd_kernel(BwdArgs a) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     auto& s = *reinterpret_cast<BwdSmem<D>*>(smem_raw);
@@ -268,37 +306,12 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_kernel(BwdArgs a) {
             zero(accP);
             GS::run(accS, s.Qs[st], LD, s.Ks, LD, warp, lane);
             GS::run(accP, s.dOs[st], LD, s.Vs, LD, warp, lane);
-            const int W = a.window ? a.window[h] : 0;
-            const float* lse = a.lse + (size_t(b) * a.H + h) * a.T;
-            const float* dv = a.dvec + (size_t(b) * a.H + h) * a.T;
-            const int r0 = GS::row0(warp), c0 = GS::col0(warp);
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int rr = r0 + (lane >> 2) + 8 * half;
-                const int qrow = q0 + rr;
-                const bool rv = qrow < a.T;
-                const float L = rv ? lse[qrow] : 0.f, Dq = rv ? dv[qrow] : 0.f;
-#pragma unroll
-                for (int nt = 0; nt < GS::NT; ++nt) {
-                    const int cc = c0 + nt * 8 + ((lane & 3) << 1);
-                    float p[2], ds[2];
-#pragma unroll
-                    for (int u = 0; u < 2; ++u) {
-                        const int key = k0 + cc + u;
-                        const bool ok =
-                            rv && key <= qrow && key < a.T && !outside_window(key, qrow, W, a.sinks);
-                        p[u] = ok ? exp2f(accS[0][nt][2 * half + u] * a.sl2 - L) : 0.f;
-                        ds[u] = p[u] * (accP[0][nt][2 * half + u] - Dq);
-                    }
-                    *reinterpret_cast<uint32_t*>(&s.Ps[rr * 72 + cc]) = pack_bf16(p[0], p[1]);
-                    *reinterpret_cast<uint32_t*>(&s.dSs[rr * 72 + cc]) = pack_bf16(ds[0], ds[1]);
-                }
-            }
+            tile_p_ds<GS>(a, b, h, q0, k0, accS, accP, s.Ps, s.dSs, warp, lane);
         }
         __syncthreads();
         GT::run(accV, s.Ps, 72, s.dOs[st], LD, warp, lane);
         GT::run(accK, s.dSs, 72, s.Qs[st], LD, warp, lane);
-        {
+        if constexpr (DQ) {
             float acc[GQ::MT][GQ::NT][4];
             zero(acc);
             GQ::run(acc, s.dSs, 72, s.Ks, LD, warp, lane);
@@ -314,6 +327,67 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_kernel(BwdArgs a) {
     });
     GT::each(accV, warp, lane, [&](int rr, int c, float& x) {
         if (k0 + rr < a.T) a.dv[(size_t(b) * a.T + k0 + rr) * ldk + size_t(hk) * D + c] = __float2bfloat16(x);
+    });
+}
+
+template <int D>
+struct DqSmem {
+    static constexpr int LD = D + 8;
+    bf16 Qs[64 * LD];
+    bf16 dOs[64 * LD];
+    bf16 Ks[2][64 * LD];
+    bf16 Vs[2][64 * LD];
+    bf16 dSs[64 * 72];
+};
+
+// The deterministic backward's dQ: one block per (64 queries, query head, sequence), the key blocks 0 .. its
+// own in order (K, V double-buffered), S, dP and dS recomputed as in attn_bwd_kernel and dQ += dS K in
+// registers; dq = bf16(scale dQ) written once.
+template <int D>
+__global__ void __launch_bounds__(256, 1) attn_bwd_dq_kernel(BwdArgs a, bf16* dq) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    auto& s = *reinterpret_cast<DqSmem<D>*>(smem_raw);
+    constexpr int LD = DqSmem<D>::LD;
+    const int qb = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int q0 = qb * 64;
+    const size_t ldq = size_t(a.H) * D, ldk = size_t(a.Hkv) * D;
+    const size_t qoff = (size_t(b) * a.T + q0) * ldq + size_t(h) * D;
+    load_rows<64, D, 256>(s.Qs, LD, a.q + qoff, ldq, a.T - q0, tid);
+    load_rows<64, D, 256>(s.dOs, LD, a.d_o + qoff, ldq, a.T - q0, tid);
+    auto issue = [&](int kb, int st) {
+        const int k0 = kb * 64;
+        const size_t off = (size_t(b) * a.T + k0) * ldk + size_t(hk) * D;
+        load_rows<64, D, 256>(s.Ks[st], LD, a.k + off, ldk, a.T - k0, tid);
+        load_rows<64, D, 256>(s.Vs[st], LD, a.v + off, ldk, a.T - k0, tid);
+        cp_async_commit();
+    };
+    issue(0, 0);  // with Q and dO in its group
+
+    using GS = BlockGemm<64, 64, D, 4, 2, false, true>;   // S, dP: 64 q x 64 keys
+    using GQ = BlockGemm<64, D, 64, 4, 2, false, false>;  // dQ: 64 q x D
+    float acc[GQ::MT][GQ::NT][4];
+    zero(acc);
+    for (int kb = 0; kb <= qb; ++kb) {  // causal: keys up to the block's last query
+        const int st = kb & 1;
+        cp_async_wait_all();
+        __syncthreads();  // also: every warp is done with dS and the other stage of the previous block
+        if (kb + 1 <= qb) issue(kb + 1, st ^ 1);
+        {
+            float accS[GS::MT][GS::NT][4], accP[GS::MT][GS::NT][4];
+            zero(accS);
+            zero(accP);
+            GS::run(accS, s.Qs, LD, s.Ks[st], LD, warp, lane);
+            GS::run(accP, s.dOs, LD, s.Vs[st], LD, warp, lane);
+            tile_p_ds<GS>(a, b, h, q0, kb * 64, accS, accP, nullptr, s.dSs, warp, lane);
+        }
+        __syncthreads();
+        GQ::run(acc, s.dSs, 72, s.Ks[st], LD, warp, lane);
+    }
+    GQ::each_pair(acc, warp, lane, [&](int rr, int c, float& x0, float& x1) {
+        if (q0 + rr < a.T)
+            *reinterpret_cast<__nv_bfloat162*>(dq + (size_t(b) * a.T + q0 + rr) * ldq + size_t(h) * D + c) =
+                __floats2bfloat162_rn(a.scale * x0, a.scale * x1);
     });
 }
 
@@ -374,22 +448,40 @@ void fwd_impl(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, b
 template <int D>
 void bwd_impl(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
               const bf16* d_o, bf16* dq, bf16* dk, bf16* dv, float scale, AttnWorkspace& ws, cudaStream_t st) {
-    static bool attr = false;
-    if (!attr) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const bool det = ws.deterministic;
+    // the kernels' shared-memory limits, once per head dim (the deterministic pair's on its first use)
+    static const bool attr = [] {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(sizeof(BwdSmem<D>))));
-        attr = true;
-    }
+        return true;
+    }();
+    (void)attr;
     const size_t rows = size_t(s.B) * s.T * s.H;
-    CUDA_CHECK(cudaMemsetAsync(ws.dq_acc, 0, rows * s.D * sizeof(float), st));
+    if (!det) CUDA_CHECK(cudaMemsetAsync(ws.dq_acc, 0, rows * s.D * sizeof(float), st));
     attn_bwd_dot_kernel<D><<<unsigned((rows + 7) / 8), 256, 0, st>>>(s.B, s.T, s.H, o, d_o, ws.dvec);
     CUDA_CHECK(cudaGetLastError());
     BwdArgs a{s.B,     s.T,       s.H, s.Hkv, scale * kLog2e, scale,  q, k, v, d_o, lse,
               ws.dvec, ws.dq_acc, dk,  dv,    s.window,       s.sinks};
-    attn_bwd_kernel<D><<<dim3((s.T + 63) / 64, s.B * s.Hkv), 256, sizeof(BwdSmem<D>), st>>>(a);
+    const dim3 grid_k((s.T + 63) / 64, s.B * s.Hkv);
+    if (!det) {
+        attn_bwd_kernel<D, true><<<grid_k, 256, sizeof(BwdSmem<D>), st>>>(a);
+        CUDA_CHECK(cudaGetLastError());
+        const size_t n = rows * s.D;
+        f32_to_bf16_kernel<<<unsigned((n / 4 + 255) / 256 + 1), 256, 0, st>>>(ws.dq_acc, dq, n);
+        CUDA_CHECK(cudaGetLastError());
+        return;
+    }
+    static const bool attr_det = [] {
+        CUDA_CHECK(cudaFuncSetAttribute(
+            attn_bwd_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(BwdSmem<D>))));
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(sizeof(DqSmem<D>))));
+        return true;
+    }();
+    (void)attr_det;
+    attn_bwd_kernel<D, false><<<grid_k, 256, sizeof(BwdSmem<D>), st>>>(a);
     CUDA_CHECK(cudaGetLastError());
-    const size_t n = rows * s.D;
-    f32_to_bf16_kernel<<<unsigned((n / 4 + 255) / 256 + 1), 256, 0, st>>>(ws.dq_acc, dq, n);
+    attn_bwd_dq_kernel<D><<<dim3((s.T + 63) / 64, s.B * s.H), 256, sizeof(DqSmem<D>), st>>>(a, dq);
     CUDA_CHECK(cudaGetLastError());
 }
 

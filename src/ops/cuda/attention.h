@@ -33,6 +33,9 @@ struct AttnShape {
 };
 
 // Backward scratch: fp32 dQ accumulator (B, T, H, D) and the row dot products D = dO . O (B, H, T).
+// deterministic: attention_backward forms dQ in a second kernel that walks each query block's key blocks in
+// order (the same bits every run; S and dP computed twice, so slower) instead of adding the key blocks' terms
+// with fp32 atomics in their order of arrival. The training step sets it from GpuStepOptions::deterministic.
 class AttnWorkspace {
 public:
     explicit AttnWorkspace(const AttnShape& s);
@@ -43,6 +46,7 @@ public:
     float* dq_acc = nullptr;
     float* dvec = nullptr;
     size_t bytes = 0;
+    bool deterministic = false;
 };
 
 void attention_forward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,

@@ -266,8 +266,10 @@ class GraphBuilder {
     }
 
     // Operation graph -> heuristics (mode A) -> the engine configurations that finalize as plans, in the
-    // heuristic's order (at most `max_plans`), with their workspace sizes.
-    std::vector<std::pair<Desc, int64_t>> plans(const char* name, size_t max_plans) {
+    // heuristic's order (at most `max_plans`), with their workspace sizes. deterministic: engines that cuDNN
+    // notes as nondeterministic (CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) are passed over.
+    std::vector<std::pair<Desc, int64_t>> plans(const char* name, size_t max_plans,
+                                                bool deterministic = false) {
         std::vector<cudnnBackendDescriptor_t> raw;
         for (const auto& o : ops_) raw.push_back(o.get());
         Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -298,6 +300,10 @@ class GraphBuilder {
         std::string errors;
         std::vector<std::pair<Desc, int64_t>> out;
         for (int64_t i = 0; i < got && out.size() < max_plans; ++i) {
+            if (deterministic && noted_nondeterministic(cfg_raw[size_t(i)])) {
+                errors += "; config " + std::to_string(i) + ": nondeterministic";
+                continue;
+            }
             Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
             p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
                 .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
@@ -326,6 +332,22 @@ class GraphBuilder {
     }
 
   private:
+    // Whether the engine of an engine configuration carries cuDNN's nondeterministic numerical note.
+    static bool noted_nondeterministic(cudnnBackendDescriptor_t cfg) {
+        Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        cudnnBackendDescriptor_t e = engine.get();
+        int64_t n = 0;
+        CUDNN_CALL(api().get_attr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e),
+                   "engine of a configuration");
+        cudnnBackendNumericalNote_t notes[32];  // room for notes a newer library may add
+        int64_t count = 0;
+        CUDNN_CALL(
+            api().get_attr(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE, 32, &count, notes),
+            "engine numerical notes");
+        for (int64_t i = 0; i < count; ++i)
+            if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return true;
+        return false;
+    }
     void keep(Desc&& d) { kept_.push_back(std::make_unique<Desc>(std::move(d))); }
     cudnnHandle_t handle_;
     int64_t next_ = kFirstVirtual;
@@ -412,6 +434,7 @@ struct ForwardSpec {
     Dims qstr{}, kstr{}, ostr{};
     bool stats = true;
     size_t max_plans = 1;
+    bool deterministic = false;  // only engines cuDNN does not note as nondeterministic
 };
 
 // Forward: S = Q K^T * scale, causal mask, softmax [with stats = max + log(sum exp)], O = P V.
@@ -451,17 +474,21 @@ BuiltPlan build_forward(cudnnHandle_t handle, const ForwardSpec& f) {
     const Desc& p = g.virt(CUDNN_DATA_BFLOAT16, sdim, sstr);
     g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, p, &sum);
     g.matmul(p, v, o);
-    take_plans(r, g.plans(f.stats ? "attention forward graph" : "attention inference graph", f.max_plans));
+    take_plans(r, g.plans(f.stats ? "attention forward graph" : "attention inference graph", f.max_plans,
+                          f.deterministic));
     return r;
 }
 
 // The training forward: T queries over the same T keys, q|k|v maybe columns of one fused row, stats kept.
-BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s) {
+// deterministic: the heuristic's first engine (of those not noted nondeterministic), never a timing's pick,
+// which may differ from run to run and with it the order of the sums.
+BuiltPlan build_forward(cudnnHandle_t handle, const AttnShape& s, bool deterministic) {
     ForwardSpec f;
     f.B = s.B, f.Tq = s.T, f.S = s.T, f.H = s.H, f.Hk = s.Hkv, f.D = s.D;
     f.qstr = bshd_strides(s, q_ld(s)), f.kstr = bshd_strides(s, kv_ld(s)), f.ostr = bshd_strides(s, o_ld(s));
     f.stats = true;
-    f.max_plans = max_plans();
+    f.max_plans = deterministic ? 1 : max_plans();
+    f.deterministic = deterministic;
     return build_forward(handle, f);
 }
 
@@ -498,7 +525,11 @@ void grouped_matmul(GraphBuilder& g, const AttnShape& s, const Desc& a, const De
 //   Dsum = rowsum(dO * O); P = exp(mask(Q K^T * scale - stats)); dV = P^T dO;
 //   dS = P * (dO V^T - Dsum) * scale; dK = dS^T Q; dQ = dS K (fp32 accumulator, then bf16).
 // With Hkv < H, dK and dV come per query head and are summed over each KV head's group by a reduction.
-BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
+// deterministic: dQ = dS K written straight to dq, without the fp32 accumulator: the graph of NVIDIA's
+// frontend for set_deterministic_algorithm(true) on Hopper, whose engine stages the scores' gradients in its
+// workspace (B x H x T x T bf16) and forms dQ from them instead of adding each key block's terms into the
+// accumulator with atomics in their order of arrival. One plan (the heuristic's first, as build_forward).
+BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s, bool deterministic) {
     BuiltPlan r{std::make_unique<GraphBuilder>(handle), Desc(), 0};
     GraphBuilder& g = *r.graph;
     const int64_t B = s.B, T = s.T, H = s.H, Hk = s.Hkv, D = s.D;
@@ -559,13 +590,18 @@ BuiltPlan build_backward(cudnnHandle_t handle, const AttnShape& s) {
     g.reshape(ds, dst);
     grouped_matmul(g, s, dst, q, dk);
 
-    // dQ = dS K through the fp32 accumulator (ws.dq_acc, (b, h, s, d) contiguous)
+    // dQ = dS K through the fp32 accumulator (ws.dq_acc, (b, h, s, d) contiguous), or straight to dq
     const Desc& k = g.virt(CUDNN_DATA_BFLOAT16, {B, Hk, T, D}, kstr);
     g.reshape(kt, k);
-    const Desc& dq_acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, {B, H, T, D}, {H * T * D, T * D, D, 1}, false);
-    g.matmul(ds, k, dq_acc);
-    g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, dq);
-    take_plans(r, g.plans("attention backward graph", max_plans()));
+    if (deterministic) {
+        g.matmul(ds, k, dq);
+    } else {
+        const Desc& dq_acc =
+            g.tensor(kDQAccum, CUDNN_DATA_FLOAT, {B, H, T, D}, {H * T * D, T * D, D, 1}, false);
+        g.matmul(ds, k, dq_acc);
+        g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, dq);
+    }
+    take_plans(r, g.plans("attention backward graph", deterministic ? 1 : max_plans(), deterministic));
     return r;
 }
 
@@ -582,6 +618,8 @@ const std::vector<int64_t> kInferShiftedUids = {kQ,     kK,      kV,     kO,   k
                                                 kScale, kNegInf, kSeqKv, kSeqQ};  // S > T
 const std::vector<int64_t> kBackwardUids = {kQ,  kK,  kV,     kO,   kDO,     kStats,      kDQ,
                                             kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
+// the deterministic graph binds no dQ accumulator (the same list less its last entry)
+const std::vector<int64_t> kBackwardDetUids(kBackwardUids.begin(), kBackwardUids.end() - 1);
 
 void execute(cudnnHandle_t handle, const Desc& plan, const std::vector<int64_t>& uids,
              std::vector<void*> ptrs, void* workspace, const char* what) {
@@ -610,6 +648,7 @@ struct CudnnAttention::Impl {
         std::string why;
         BuiltPlan fwd;
     };
+    bool deterministic = false;  // CudnnAttention's constructor
     cudnnHandle_t handle = nullptr;
     std::map<std::tuple<int, int, int, int, int, int>, Plans> plans;
     std::map<std::array<int, 8>, InferPlan> infer_plans;
@@ -637,8 +676,8 @@ struct CudnnAttention::Impl {
             if (s.ld_qkv != 0 && s.ld_qkv < int64_t(s.H + 2 * s.Hkv) * s.D)
                 throw Error("ld_qkv " + std::to_string(s.ld_qkv) + " is narrower than a fused q|k|v row");
             if (!handle) CUDNN_CALL(api().create(&handle), "cudnnCreate");
-            p.fwd = build_forward(handle, s);
-            p.bwd = build_backward(handle, s);
+            p.fwd = build_forward(handle, s, deterministic);
+            p.bwd = build_backward(handle, s, deterministic);
             tune(s, p);
             reserve(size_t(std::max(p.fwd.workspace, p.bwd.workspace)));
             p.ok = true;
@@ -690,7 +729,7 @@ struct CudnnAttention::Impl {
             if (fwd)
                 execute(handle, plan, kForwardUids, {q, q + k_off, q + v_off, o, stats, &scale, &neg_inf},
                         workspace, "attention forward (tuning)");
-            else
+            else  // (never deterministic: its graphs keep one plan, so no timing)
                 execute(handle, plan, kBackwardUids,
                         {q, q + k_off, q + v_off, o, d_o, stats, dq, dq + k_off, dq + v_off, &scale, &one,
                          &neg_inf, dvec, dq_acc},
@@ -834,7 +873,9 @@ struct CudnnAttention::Impl {
     }
 };
 
-CudnnAttention::CudnnAttention() : impl_(std::make_unique<Impl>()) {}
+CudnnAttention::CudnnAttention(bool deterministic) : impl_(std::make_unique<Impl>()) {
+    impl_->deterministic = deterministic;
+}
 CudnnAttention::~CudnnAttention() = default;
 
 bool CudnnAttention::supports(const AttnShape& s) {
@@ -883,11 +924,18 @@ void CudnnAttention::backward(const AttnShape& s, const __nv_bfloat16* q, const 
     HYDRA_CHECK(ws.shape.B == s.B && ws.shape.T == s.T && ws.shape.H == s.H && ws.shape.D == s.D,
                 "attention workspace sized for another shape");
     CUDNN_CALL(api().set_stream(impl_->handle, stream), "cudnnSetStream");
+    float neg_inf = masked_score();
+    float one = 1.f;
+    if (impl_->deterministic) {
+        execute(impl_->handle, p.bwd.plan, kBackwardDetUids,
+                {(void*)q, (void*)k, (void*)v, (void*)o, (void*)d_o, (void*)stats, (void*)dq, (void*)dk,
+                 (void*)dv, &scale, &one, &neg_inf, (void*)ws.dvec},
+                impl_->workspace, "attention backward");
+        return;
+    }
     // before cuDNN 9.6 the engine expects a zeroed dQ accumulator
     if (api().lib.version < 90600)
         CUDA_CHECK(cudaMemsetAsync(ws.dq_acc, 0, size_t(s.B) * s.T * s.H * s.D * sizeof(float), stream));
-    float neg_inf = masked_score();
-    float one = 1.f;
     execute(impl_->handle, p.bwd.plan, kBackwardUids,
             {(void*)q, (void*)k, (void*)v, (void*)o, (void*)d_o, (void*)stats, (void*)dq, (void*)dk,
              (void*)dv, &scale, &one, &neg_inf, (void*)ws.dvec, (void*)ws.dq_acc},
@@ -903,7 +951,7 @@ const CudnnLibrary& cudnn_library() {
 struct CudnnAttention::Impl {
     std::string reason = "built without the cuDNN headers";
 };
-CudnnAttention::CudnnAttention() : impl_(std::make_unique<Impl>()) {}
+CudnnAttention::CudnnAttention(bool) : impl_(std::make_unique<Impl>()) {}
 CudnnAttention::~CudnnAttention() = default;
 bool CudnnAttention::supports(const AttnShape&) {
     return false;

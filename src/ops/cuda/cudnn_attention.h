@@ -45,7 +45,13 @@ struct AttnInferShape {
 
 class CudnnAttention {
   public:
-    CudnnAttention();
+    // deterministic: the training graphs run the same engine with the same sums every run (the training
+    // step's GpuStepOptions::deterministic): each direction takes the heuristic's first engine that cuDNN
+    // does not note as nondeterministic, never the fastest of a timing (two runs may time differently), and
+    // the backward writes dQ without the fp32 accumulator the default engine adds key blocks into with
+    // atomics (NVIDIA's frontend's set_deterministic_algorithm on Hopper; its workspace grows by B x H x T x
+    // T bf16).
+    explicit CudnnAttention(bool deterministic = false);
     ~CudnnAttention();
     CudnnAttention(const CudnnAttention&) = delete;
     CudnnAttention& operator=(const CudnnAttention&) = delete;
@@ -59,7 +65,7 @@ class CudnnAttention {
     void forward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                  __nv_bfloat16* o, float* stats, float scale, cudaStream_t stream);
     // dq, dk, dv OVERWRITTEN (dk/dv summed over the query heads of a KV head). Uses ws.dq_acc as cuDNN's
-    // fp32 dQ accumulator and ws.dvec as its row dot products dO . O.
+    // fp32 dQ accumulator (not when deterministic) and ws.dvec as its row dot products dO . O.
     void backward(const AttnShape& s, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                   const __nv_bfloat16* o, const float* stats, const __nv_bfloat16* d_o, __nv_bfloat16* dq,
                   __nv_bfloat16* dk, __nv_bfloat16* dv, float scale, AttnWorkspace& ws, cudaStream_t stream);

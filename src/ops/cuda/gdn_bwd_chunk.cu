@@ -16,10 +16,25 @@ using namespace hydra::cuda::bf16_pack;
 
 namespace {
 
-// For a BlockGemm tiling with MT == 1: f(r, c, v) gives each element's contribution to its row's sum;
-// the sums are added into target[r] (shared memory) once per warp and row.
+// Every sum over the block's threads below is formed in a fixed order, so the gradients are the same bits run
+// to run: a warp (or thread group) stores its partial sums to a slot of its own in a dead shared-memory
+// region, and after a barrier one thread per output adds the slots in slot order (sum_parts). Shared-memory
+// float atomics, which these replace, added the warps' partials in their order of arrival.
+
+// parts[k * 64 + r] for k = 0 .. N - 1, in that order: output r of N slots of 64
+template <int N>
+__device__ __forceinline__ float sum_parts(const float* parts, int r) {
+    float x = parts[r];
+#pragma unroll
+    for (int k = 1; k < N; ++k) x += parts[k * 64 + r];
+    return x;
+}
+
+// For a BlockGemm tiling with MT == 1: f(r, c, v) gives each element's contribution to its row's sum; the
+// warp's sums are stored to parts[wc * 64 + r], wc = the warp's column in the tiling (G::WARP_COLS slots of
+// 64 rows, summed by sum_parts).
 template <class G, class F>
-__device__ __forceinline__ void each_rowsum(typename G::Acc& acc, int warp, int lane, float* target, F&& f) {
+__device__ __forceinline__ void each_rowsum(typename G::Acc& acc, int warp, int lane, float* parts, F&& f) {
     static_assert(G::MT == 1, "each_rowsum: one m-tile per warp");
     const int r0 = G::row0(warp);
     float s0 = 0.f, s1 = 0.f;
@@ -35,8 +50,9 @@ __device__ __forceinline__ void each_rowsum(typename G::Acc& acc, int warp, int 
     s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
     s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
     if ((lane & 3) == 0) {
-        atomicAdd(&target[r0 + (lane >> 2)], s0);
-        atomicAdd(&target[r0 + 8 + (lane >> 2)], s1);
+        float* slot = parts + (warp % G::WARP_COLS) * 64;
+        slot[r0 + (lane >> 2)] = s0;
+        slot[r0 + 8 + (lane >> 2)] = s1;
     }
 }
 
@@ -56,7 +72,7 @@ struct BChunkSmem {
     bf16 LGs[64 * 72];  // T (bf16) first, then Gb
     float KKf[64 * LF];
     alignas(16) float gam[64];  // 16-byte reads in the strictly-lower pass
-    float beta[64], dgam[64], dbet[64], tmp[64], tmpX[64], tmpY[64], dotq[64], dotk[64];
+    float beta[64], dgam[64], dbet[64];
     float rqs[64], rks[64];  // 1 / ||q_t||, 1 / ||k_t|| (1 without the norm)
     float glast;
 };
@@ -80,6 +96,31 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
     const size_t Tp = size_t(a.NT) * kC;
     bf16* M0s = s.big;
     bf16* dMs = s.big + D * LD;
+    // phase 2's fp32 64 x 64 matrices in s.big (BChunkSmem::BIG2), beside dW (bf16) at its start
+    float* Tf = reinterpret_cast<float*>(s.big + BChunkSmem<D>::DW);  // T, row-major
+    float* dA2 = Tf + 64 * LF;                                        // the second half of dA (below)
+    float* dTf = dA2 + 64 * LF;                                       // dT, later dA (both row-major)
+    float* tLf = dTf + 64 * LF;
+    // The slots of the fixed-order sums (sum_parts), each in a region dead from its slots' writes to their
+    // reads:
+    //   tLf, past M0's and dM's slots (written by the tL product only): phase 1's row sums k . dk and q . dq
+    //   and
+    //     the warps' parts of <M0, dM>, read at phase 2's start; the epilogue's dq . y and dk . y
+    //   dA2 (written by the dA product, after the reads): the row and column sums of the intra-chunk scores'
+    //     gamma terms and the row sums dX . k and dY . v, read after the dY product
+    //   GPs (read last by the G_P products): the column sums of dA o A
+    constexpr int SL = 4 * 64;  // a sum's slots: 4 x 64 at most (WC or 4 warp rows, 64 rows or columns)
+    static_assert(WC <= 4 && NTH / 64 * 64 * int(sizeof(float)) <= int(sizeof(s.GPs)), "slots do not fit");
+    float* const pKdk = tLf;           // k_r . dk_r (leaving state), WC slots
+    float* const pQdq = tLf + SL;      // q_r . dq_r (inter-chunk), WC slots
+    float* const pMdM = tLf + 2 * SL;  // <M0, dM>, a slot a warp
+    float* const pQy = tLf;            // epilogue: dq_r . y_r, WC slots
+    float* const pKy = tLf + SL;       //           dk_r . y_r
+    float* const pRow = dA2;           // intra-chunk scores: row sums, WC slots
+    float* const pCol = dA2 + SL;      //                     column sums (negated), 4 slots (warp rows)
+    float* const pX = dA2 + 2 * SL;    // dX_r . k_r, WC slots
+    float* const pY = dA2 + 3 * SL;    // dY_r . v_r, WC slots
+    float* const pAc = reinterpret_cast<float*>(s.GPs);  // column sums of dA o A, NTH / 64 slots
     // Items are (chunk, sequence x value head) pairs, chunks fastest. A block takes items blockIdx.x,
     // + gridDim.x, ...: with as many blocks as fit the GPU at once (one an SM), each block copies the next
     // item's operands into their buffers as soon as the current item has stopped reading them, so a chunk's
@@ -148,8 +189,6 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         if (tid < 64) {
             s.gam[tid] = a.gam[hrow0 + tid];
             s.beta[tid] = tid < L ? a.beta[vrow0 + size_t(tid) * a.HV] : 0.f;
-            s.dgam[tid] = 0.f, s.dbet[tid] = 0.f, s.tmp[tid] = 0.f, s.tmpX[tid] = 0.f, s.tmpY[tid] = 0.f;
-            s.dotq[tid] = 0.f, s.dotk[tid] = 0.f;
             s.rqs[tid] = a.rq[hrow0 + tid], s.rks[tid] = a.rk[hrow0 + tid];
         }
         // x <- bf16(x / ||x||) for the rows of Q or K in shared memory: the forward's normalised rows
@@ -168,7 +207,6 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 *p = u;
             }
         };
-        if (tid == 0) s.glast = 0.f;
         cp_async_wait<1>();  // all but M0
         __syncthreads();
         const float gL = s.gam[L - 1];
@@ -192,7 +230,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
         // per-row factors from registers (BlockGemm::row_values), here and in the epilogues below
         float fr[1][2];
         GD::row_values(warp, lane, dec, fr);
-        each_rowsum<GD>(dkA, warp, lane, s.tmp, [&](int r, int c, float& v) {
+        each_rowsum<GD>(dkA, warp, lane, pKdk, [&](int r, int c, float& v) {
             v *= fr[0][r - GD::row0(warp) >= 8];
             return __bfloat162float(s.Ks[r * LD + c]) * v;
         });
@@ -208,7 +246,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             GD::run(dqA, s.dOs, LD, M0s, LD, warp, lane);
         GD::row_values(
             warp, lane, [&](int r) { return scale * Gam(r); }, fr);
-        each_rowsum<GD>(dqA, warp, lane, s.dgam, [&](int r, int c, float& v) {
+        each_rowsum<GD>(dqA, warp, lane, pQdq, [&](int r, int c, float& v) {
             v *= fr[0][r - GD::row0(warp) >= 8];
             return __bfloat162float(s.Qs[r * LD + c]) * v;
         });
@@ -228,16 +266,12 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 }
             }
             f = warp_sum(f);
-            if (lane == 0) atomicAdd(&s.glast, f);
+            if (lane == 0) pMdM[warp] = f;
         }
         __syncthreads();
 
         // ---- phase 2 ----
         bf16* dWs = s.big;
-        float* Tf = reinterpret_cast<float*>(s.big + BChunkSmem<D>::DW);  // T, row-major
-        float* dA2 = Tf + 64 * LF;                                        // the second half of dA (below)
-        float* dTf = dA2 + 64 * LF;                                       // dT, later dA (both row-major)
-        float* tLf = dTf + 64 * LF;
         GD::each_pair(accW, warp, lane, [&](int r, int c, float& v0, float& v1) {
             *reinterpret_cast<__nv_bfloat162*>(&dWs[r * LD + c]) = __floats2bfloat162_rn(-v0, -v1);
         });
@@ -250,10 +284,12 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 s.LGs[r * 72 + c] = __float2bfloat16(t);
             }
         }
-        if (tid < 64) atomicAdd(&s.dgam[tid], -s.tmp[tid]);
-        if (warp == 0) {  // glast = sum of tmp + exp(gL) <M0, dM>
-            const float sum = warp_sum(s.tmp[lane] + s.tmp[lane + 32]);
-            if (lane == 0) s.glast = sum + expf(gL) * s.glast;
+        // phase 1's sums: d gamma_r = q_r . dq_r - k_r . dk_r; glast = sum_r k_r . dk_r + exp(gL) <M0, dM>
+        if (tid < 64) s.dgam[tid] = sum_parts<WC>(pQdq, tid) - sum_parts<WC>(pKdk, tid);
+        if (warp == 0) {
+            const float kdk = warp_sum(sum_parts<WC>(pKdk, lane) + sum_parts<WC>(pKdk, lane + 32));
+            const float mdm = warp_sum(lane < NW ? pMdM[lane] : 0.f);
+            if (lane == 0) s.glast = kdk + expf(gL) * mdm;
         }
         using G64 = BlockGemm<64, 64, D, 4, WC, false, true>;
         // dP, Q K^T, K K^T and dT are read only on and below their diagonals (dP, Q K^T through the causal
@@ -303,9 +339,11 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
             rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
             rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
-            if ((lane & 3) == 0) {
-                atomicAdd(&s.dgam[r0 + (lane >> 2)], rs0);
-                atomicAdd(&s.dgam[r0 + 8 + (lane >> 2)], rs1);
+            if ((lane & 3) ==
+                0) {  // every warp, also one above the diagonal (zeros): the reader adds all slots
+                float* slot = pRow + (warp % G64::WARP_COLS) * 64;
+                slot[r0 + (lane >> 2)] = rs0;
+                slot[r0 + 8 + (lane >> 2)] = rs1;
             }
 #pragma unroll
             for (int nt = 0; nt < G64::NT; ++nt)
@@ -315,7 +353,8 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                     x += __shfl_xor_sync(0xffffffffu, x, 4);
                     x += __shfl_xor_sync(0xffffffffu, x, 8);
                     x += __shfl_xor_sync(0xffffffffu, x, 16);
-                    if ((lane >> 2) == 0) atomicAdd(&s.dgam[c0 + frag_col(nt, q, lane)], -x);
+                    if ((lane >> 2) == 0)
+                        pCol[(warp / G64::WARP_COLS) * 64 + c0 + frag_col(nt, q, lane)] = -x;
                 }
         }
         {  // K K^T (fp32)
@@ -367,7 +406,7 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             float acc[GKT::MT][GKT::NT][4];
             zero(acc);
             GKT::run_steps(acc, s.LGs, 72, dWs, LD, warp, lane, rb, 4);
-            each_rowsum<GKT>(acc, warp, lane, s.tmpX,
+            each_rowsum<GKT>(acc, warp, lane, pX,
                              [&](int r, int c, float& v) { return v * __bfloat162float(s.Ks[r * LD + c]); });
             float bg[1][2];
             GKT::row_values(
@@ -412,18 +451,20 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 ys[h] += __shfl_xor_sync(0xffffffffu, ys[h], 2);
             }
             if ((lane & 3) == 0) {
-                atomicAdd(&s.tmpY[r0 + (lane >> 2)], ys[0]);
-                atomicAdd(&s.tmpY[r0 + 8 + (lane >> 2)], ys[1]);
+                float* slot = pY + (warp % GKT::WARP_COLS) * 64;
+                slot[r0 + (lane >> 2)] = ys[0];
+                slot[r0 + 8 + (lane >> 2)] = ys[1];
             }
         }
         __syncthreads();
         // dO, delta, d delta, V and Q are read no more: the next item's copies into them start here
         if (has_next) copy_early(next);
         cp_async_commit();
-        if (tid < 64) {
-            const float px = s.tmpX[tid], g = Gam(tid);
-            atomicAdd(&s.dbet[tid], g * px + s.tmpY[tid]);
-            atomicAdd(&s.dgam[tid], s.beta[tid] * g * px);
+        if (tid <
+            64) {  // the sums of the intra-chunk scores, dX and dY (dA2's slots: read before the dA product)
+            const float px = sum_parts<WC>(pX, tid), g = Gam(tid);
+            s.dbet[tid] = g * px + sum_parts<WC>(pY, tid);
+            s.dgam[tid] += sum_parts<WC>(pRow, tid) + sum_parts<4>(pCol, tid) + s.beta[tid] * g * px;
         }
         // tL = dT T^T, then dA = -T^T tL, on tensor cores: out = sign A B (A, B fp32 in shared memory, row
         // stride LF) as three tf32 products of the operands' big and small parts (mma_tf32_3x: about fp32's
@@ -557,9 +598,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 rs += __shfl_xor_sync(0xffffffffu, rs, o);
                 db += __shfl_xor_sync(0xffffffffu, db, o);
             }
-            if (tid % PPR == 0) {
-                atomicAdd(&s.dgam[i], rs);
-                atomicAdd(&s.dbet[i], db);
+            if (tid % PPR == 0) {  // the one thread of row i (nothing else writes these between the barriers)
+                s.dgam[i] += rs;
+                s.dbet[i] += db;
             }
         }
         __syncthreads();
@@ -569,9 +610,10 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
             const int c = tid & 63, part = tid >> 6;
             float cs = 0.f;
             for (int i = part * RPP; i < part * RPP + RPP; ++i) cs += s.KKf[i * LF + c];
-            atomicAdd(&s.dgam[c], -cs);
+            pAc[part * 64 + c] = cs;
         }
         __syncthreads();
+        if (tid < 64) s.dgam[tid] -= sum_parts<NTH / 64>(pAc, tid);  // read by the last warp after 2 barriers
         // d 128, dq / dk finished here through the L2 norm: the raw q, k rows are staged in the phase-2
         // buffers (free now) while the last products run, so the epilogue reads shared memory (at d 64 it
         // reads them from global memory, measured as fast)
@@ -615,8 +657,9 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 const float k = rsv(isq, r);
                 y[0] = f.x * k, y[1] = f.y * k;
             };
+            float dotq[2] = {0.f, 0.f}, dotk[2] = {0.f, 0.f};  // dq . y, dk . y of rows r0 + lane / 4 and + 8
             if (a.l2norm) {
-                float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};  // rows r0 + lane / 4 and + 8
+                float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};  // this warp's parts of them
                 each_pair([&](int r, int c, int nt, int e) {
                     float y[2];
                     yrow(true, r, c, y);
@@ -632,12 +675,16 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                     pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], 2);
                 }
                 if ((lane & 3) == 0) {
-                    atomicAdd(&s.dotq[r0 + (lane >> 2)], pq[0]);
-                    atomicAdd(&s.dotq[r0 + 8 + (lane >> 2)], pq[1]);
-                    atomicAdd(&s.dotk[r0 + (lane >> 2)], pk[0]);
-                    atomicAdd(&s.dotk[r0 + 8 + (lane >> 2)], pk[1]);
+                    const int sl = (warp % GD::WARP_COLS) * 64 + r0 + (lane >> 2);
+                    pQy[sl] = pq[0], pQy[sl + 8] = pq[1];
+                    pKy[sl] = pk[0], pKy[sl + 8] = pk[1];
                 }
                 __syncthreads();
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int r = r0 + (lane >> 2) + 8 * i;
+                    dotq[i] = sum_parts<WC>(pQy, r), dotk[i] = sum_parts<WC>(pKy, r);
+                }
             }
             // dq, dk of the pair (nt, e) in row r (valid), through the norm's backward when there is one
             auto finish = [&](int r, int c, int nt, int e, float(&q2)[2], float(&k2)[2]) {
@@ -646,10 +693,10 @@ __global__ void __launch_bounds__(NW * 32) gdn_bwd_chunk_kernel(BChunkArgs a) {
                 if (a.l2norm) {
                     float y[2];
                     yrow(true, r, c, y);
-                    const float rq = rsv(true, r), dq = s.dotq[r];
+                    const float rq = rsv(true, r), dq = dotq[e >> 1];
                     q2[0] = rq * (q2[0] - dq * y[0]), q2[1] = rq * (q2[1] - dq * y[1]);
                     yrow(false, r, c, y);
-                    const float rk = rsv(false, r), dk = s.dotk[r];
+                    const float rk = rsv(false, r), dk = dotk[e >> 1];
                     k2[0] = rk * (k2[0] - dk * y[0]), k2[1] = rk * (k2[1] - dk * y[1]);
                 }
             };

@@ -277,6 +277,7 @@ template <int M, int N, int KD, int WR, int WC, bool AT, bool BT>
 struct BlockGemm {
     static constexpr int MT = M / WR / 16;
     static constexpr int NT = N / WC / 8;
+    static constexpr int WARP_ROWS = WR, WARP_COLS = WC;
     static_assert(MT * WR * 16 == M && NT * WC * 8 == N && KD % 16 == 0, "BlockGemm: shape does not tile");
     using Acc = float[MT][NT][4];
 
