@@ -1,9 +1,9 @@
 // serve_load: an OpenAI-compatible load generator for `hydra serve` and llama.cpp's `llama-server`.
 // For each concurrency level, that many client threads each send streaming /v1/completions requests
-// (prompts of exactly --prompt-tokens token ids drawn at random from --token-range, or a fixed text;
-// max_tokens with ignore_eos, so that every request generates the same number of tokens) and measure
-// the time to the first token, the output tokens/s of the whole level and of each stream, and errors by
-// HTTP status. Prints one JSON document (stdout, or --out).
+// (prompts of exactly --prompt-tokens token ids drawn at random from --token-range, new ones at each level,
+// or a fixed text; max_tokens with ignore_eos, so that every request generates the same number of tokens) and
+// measure the time to the first token, the output tokens/s of the whole level and of each stream, and errors
+// by HTTP status. Prints one JSON document (stdout, or --out).
 //   serve_load --url http://127.0.0.1:8080 --concurrency 1,8,32,128,256 --prompt-tokens 512 --max-tokens 128
 #include <algorithm>
 #include <atomic>
@@ -144,7 +144,11 @@ RequestResult run_request(const Target& target, const Options& o, const json& bo
     return r;
 }
 
-json run_level(const Target& target, const Options& o, int64_t concurrency, const std::string& model) {
+// level_index: the level's place in --concurrency, part of the prompts' seed, so that no level repeats an
+// earlier level's prompts (a server keeping a slot's KV, as llama-server does by default, would skip their
+// prefill).
+json run_level(const Target& target, const Options& o, int64_t concurrency, int64_t level_index,
+               const std::string& model) {
     const int64_t total = o.requests > 0 ? o.requests : concurrency;
     int64_t lo = 100, hi = 10000;
     if (const size_t c = o.token_range.find(':'); c != std::string::npos) {
@@ -159,7 +163,7 @@ json run_level(const Target& target, const Options& o, int64_t concurrency, cons
     std::vector<std::thread> threads;
     for (int64_t s = 0; s < concurrency; ++s) {
         threads.emplace_back([&, s] {
-            std::mt19937_64 gen(o.seed * 1000003 + uint64_t(s));
+            std::mt19937_64 gen(o.seed * 1000003 + uint64_t(level_index) * 7919 + uint64_t(s));
             for (int64_t i; (i = next.fetch_add(1)) < total;) {
                 json body = {{"max_tokens", o.max_tokens},
                              {"stream", true},
@@ -281,9 +285,10 @@ int main(int argc, char** argv) {
             }
             std::filesystem::rename(tmp, o.out);
         };
-        for (int64_t c : levels) {
+        for (size_t li = 0; li < levels.size(); ++li) {
+            const int64_t c = levels[li];
             fmt::print(stderr, "serve_load: {} streams ...\n", c);
-            out["levels"].push_back(run_level(target, o, c, model));
+            out["levels"].push_back(run_level(target, o, c, int64_t(li), model));
             const json& l = out["levels"].back();
             fmt::print(stderr, "  {:.1f} tok/s, ttft p50 {:.0f} ms p99 {:.0f} ms, ok {}/{}\n",
                        l["output_tokens_per_s"].get<double>(), l["ttft_ms"]["p50"].get<double>(),

@@ -11,7 +11,8 @@
 #     [CTX=8192] [CTX_KEY=llama] [OUT=serve_vs_llamacpp] bench/serve_vs_llamacpp.sh MODEL.gguf
 #
 # Each server gets one slot per stream (llama-server: -np S -c S*CTX) and whole prompts per step; every level
-# runs twice and the second (warm: a new prompt length plans its attention once) is the one compared.
+# runs twice and the second (warm: a new prompt length plans its attention once; serve_load draws new prompts for
+# it, so no server answers it from its slot's cached KV) is the one compared.
 # Exit status: 2 on bad arguments, 3 when a server does not come up, else 0.
 set -uo pipefail
 MODEL="${1:-}"
