@@ -2,11 +2,12 @@
 // WORLD_SIZE = 1: rendezvous, communicator, bucketed gradient all-reduce hooked into the backward, the
 // global-norm all-reduce, the ZeRO-1 sharded AdamW over a shard that is the whole arena, the parameter
 // all-gather, the checkpoint gather) against the plain single-GPU engine: after a few AdamW steps the
-// weights, m, v and every step's loss and gradient norm must be bit-identical. Our attention kernels are
-// used (HYDRA_ATTENTION=own) because cuDNN's backward accumulates dQ with atomics (run-to-run noise; ours
-// add at most two KV blocks' terms at T = 96, an order-free sum), and GEMMs take the heuristic's algorithm
-// (HYDRA_GEMM_TUNE=0), and the embedding backward sums in a fixed order (HYDRA_DETERMINISTIC=1); a first
-// check that two plain runs agree bit for bit guards the comparison, and a
+// weights, m, v and every step's loss and gradient norm must be bit-identical. The step runs deterministic
+// (HYDRA_DETERMINISTIC=1: the embedding backward and the attention's dQ in a fixed order, cuDNN's engine
+// untimed; the GDN backward always is), GEMMs take the heuristic's algorithm (HYDRA_GEMM_TUNE=0), and our
+// attention kernels are used (HYDRA_ATTENTION=own: the path this test has passed with on the H200; cuDNN's
+// deterministic backward is checked by the op table's attention_cudnn_det cases); a first check that two
+// plain runs agree bit for bit guards the comparison, and a
 // failure names the first differing step and the tensors that differ. Skipped when NCCL cannot be
 // loaded (LD_LIBRARY_PATH / HYDRA_NCCL_LIB: tools/nccl_lib_dir.sh).
 #include <cuda_runtime.h>
@@ -160,7 +161,7 @@ TEST_P(GpuDataParallel, OneRankNcclIsBitIdenticalToPlain) {
     ScopedEnv small_buckets("HYDRA_DP_BUCKET_MB", "0.5");
     // the heuristic's GEMM algorithm, not the fastest of a timing: two runs' timings may pick differently
     ScopedEnv fixed_gemms("HYDRA_GEMM_TUNE", "0");
-    // the embedding backward's fixed-order sums instead of atomics on repeated tokens
+    // fixed-order sums where the step would otherwise use atomics (embedding, attention dQ)
     ScopedEnv fixed_sums("HYDRA_DETERMINISTIC", "1");
     auto teacher = std::make_unique<LlamaModel>(tiny());
     bench::randomise(*teacher, 1);
