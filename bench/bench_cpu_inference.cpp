@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
         using clock = std::chrono::steady_clock;
         std::vector<double> pp_rates, tg_rates;
         for (int r = 0; r < reps + 1; ++r) {  // the first repetition warms caches and is discarded
-            KVCache cache(cfg, std::max<int64_t>(pp, tg) + 1);
+            KVCache cache(*m.model, std::max<int64_t>(pp, tg) + 1);  // the plan's layout: hybrids too
             auto t0 = clock::now();
             Tensor logits = forward_last_logits(*m.model, prompt, cache, options);
             const double pp_s = std::chrono::duration<double>(clock::now() - t0).count();
