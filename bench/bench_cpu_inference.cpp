@@ -1,7 +1,9 @@
 // bench_cpu_inference: prefill and decode throughput of a model on the CPU, in the same shape as
 // llama.cpp's llama-bench (pp = prompt tokens in one batch, tg = tokens generated one at a time).
 //   bench_cpu_inference [MODEL] [--pp 512] [--tg 128] [--reps 3] [--threads N] [--f32-activations]
-// --f32-activations decodes with the f32-activation GEMVs (the reference) instead of 8-bit activations.
+//   [--q8-weights]
+// --f32-activations decodes with the f32-activation GEMVs (the reference) instead of 8-bit activations;
+// --q8-weights decodes from Q8_0 copies of the f32 linear weights (a model directory: a converted hybrid).
 // Prints one JSON object per test with the median tokens/s over the repetitions.
 #include <algorithm>
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
 #include "model/model_loader.h"
+#include "model/weight_quantizer.h"
 #include "serve/sampler.h"
 
 using namespace hydra;
@@ -29,6 +32,7 @@ int main(int argc, char** argv) {
     int64_t pp = 512, tg = 128;
     int reps = 3, threads = 0;
     ForwardOptions options;
+    bool q8_weights = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -48,10 +52,12 @@ int main(int argc, char** argv) {
             threads = std::stoi(next());
         else if (a == "--f32-activations")
             options.q8_activations = false;
+        else if (a == "--q8-weights")
+            q8_weights = true;
         else if (a.rfind("--", 0) == 0) {
             fmt::print(stderr,
                        "usage: bench_cpu_inference [MODEL] [--pp N] [--tg N] [--reps N] [--threads N] "
-                       "[--f32-activations]\n");
+                       "[--f32-activations] [--q8-weights]\n");
             return 2;
         } else
             model_path = a;
@@ -59,6 +65,7 @@ int main(int argc, char** argv) {
     try {
         set_num_threads(threads);
         LoadedModel m = load_model(model_path);
+        if (q8_weights) quantize_linear_weights(*m.model);  // what --quantize-weights q8_0 does in the CLI
         const ModelConfig& cfg = m.model->config();
         // Random token ids, as llama-bench uses: throughput does not depend on the text.
         Rng rng(1234);

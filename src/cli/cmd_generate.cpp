@@ -25,6 +25,7 @@ struct GenerateOptions {
     bool chat = false;
     bool stats = false;
     int threads = 0;
+    std::string quantize_weights = "none";
 };
 }  // namespace
 
@@ -43,11 +44,13 @@ void register_generate(CLI::App& app) {
     cmd->add_option("--system", o->system, "system message for --chat (default: the template's own)");
     cmd->add_flag("--stats", o->stats, "print prefill/decode speed on stderr at the end");
     add_threads_option(*cmd, o->threads);
+    add_weight_quantization_option(*cmd, o->quantize_weights);
     cmd->callback([o] {
         apply_threads(o->threads);
         SamplerConfig sc{o->temp, o->top_k, o->top_p, o->seed};
         Sampler sampler(sc);  // validates the options before the (slower) model load
         LoadedModel m = load_model_reported(o->model);
+        apply_weight_quantization(*m.model, o->quantize_weights);
         HYDRA_CHECK(m.vocab.has_value(), "{}: the model has no tokenizer", o->model);
         Tokenizer tok(*m.vocab, o->model);
         std::vector<int32_t> prompt;

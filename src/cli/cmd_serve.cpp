@@ -42,6 +42,7 @@ struct ServeOptions {
     int64_t cache_mb = 0;
     int64_t max_body_mb = 8;
     int threads = 0;
+    std::string quantize_weights = "none";
 };
 
 // The name clients use in "model": the file name without .gguf, or the model directory's name.
@@ -69,6 +70,7 @@ void serve(const ServeOptions& o) {
     const std::string api_key =
         o.api_key.empty() && std::getenv("HYDRA_API_KEY") ? std::getenv("HYDRA_API_KEY") : o.api_key;
     LoadedModel m = load_model_reported(o.model);
+    if (o.device == "cpu") apply_weight_quantization(*m.model, o.quantize_weights);
     HYDRA_CHECK(m.vocab.has_value(), "{}: the model has no tokenizer, which hydra serve needs", o.model);
     Tokenizer tok(*m.vocab, o.model);
     const ModelConfig& cfg = m.model->config();
@@ -182,6 +184,7 @@ void register_serve(CLI::App& app) {
         ->capture_default_str()
         ->check(at_least(1));
     add_threads_option(*cmd, o->threads);
+    add_weight_quantization_option(*cmd, o->quantize_weights);
     cmd->callback([o] { serve(*o); });
 }
 

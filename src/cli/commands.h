@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "io/dir_lock.h"
+#include "model/llama_model.h"
 #include "train/data_loader.h"
 #include "train/train_config.h"
 
@@ -42,6 +43,11 @@ std::string default_model_path();
 // Adds the common --threads option; call apply_threads() at the start of the action.
 void add_threads_option(CLI::App& cmd, int& threads);
 void apply_threads(int threads);
+// Adds --quantize-weights {none,q8_0}: CPU decoding from Q8_0 copies of the f32 linear weights (a model
+// directory; a quantized GGUF's own copies are used anyway). apply_weight_quantization() attaches them after
+// the load and reports how many on stderr; the GPU path ignores them.
+void add_weight_quantization_option(CLI::App& cmd, std::string& mode);
+void apply_weight_quantization(LlamaModel& model, const std::string& mode);
 // An integer option's check with a readable message ("must be an integer >= 1, got 0"), instead of
 // CLI11's numeric ranges whose unbounded side prints as a 300-digit number.
 CLI::Validator at_least(int64_t min);

@@ -64,7 +64,7 @@ void row_projections(const T* x, int64_t K, std::initializer_list<RowProj<T>> pr
     if constexpr (std::is_same_v<T, float>) {
         if (q8) {
             static thread_local cpu::Q8Activations xq;
-            cpu::Q8GemvTask tasks[4];
+            cpu::Q8GemvTask tasks[6];
             HYDRA_ASSERT(projs.size() <= std::size(tasks), "row_projections: {} projections", projs.size());
             size_t n = 0;
             for (const RowProj<T>& p : projs)
@@ -273,12 +273,23 @@ void decoder_layer_mixer(const T* x_in, const ModelConfig& cfg, const HybridPlan
         T* lz = buf(a.la_z, N * Dla);
         T* la = buf(a.la_a, N * n_la);
         T* lb = buf(a.la_b, N * n_la);
-        cpu::linear_forward(lq, xn, w.la_wq, w.la_bq, N, C, Dla);
-        cpu::linear_forward(lk, xn, w.la_wk, w.la_bk, N, C, Dla);
-        cpu::linear_forward(lv, xn, w.la_wv, w.la_bv, N, C, Dla);
-        cpu::linear_forward(lz, xn, w.la_wg, (const T*)nullptr, N, C, Dla);
-        cpu::linear_forward(la, xn, w.la_wa, (const T*)nullptr, N, C, n_la);
-        cpu::linear_forward(lb, xn, w.la_wb, (const T*)nullptr, N, C, n_la);
+        if (qz && N == 1) {  // decode: from the quantized copies where there are some
+            row_projections<T>(xn, C,
+                               {{lq, w.la_wq, w.la_bq, Dla, qz->la_wq},
+                                {lk, w.la_wk, w.la_bk, Dla, qz->la_wk},
+                                {lv, w.la_wv, w.la_bv, Dla, qz->la_wv},
+                                {lz, w.la_wg, (const T*)nullptr, Dla, qz->la_wg},
+                                {la, w.la_wa, (const T*)nullptr, n_la, qz->la_wa},
+                                {lb, w.la_wb, (const T*)nullptr, n_la, qz->la_wb}},
+                               run.q8_activations);
+        } else {
+            cpu::linear_forward(lq, xn, w.la_wq, w.la_bq, N, C, Dla);
+            cpu::linear_forward(lk, xn, w.la_wk, w.la_bk, N, C, Dla);
+            cpu::linear_forward(lv, xn, w.la_wv, w.la_bv, N, C, Dla);
+            cpu::linear_forward(lz, xn, w.la_wg, (const T*)nullptr, N, C, Dla);
+            cpu::linear_forward(la, xn, w.la_wa, (const T*)nullptr, N, C, n_la);
+            cpu::linear_forward(lb, xn, w.la_wb, (const T*)nullptr, N, C, n_la);
+        }
         const GdnConfig gc = gdn_config(plan.gdn, n_la, Dh);
         const GdnParams<T> gp = gdn_params(w);
         const GdnStateView<T>* state = run.cache ? &run.cache->gdn : nullptr;

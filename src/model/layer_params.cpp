@@ -122,7 +122,9 @@ LayerParams<const float> layer_params(const LlamaModel& model, int64_t l) {
 LayerQuantized layer_quantized(const LlamaModel& model, int64_t l) {
     const LayerWeights& w = model.layer(l);
     auto at = [](const QuantizedWeight& q) { return q.empty() ? nullptr : &q; };
-    return {at(w.qwq), at(w.qwk), at(w.qwv), at(w.qwo), at(w.qw_gate), at(w.qw_up), at(w.qw_down)};
+    const GdnWeights& g = w.la;
+    return {at(w.qwq), at(w.qwk), at(w.qwv), at(w.qwo), at(w.qw_gate), at(w.qw_up), at(w.qw_down),
+            at(g.qwq), at(g.qwk), at(g.qwv), at(g.qwa), at(g.qwb),     at(g.qwg)};
 }
 
 template <typename P>

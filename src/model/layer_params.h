@@ -41,6 +41,9 @@ struct LayerParams {
 struct LayerQuantized {
     const QuantizedWeight *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
     const QuantizedWeight *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+    // the LA heads' projections
+    const QuantizedWeight *la_wq = nullptr, *la_wk = nullptr, *la_wv = nullptr, *la_wa = nullptr,
+                          *la_wb = nullptr, *la_wg = nullptr;
 };
 
 // Pointers into a flat buffer `base` with `layout`'s offsets; base == null gives all-null pointers

@@ -120,7 +120,13 @@ LlamaModel::LlamaModel(const ModelConfig& config, const HybridPlan* plan)
 }
 
 bool LlamaModel::attach_quantized(const std::string& hf_name, QuantizedWeight weight) {
+    // (rows, cols) of an f32 [out, in] weight; an empty copy clears (head ablation), a wrong shape is refused
+    auto fits = [&](const Tensor& f32) {
+        return weight.empty() ||
+               (!f32.empty() && f32.rank() == 2 && f32.dim(0) == weight.rows && f32.dim(1) == weight.cols);
+    };
     if (hf_name == "lm_head.weight" || (config_.tie_word_embeddings && hf_name == "model.embed_tokens.weight")) {
+        if (!fits(lm_head_)) return false;
         q_lm_head_ = std::move(weight);
         return true;
     }
@@ -132,16 +138,26 @@ bool LlamaModel::attach_quantized(const std::string& hf_name, QuantizedWeight we
     if (l < 0 || l >= config_.num_layers) return false;
     const std::string suffix = hf_name.substr(dot + 1);
     LayerWeights& w = layers_[size_t(l)];
-    // Quantized copies only make sense for the teacher's full-width matrices.
-    if (w.n_la > 0) return false;
-    QuantizedWeight* slot = suffix == "self_attn.q_proj.weight"   ? &w.qwq
-                            : suffix == "self_attn.k_proj.weight" ? &w.qwk
-                            : suffix == "self_attn.v_proj.weight" ? &w.qwv
-                            : suffix == "self_attn.o_proj.weight" ? &w.qwo
-                            : suffix == "mlp.gate_proj.weight"    ? &w.qw_gate
-                            : suffix == "mlp.up_proj.weight"      ? &w.qw_up
-                            : suffix == "mlp.down_proj.weight"    ? &w.qw_down
-                                                                  : nullptr;
+    GdnWeights& g = w.la;
+    struct Slot {
+        const char* suffix;
+        const Tensor* f32;
+        QuantizedWeight* copy;
+    };
+    const Slot slots[] = {
+        {"self_attn.q_proj.weight", &w.wq, &w.qwq},      {"self_attn.k_proj.weight", &w.wk, &w.qwk},
+        {"self_attn.v_proj.weight", &w.wv, &w.qwv},      {"self_attn.o_proj.weight", &w.wo, &w.qwo},
+        {"mlp.gate_proj.weight", &w.w_gate, &w.qw_gate}, {"mlp.up_proj.weight", &w.w_up, &w.qw_up},
+        {"mlp.down_proj.weight", &w.w_down, &w.qw_down}, {"linear_attn.q_proj.weight", &g.wq, &g.qwq},
+        {"linear_attn.k_proj.weight", &g.wk, &g.qwk},    {"linear_attn.v_proj.weight", &g.wv, &g.qwv},
+        {"linear_attn.a_proj.weight", &g.wa, &g.qwa},    {"linear_attn.b_proj.weight", &g.wb, &g.qwb},
+        {"linear_attn.g_proj.weight", &g.wg, &g.qwg}};
+    QuantizedWeight* slot = nullptr;
+    for (const Slot& s : slots)
+        if (suffix == s.suffix) {
+            if (!fits(*s.f32)) return false;  // an empty f32 weight (no such heads in this layer) takes none
+            slot = s.copy;
+        }
     if (!slot) return false;
     *slot = std::move(weight);
     return true;

@@ -35,6 +35,8 @@ struct GdnWeights {
     Tensor conv_q, conv_k, conv_v;     // (n_la*Dh, W) depthwise causal convolutions
     Tensor A_log, dt_bias;             // (n_la)
     Tensor o_norm;                     // (n_la, Dh) gated RMSNorm weight
+    // Optional quantized copies of the projections (model/weight_quantizer.h), for decode only.
+    QuantizedWeight qwq, qwk, qwv, qwa, qwb, qwg;
 };
 
 struct LayerWeights {
@@ -50,7 +52,7 @@ struct LayerWeights {
     Tensor fusion_fa_scale, fusion_la_scale;  // hymba: (n_fa*Dh), (n_la*Dh)
     Tensor ffn_norm;             // (C)
     Tensor w_gate, w_up, w_down; // (F, C), (F, C), (C, F)
-    // Optional quantized copies of the linear weights (empty unless loaded from a quantized GGUF).
+    // Optional quantized copies of the linear weights (from a quantized GGUF, or model/weight_quantizer.h).
     QuantizedWeight qwq, qwk, qwv, qwo, qw_gate, qw_up, qw_down;
 };
 
@@ -70,8 +72,10 @@ public:
     const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
     const QuantizedWeight& quantized_lm_head() const { return q_lm_head_; }
 
-    // Attaches the quantized copy of a linear weight by HF name (rows already in HF order).
-    // Returns false when `hf_name` is not a linear weight that can use one.
+    // Attaches the quantized copy of a linear weight by HF name (rows already in HF order). Returns false
+    // when `hf_name` is not a linear weight of this model or the copy's shape is not the weight's (a GGUF
+    // teacher's full-width matrix offered to a hybrid's narrower one). The copies are for inference: they
+    // do not follow later changes of the f32 weights.
     bool attach_quantized(const std::string& hf_name, QuantizedWeight weight);
 
     // HF names of the parameters, e.g. layer_name(3, "self_attn.q_proj.weight").
