@@ -72,6 +72,16 @@ public:
     const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
     const QuantizedWeight& quantized_lm_head() const { return q_lm_head_; }
 
+    // Every linear weight that can take a quantized copy, by HF name (the LM head under the name it is stored
+    // as, then each layer's FA, MLP and LA projections; an absent one, e.g. the FA projections of an all-LA
+    // layer, has an empty f32 tensor).
+    struct LinearSlot {
+        std::string name;
+        const Tensor* f32;
+        QuantizedWeight* copy;
+    };
+    std::vector<LinearSlot> linear_slots();
+
     // Attaches the quantized copy of a linear weight by HF name (rows already in HF order). Returns false
     // when `hf_name` is not a linear weight of this model or the copy's shape is not the weight's (a GGUF
     // teacher's full-width matrix offered to a hybrid's narrower one). The copies are for inference: they

@@ -44,31 +44,11 @@ QuantizedWeight quantize_q8_0(const Tensor& W, const std::string& what) {
 }
 
 int64_t quantize_linear_weights(LlamaModel& model) {
-    const ModelConfig& cfg = model.config();
     int64_t attached = 0;
-    auto add = [&](const std::string& name, const Tensor& f32, const QuantizedWeight& existing) {
-        if (f32.empty() || !existing.empty() || f32.dim(1) % 32 != 0) return;
-        attached += model.attach_quantized(name, quantize_q8_0(f32, name)) ? 1 : 0;
-    };
-    add(cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", model.lm_head(),
-        model.quantized_lm_head());
-    for (int64_t l = 0; l < cfg.num_layers; ++l) {
-        const LayerWeights& w = model.layer(l);
-        const GdnWeights& g = w.la;
-        auto name = [&](const char* suffix) { return LlamaModel::layer_name(l, suffix); };
-        add(name("self_attn.q_proj.weight"), w.wq, w.qwq);
-        add(name("self_attn.k_proj.weight"), w.wk, w.qwk);
-        add(name("self_attn.v_proj.weight"), w.wv, w.qwv);
-        add(name("self_attn.o_proj.weight"), w.wo, w.qwo);
-        add(name("mlp.gate_proj.weight"), w.w_gate, w.qw_gate);
-        add(name("mlp.up_proj.weight"), w.w_up, w.qw_up);
-        add(name("mlp.down_proj.weight"), w.w_down, w.qw_down);
-        add(name("linear_attn.q_proj.weight"), g.wq, g.qwq);
-        add(name("linear_attn.k_proj.weight"), g.wk, g.qwk);
-        add(name("linear_attn.v_proj.weight"), g.wv, g.qwv);
-        add(name("linear_attn.a_proj.weight"), g.wa, g.qwa);
-        add(name("linear_attn.b_proj.weight"), g.wb, g.qwb);
-        add(name("linear_attn.g_proj.weight"), g.wg, g.qwg);
+    for (const LlamaModel::LinearSlot& s : model.linear_slots()) {
+        if (s.f32->empty() || !s.copy->empty() || s.f32->dim(1) % 32 != 0) continue;
+        *s.copy = quantize_q8_0(*s.f32, s.name);
+        ++attached;
     }
     return attached;
 }
