@@ -72,7 +72,7 @@ TEST(WeightQuantizer, RefusesPartialBlocksAndNonFiniteWeights) {
     }
 }
 
-// A tiny 2:1 head-granularity hybrid whose linear weights all have widths in whole blocks of 32.
+// A tiny 1:1 head-granularity hybrid whose linear weights all have widths in whole blocks of 32.
 std::unique_ptr<LlamaModel> hybrid() {
     const ModelConfig c = test::tiny_llama_config({.vocab = 96,
                                                    .hidden = 64,
