@@ -1,7 +1,12 @@
 // Parameter layout of LlamaModel (see llama_model.h).
 #include "model/llama_model.h"
 
+#include <array>
+#include <optional>
+
 #include <fmt/format.h>
+
+#include "core/parse_number.h"
 
 namespace hydra {
 
@@ -119,42 +124,66 @@ LlamaModel::LlamaModel(const ModelConfig& config, const HybridPlan* plan)
     }
 }
 
+namespace {
+
+// Layer l's linear weights with their quantized copies, by HF suffix.
+struct LayerSlot {
+    const char* suffix;
+    const Tensor* f32;
+    QuantizedWeight* copy;
+};
+std::array<LayerSlot, 13> layer_slots(LayerWeights& w) {
+    GdnWeights& g = w.la;
+    return {{{"self_attn.q_proj.weight", &w.wq, &w.qwq},
+             {"self_attn.k_proj.weight", &w.wk, &w.qwk},
+             {"self_attn.v_proj.weight", &w.wv, &w.qwv},
+             {"self_attn.o_proj.weight", &w.wo, &w.qwo},
+             {"mlp.gate_proj.weight", &w.w_gate, &w.qw_gate},
+             {"mlp.up_proj.weight", &w.w_up, &w.qw_up},
+             {"mlp.down_proj.weight", &w.w_down, &w.qw_down},
+             {"linear_attn.q_proj.weight", &g.wq, &g.qwq},
+             {"linear_attn.k_proj.weight", &g.wk, &g.qwk},
+             {"linear_attn.v_proj.weight", &g.wv, &g.qwv},
+             {"linear_attn.a_proj.weight", &g.wa, &g.qwa},
+             {"linear_attn.b_proj.weight", &g.wb, &g.qwb},
+             {"linear_attn.g_proj.weight", &g.wg, &g.qwg}}};
+}
+
+}  // namespace
+
 std::vector<LlamaModel::LinearSlot> LlamaModel::linear_slots() {
     std::vector<LinearSlot> slots;
     slots.push_back({config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", &lm_head_,
                      &q_lm_head_});
-    for (int64_t l = 0; l < config_.num_layers; ++l) {
-        LayerWeights& w = layers_[size_t(l)];
-        GdnWeights& g = w.la;
-        const std::pair<const char*, std::pair<const Tensor*, QuantizedWeight*>> layer[] = {
-            {"self_attn.q_proj.weight", {&w.wq, &w.qwq}},      {"self_attn.k_proj.weight", {&w.wk, &w.qwk}},
-            {"self_attn.v_proj.weight", {&w.wv, &w.qwv}},      {"self_attn.o_proj.weight", {&w.wo, &w.qwo}},
-            {"mlp.gate_proj.weight", {&w.w_gate, &w.qw_gate}}, {"mlp.up_proj.weight", {&w.w_up, &w.qw_up}},
-            {"mlp.down_proj.weight", {&w.w_down, &w.qw_down}}, {"linear_attn.q_proj.weight", {&g.wq, &g.qwq}},
-            {"linear_attn.k_proj.weight", {&g.wk, &g.qwk}},    {"linear_attn.v_proj.weight", {&g.wv, &g.qwv}},
-            {"linear_attn.a_proj.weight", {&g.wa, &g.qwa}},    {"linear_attn.b_proj.weight", {&g.wb, &g.qwb}},
-            {"linear_attn.g_proj.weight", {&g.wg, &g.qwg}}};
-        for (const auto& [suffix, slot] : layer)
-            slots.push_back({layer_name(l, suffix), slot.first, slot.second});
-    }
+    for (int64_t l = 0; l < config_.num_layers; ++l)
+        for (const LayerSlot& s : layer_slots(layers_[size_t(l)]))
+            slots.push_back({layer_name(l, s.suffix), s.f32, s.copy});
     return slots;
 }
 
 bool LlamaModel::attach_quantized(const std::string& hf_name, QuantizedWeight weight) {
-    // a tied model's LM head answers to both names
-    const std::string name =
-        config_.tie_word_embeddings && hf_name == "lm_head.weight" ? "model.embed_tokens.weight" : hf_name;
-    for (const LinearSlot& s : linear_slots()) {
-        if (s.name != name) continue;
-        // (rows, cols) of the f32 [out, in] weight; an empty copy clears (head ablation); a wrong shape, or a
-        // weight this layer does not have, takes none
-        const Tensor& f = *s.f32;
+    // (rows, cols) of the f32 [out, in] weight; an empty copy clears (head ablation); a wrong shape, or a
+    // weight this layer does not have, takes none
+    auto attach = [&](const Tensor& f, QuantizedWeight& copy) {
         if (!weight.empty() &&
             (f.empty() || f.rank() != 2 || f.dim(0) != weight.rows || f.dim(1) != weight.cols))
             return false;
-        *s.copy = std::move(weight);
+        copy = std::move(weight);
         return true;
-    }
+    };
+    if (hf_name == "lm_head.weight" ||
+        (config_.tie_word_embeddings && hf_name == "model.embed_tokens.weight"))
+        return attach(lm_head_, q_lm_head_);  // a tied model's LM head answers to both names
+    const std::string prefix = "model.layers.";
+    if (hf_name.rfind(prefix, 0) != 0) return false;
+    const size_t dot = hf_name.find('.', prefix.size());
+    const std::optional<int64_t> l = dot == std::string::npos
+                                         ? std::nullopt
+                                         : parse_int64(hf_name.substr(prefix.size(), dot - prefix.size()));
+    if (!l || *l < 0 || *l >= config_.num_layers) return false;
+    const std::string suffix = hf_name.substr(dot + 1);
+    for (const LayerSlot& s : layer_slots(layers_[size_t(*l)]))
+        if (suffix == s.suffix) return attach(*s.f32, *s.copy);
     return false;
 }
 
