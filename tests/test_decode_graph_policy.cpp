@@ -28,14 +28,16 @@ TEST(DecodeGraphPolicy, SplitsCoverEveryKeyOnce) {
         if (kps > kMinKeysPerSplit)
             ASSERT_GT((L + kps - kMinKeysPerSplit - 1) / (kps - kMinKeysPerSplit), kMaxDecodeSplits);
     }
-    EXPECT_EQ(decode_attention_splits(512), 16);
-    EXPECT_EQ(decode_attention_splits(8192), 256);
-    EXPECT_EQ(decode_keys_per_split(8193), 64);
-    EXPECT_EQ(decode_attention_splits(8193), 129);  // not monotone: the cap below covers it
+    EXPECT_EQ(decode_attention_splits(512), 8);
+    EXPECT_EQ(decode_attention_splits(4096), 64);
+    EXPECT_EQ(decode_keys_per_split(4097), 128);
+    EXPECT_EQ(decode_attention_splits(4097), 33);  // not monotone: the cap below covers it
+    EXPECT_EQ(decode_attention_splits(32768), 64);
+    EXPECT_EQ(decode_keys_per_split(32768), 512);
 }
 
 TEST(DecodeGraphPolicy, SplitsCoverEveryLengthWithFewGraphs) {
-    for (int64_t capacity : {1, 31, 32, 33, 300, 1024, 8192, 8193, 32768 + 211, 131072}) {
+    for (int64_t capacity : {1, 63, 64, 65, 300, 1024, 4096, 4097, 8193, 32768 + 211, 131072}) {
         std::set<int64_t> graphs;
         int64_t prev = 0;
         const int64_t most = decode_max_splits(capacity);

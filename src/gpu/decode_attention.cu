@@ -47,6 +47,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 void launch(__nv_bfloat16* o, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
             const int32_t* kv_index, int64_t n_q, int64_t n_kv, int64_t D, int64_t L, const int32_t* kv_len,
             int64_t splits, float scale, float* workspace, cudaStream_t stream, const DecodeWindows& win) {
+    HYDRA_ASSERT(reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(k) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(v) % 16 == 0,
+                 "decode attention: q, K and V must be 16-byte aligned (the split reads 16-byte pieces)");
     HYDRA_ASSERT(n_q <= decode_core::kCounterSlots, "decode attention over {} heads: at most {}", n_q,
                  decode_core::kCounterSlots);
     const dim3 grid{unsigned(splits), unsigned(n_q)};

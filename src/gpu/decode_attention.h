@@ -1,13 +1,13 @@
 // Decode attention on the GPU: one new query token per FA head against the cached keys/values of its
 // KV group (the single-token step of model/llama_forward.cpp's causal GQA attention), split over keys
-// (flash-decoding): each block takes one split of a head's keys (gpu/decode_splits.h: 32 keys a split up to
-// 256 splits, longer splits past 8K keys) and writes its softmax partial (running max, sum, unnormalised
+// (flash-decoding): each block takes one split of a head's keys (gpu/decode_splits.h: 64 keys a split up to
+// 64 splits, longer splits past 4K keys) and writes its softmax partial (running max, sum, unnormalised
 // output); the head's last block to finish merges the partials (one launch).
 //
 //   o[h] = softmax_j(scale * q[h] . k[j, kv(h)]) v[j, kv(h)],  j in [0, L)
 // Layouts: q, o: (n_q, D) bf16, heads contiguous; k, v: the cache rows (>= L, n_kv, D) bf16;
-// kv_index: (n_q) int32 in DEVICE memory, the KV slot of each query head (any map: head-granular
-// hybrids have groups of unequal size); D in {64, 128}. fp32 scores, softmax statistics and
+// q, k, v 16-byte aligned; kv_index: (n_q) int32 in DEVICE memory, the KV slot of each query head (any map:
+// head-granular hybrids have groups of unequal size); D in {64, 128}. fp32 scores, softmax statistics and
 // accumulation (base-2 exponentials). partials: decode_attention_workspace_floats(n_q, D, L) fp32, cleared
 // once after allocation (decode_attention_workspace_clear: its per-head counters); the kernel leaves them
 // clear. decode_attention_dev is the CUDA-graph form: the same kernels read L from device memory when they

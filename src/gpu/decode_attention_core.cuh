@@ -2,12 +2,13 @@
 // gpu/paged_decode_attention.cu over pooled blocks): a block's split of one head's keys, and the merge of a
 // head's splits. Included by .cu files only.
 //
-// Split (kDecodeWarps warps): each warp takes kKeysPerWarp keys at a time, lane l holding dims
-// [l*E, l*E+E), E = D/32. All of them, K and V rows, are loaded before any arithmetic, so that a step of
-// kDecodeWarps x kKeysPerWarp = kMinKeysPerSplit keys costs one memory round trip; fp32 scores (warp sums),
-// online softmax with base-2 exponentials (running max m, sum l, output acc), the warps merged in shared
-// memory; the block writes (m, l, -, -, acc[D]) (decode_partial_floats). Merge, by the head's last block to
-// finish: o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), M = max_s m_s.
+// Split (kDecodeWarps warps): a key's row is read by R = D / 8 lanes, 16 bytes (8 bf16) each, so one warp
+// load instruction reads KPW = 32 / R keys' rows; the block's lane groups of R lanes each take
+// kKeysPerGroup keys a step, K and V rows all loaded before any arithmetic (a step of kDecodeWarps x KPW x
+// kKeysPerGroup keys costs one memory round trip). fp32 scores (sums over the R lanes), online softmax with
+// base-2 exponentials (running max m, sum l, output acc) per lane group, the groups merged in shared memory;
+// the block writes (m, l, -, -, acc[D]) (decode_partial_floats). Merge, by the head's last block to finish:
+// o = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), M = max_s m_s.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,8 +21,17 @@
 namespace hydra::gpu::decode_core {
 
 constexpr int kDecodeWarps = 4;
-constexpr int kKeysPerWarp = int(kMinKeysPerSplit) / kDecodeWarps;
+constexpr int kKeysPerGroup = 4;
 constexpr float kLog2e = 1.4426950408889634f;
+
+// Keys a block's step covers at head dim D: kDecodeWarps warps x (32 / (D / 8)) lane groups x kKeysPerGroup.
+template <int D>
+constexpr int decode_step_keys() {
+    return kDecodeWarps * (32 / (D / 8)) * kKeysPerGroup;
+}
+static_assert(kMinKeysPerSplit % decode_step_keys<64>() == 0 &&
+                  kMinKeysPerSplit % decode_step_keys<128>() == 0,
+              "a split is whole steps");
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -29,50 +39,46 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// E consecutive bf16 (E = 2 or 4) of a row, raw, and as floats.
-template <int E>
-using Raw = std::conditional_t<E == 2, uint32_t, uint2>;
-
-template <int E>
-__device__ __forceinline__ void to_floats(float (&x)[E], Raw<E> r) {
-    if constexpr (E == 2) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
-        x[0] = f.x, x[1] = f.y;
-    } else {
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.x));
-        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.y));
-        x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+// 8 bf16 (16 bytes) as floats.
+__device__ __forceinline__ void to_floats8(float (&x)[8], uint4 r) {
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
     }
 }
 
 // The split [j0, j1) of one head's keys: q_head (D) bf16; key j's row (D values of the head's KV group) at
-// k + row_of(j), v + row_of(j); keys in [hide_lo, hide_hi) are masked (a sliding window; empty: none).
-// Writes out[0] = m, out[1] = l, out[4 + d] = acc[d]. Every thread of the block calls it.
+// k + row_of(j), v + row_of(j), 16-byte aligned; keys in [hide_lo, hide_hi) are masked (a sliding window;
+// empty: none). Writes out[0] = m, out[1] = l, out[4 + d] = acc[d]. Every thread of the block calls it.
 template <int D, class RowOf>
 __device__ __forceinline__ void split_partial(float* __restrict__ out,
                                               const __nv_bfloat16* __restrict__ q_head,
                                               const __nv_bfloat16* __restrict__ k,
                                               const __nv_bfloat16* __restrict__ v, RowOf row_of, int j0,
                                               int j1, int hide_lo, int hide_hi, float scale2) {
-    constexpr int E = D / 32, U = kKeysPerWarp;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float qv[E];
-    to_floats<E>(qv, *reinterpret_cast<const Raw<E>*>(q_head + lane * E));
+    constexpr int R = D / 8, KPW = 32 / R, NG = kDecodeWarps * KPW, U = kKeysPerGroup, STEP = NG * U;
+    const int lane = threadIdx.x & 31, sub = lane % R;
+    const int grp = (threadIdx.x >> 5) * KPW + lane / R;  // lane group: keys grp, grp + NG, ... of a step
+    float qv[8];
+    to_floats8(qv, __ldg(reinterpret_cast<const uint4*>(q_head) + sub));
 #pragma unroll
-    for (int e = 0; e < E; ++e) qv[e] *= scale2;
-    float m = -INFINITY, l = 0.f, acc[E];
+    for (int e = 0; e < 8; ++e) qv[e] *= scale2;
+    float m = -INFINITY, l = 0.f, acc[8];
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] = 0.f;
-    for (int j = j0 + warp * U; j < j1; j += kDecodeWarps * U) {
-        Raw<E> kr[U], vr[U];
+    for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+    for (int j = j0; j < j1; j += STEP) {
+        uint4 kr[U], vr[U];
         bool live[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            live[u] = j + u < j1 && (j + u < hide_lo || j + u >= hide_hi);  // the same for the whole warp
+            const int key = j + u * NG + grp;
+            live[u] = key < j1 && (key < hide_lo || key >= hide_hi);  // the same for the R lanes of a group
             if (live[u]) {
-                const size_t r = row_of(j + u) + size_t(lane * E);
-                kr[u] = *reinterpret_cast<const Raw<E>*>(k + r);
-                vr[u] = *reinterpret_cast<const Raw<E>*>(v + r);
+                const size_t r = row_of(key) + size_t(sub * 8);
+                kr[u] = __ldg(reinterpret_cast<const uint4*>(k + r));
+                vr[u] = __ldg(reinterpret_cast<const uint4*>(v + r));
             }
         }
         float s[U];
@@ -80,53 +86,58 @@ __device__ __forceinline__ void split_partial(float* __restrict__ out,
         for (int u = 0; u < U; ++u) {
             float d = 0.f;
             if (live[u]) {
-                float kx[E];
-                to_floats<E>(kx, kr[u]);
+                float kx[8];
+                to_floats8(kx, kr[u]);
 #pragma unroll
-                for (int e = 0; e < E; ++e) d += qv[e] * kx[e];
+                for (int e = 0; e < 8; ++e) d += qv[e] * kx[e];
             }
-            s[u] = live[u] ? warp_sum(d) : -INFINITY;
+            // every lane of the warp shuffles (the groups' live masks differ); xor pairs add commutatively,
+            // so the R lanes of a group end with the same bits
+#pragma unroll
+            for (int o = 1; o < R; o <<= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            s[u] = live[u] ? d : -INFINITY;
         }
         float mn = m;
 #pragma unroll
         for (int u = 0; u < U; ++u) mn = fmaxf(mn, s[u]);
-        if (mn == -INFINITY) continue;     // every key of this step masked: nothing to add
+        if (mn == -INFINITY) continue;     // every key of this group's step masked: nothing to add
         const float corr = exp2f(m - mn);  // m = -inf on the first pass: 0
         l *= corr;
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[e] *= corr;
+        for (int e = 0; e < 8; ++e) acc[e] *= corr;
 #pragma unroll
         for (int u = 0; u < U; ++u)
             if (live[u]) {
                 const float p = exp2f(s[u] - mn);
-                float vx[E];
-                to_floats<E>(vx, vr[u]);
+                float vx[8];
+                to_floats8(vx, vr[u]);
                 l += p;
 #pragma unroll
-                for (int e = 0; e < E; ++e) acc[e] += p * vx[e];
+                for (int e = 0; e < 8; ++e) acc[e] += p * vx[e];
             }
         m = mn;
     }
-    __shared__ float sm[kDecodeWarps], sl[kDecodeWarps], sacc[kDecodeWarps][D];
-    if (lane == 0) sm[warp] = m, sl[warp] = l;
+    __shared__ float sm[NG], sl[NG];
+    __shared__ __align__(16) float sacc[NG][D];
+    if (sub == 0) sm[grp] = m, sl[grp] = l;
 #pragma unroll
-    for (int e = 0; e < E; ++e) sacc[warp][lane * E + e] = acc[e];
+    for (int e = 0; e < 8; ++e) sacc[grp][sub * 8 + e] = acc[e];
     __syncthreads();
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, sm[w]);
+    for (int g = 0; g < NG; ++g) M = fmaxf(M, sm[g]);
     for (int d = threadIdx.x; d < D; d += kDecodeWarps * 32) {
         float a = 0.f;
 #pragma unroll
-        for (int w = 0; w < kDecodeWarps; ++w)
-            if (sm[w] != -INFINITY) a += sacc[w][d] * exp2f(sm[w] - M);
+        for (int g = 0; g < NG; ++g)
+            if (sm[g] != -INFINITY) a += sacc[g][d] * exp2f(sm[g] - M);
         out[4 + d] = a;
     }
     if (threadIdx.x == 0) {
         float lt = 0.f;
 #pragma unroll
-        for (int w = 0; w < kDecodeWarps; ++w)
-            if (sm[w] != -INFINITY) lt += sl[w] * exp2f(sm[w] - M);
+        for (int g = 0; g < NG; ++g)
+            if (sm[g] != -INFINITY) lt += sl[g] * exp2f(sm[g] - M);
         out[0] = M;
         out[1] = lt;
     }

@@ -1,7 +1,9 @@
 // How decode attention (gpu/decode_attention.h, gpu/paged_decode_attention.h) splits one head's L keys over
 // blocks: splits of kMinKeysPerSplit keys until a head has kMaxDecodeSplits of them, then longer splits. A
-// short cache thus still spreads over many blocks (each block's keys are loaded at once, so a split costs
-// about one memory round trip), and a long one keeps the merge of the partials short. Pure arithmetic,
+// short cache thus still spreads over several blocks, and a long one gives each block enough keys that its
+// loads overlap and the grid stays about one wave on the GPU (a model's heads x 64 splits; 256 shorter splits
+// made two waves of blocks that each waited on a few memory round trips, about half as fast at 32K keys), and
+// keeps the merge of the partials short. Pure arithmetic,
 // compiled for the host and the device, so the kernels, their callers and the CPU tests agree on it.
 #pragma once
 
@@ -15,8 +17,9 @@
 
 namespace hydra::gpu {
 
-constexpr int64_t kMinKeysPerSplit = 32;   // a block's 4 warps x 8 keys, loaded together
-constexpr int64_t kMaxDecodeSplits = 256;  // splits per head at most: the merge walks them all
+constexpr int64_t kMinKeysPerSplit =
+    64;  // whole steps of a block (decode_step_keys: 64 keys at D 64, 32 at D 128)
+constexpr int64_t kMaxDecodeSplits = 64;  // splits per head at most: the merge walks them all
 
 // Keys per split for L >= 1 keys: the smallest multiple of kMinKeysPerSplit that needs at most
 // kMaxDecodeSplits splits.

@@ -61,8 +61,12 @@ void paged_decode_attention(__nv_bfloat16* o, int64_t ldo, const __nv_bfloat16* 
         kv.k_pool && kv.v_pool && kv.block_table && kv.block_size > 0 && kv.max_blocks > 0 && kv_index &&
             pos && slots && partials,
         "paged_decode_attention: pools, block table, kv_index, pos, slots and partials are required");
-    HYDRA_ASSERT(ldq >= n_q * D && ldo >= n_q * D && ldq % 4 == 0, "paged_decode_attention: ldq {} ldo {}",
-                 ldq, ldo);
+    // the split reads 16-byte pieces of q, K and V rows
+    HYDRA_ASSERT(
+        ldq >= n_q * D && ldo >= n_q * D && ldq % 8 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+            reinterpret_cast<uintptr_t>(kv.k_pool) % 16 == 0 &&
+            reinterpret_cast<uintptr_t>(kv.v_pool) % 16 == 0,
+        "paged_decode_attention: ldq {} ldo {} (q, K and V 16-byte aligned, ldq a multiple of 8)", ldq, ldo);
     HYDRA_ASSERT(B * n_q <= decode_core::kCounterSlots,
                  "paged decode attention over {} rows x {} heads: at most {}", B, n_q,
                  decode_core::kCounterSlots);
