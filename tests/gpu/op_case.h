@@ -46,6 +46,10 @@ inline std::string case_name(const std::string& op,
 struct GdnChunkShape {
     int B, T, H, HV, D;
     bool l2norm = true;
+    // q, k as a model's short convolution hands them over: SiLU of normals around 1 (positive, so the
+    // normalised rows cluster around one direction and the chunk's keys are far from orthogonal), not
+    // isotropic normals
+    bool silu_qk = false;
 };
 OpCase gdn_chunk_case(const GdnChunkShape& s);
 OpCase gdn_decode_case(int B, int H, int HV, int D);

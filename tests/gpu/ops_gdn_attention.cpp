@@ -45,6 +45,12 @@ void run_gdn_chunk(const GdnChunkShape& sh, Rng& rng) {
                  ns = size_t(B) * HV * D * D;
     auto q = bf16_values(nq, rng), k = bf16_values(nq, rng), v = bf16_values(nv, rng),
          dout = bf16_values(nv, rng);
+    if (sh.silu_qk)
+        for (auto* x : {&q, &k})
+            for (auto& e : *x) {
+                const float a = 1.f + rng.normal();
+                e = round_bf16(a / (1.f + std::exp(-a)));
+            }
     if (!l2norm) {  // rows scaled by a power of two (exact in bf16) to norms near 1: the delta rule stays
                     // stable
         const float f = D >= 128 ? 1.f / 16 : 1.f / 8;
@@ -417,6 +423,7 @@ void run_attention_cudnn(int B, int T, int H, int Hkv, int D, bool fused, bool d
 OpCase gdn_chunk_case(const GdnChunkShape& s) {
     std::string name = case_name("gdn_chunk", {{"B", s.B}, {"T", s.T}, {"H", s.H}, {"HV", s.HV}, {"D", s.D}});
     if (!s.l2norm) name += "_nonorm";
+    if (s.silu_qk) name += "_siluqk";
     return {name, [s](Rng& rng) { run_gdn_chunk(s, rng); }};
 }
 

@@ -36,6 +36,10 @@ const std::vector<GdnChunkShape>& gdn_chunk_shapes() {
         // without the q/k L2 norm (one value head per key head, and grouped: the finishing pass)
         {2, 300, 4, 4, 128, false},
         {2, 1000, 2, 4, 64, false},
+        // q, k like a hybrid's LA layer's (the training-step parity's q / k path is where the GPU departs
+        // most)
+        {2, 256, 3, 3, 64, true, true},
+        {1, 300, 2, 2, 128, true, true},
     };
     return shapes;
 }
