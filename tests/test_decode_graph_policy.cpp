@@ -25,8 +25,9 @@ TEST(DecodeGraphPolicy, SplitsCoverEveryKeyOnce) {
         ASSERT_LE(s, kMaxDecodeSplits) << "L " << L;
         ASSERT_LE(s, decode_max_splits(L)) << "L " << L;
         // the shortest splits that stay under the cap
-        if (kps > kMinKeysPerSplit)
+        if (kps > kMinKeysPerSplit) {
             ASSERT_GT((L + kps - kMinKeysPerSplit - 1) / (kps - kMinKeysPerSplit), kMaxDecodeSplits);
+        }
     }
     EXPECT_EQ(decode_attention_splits(512), 8);
     EXPECT_EQ(decode_attention_splits(4096), 64);

@@ -275,18 +275,8 @@ std::vector<float> GpuScoringBackend::sweep(const FaRun<float>& base,
     const int64_t L = c.num_layers, C = c.hidden_size, H = c.num_heads, Dh = c.head_dim, HD = H * Dh;
     HYDRA_CHECK(max_batch > 0, "patching batch size must be positive");
     const int64_t N = int64_t(copies.size());
-    std::vector<int64_t> start(static_cast<size_t>(N));
-    for (int64_t i = 0; i < N; ++i) {
-        start[size_t(i)] = copies[size_t(i)].first_layer(L);
-        for (const auto& p : copies[size_t(i)].patches)
-            HYDRA_CHECK(p.layer >= 0 && p.layer < L && p.head >= 0 && p.head < H && p.value,
-                        "head patch (layer {}, head {}) is outside the model ({} layers x {} heads)", p.layer,
-                        p.head, L, H);
-    }
-    std::vector<int64_t> order(static_cast<size_t>(N));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return start[size_t(a)] < start[size_t(b)]; });
+    std::vector<int64_t> start;
+    const std::vector<int64_t> order = copies_by_first_layer(copies, L, H, start);
     std::vector<float> out(static_cast<size_t>(N * C));
     const int64_t Bmax = std::min(max_batch, std::max<int64_t>(N, 1));
     ensure_arena(rows_bytes(Bmax));

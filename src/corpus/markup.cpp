@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "tokenizer/byte_unicode.h"
+
 namespace hydra {
 
 namespace {
@@ -50,22 +52,8 @@ bool is_rule_line(std::string_view s) {
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
-    if (cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return;
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18));
-        out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
+    if (cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return;  // not a character: dropped
+    utf8_append(out, char32_t(cp));
 }
 
 // reST inline markup: roles (:func:`x` -> x), ``literal`` -> literal, `text <url>`_ -> text,

@@ -20,13 +20,10 @@ int64_t PatchedCopy<T>::first_layer(int64_t num_layers) const {
 }
 
 template <typename T>
-std::vector<T> last_position_sweep(const FaWeights<T>& w, const FaRun<T>& base,
-                                   std::span<const PatchedCopy<T>> copies, int64_t max_batch) {
-    const ModelConfig& c = w.config();
-    const int64_t L = c.num_layers, C = c.hidden_size, H = c.num_heads, Dh = c.head_dim;
-    HYDRA_CHECK(max_batch > 0, "patching batch size must be positive");
-    const int64_t N = int64_t(copies.size());
-    std::vector<int64_t> start(static_cast<size_t>(N));
+std::vector<int64_t> copies_by_first_layer(std::span<const PatchedCopy<T>> copies, int64_t num_layers,
+                                           int64_t num_heads, std::vector<int64_t>& start) {
+    const int64_t N = int64_t(copies.size()), L = num_layers, H = num_heads;
+    start.assign(static_cast<size_t>(N), 0);
     for (int64_t i = 0; i < N; ++i) {
         start[size_t(i)] = copies[size_t(i)].first_layer(L);
         for (const auto& p : copies[size_t(i)].patches)
@@ -38,6 +35,18 @@ std::vector<T> last_position_sweep(const FaWeights<T>& w, const FaRun<T>& base,
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return start[size_t(a)] < start[size_t(b)]; });
+    return order;
+}
+
+template <typename T>
+std::vector<T> last_position_sweep(const FaWeights<T>& w, const FaRun<T>& base,
+                                   std::span<const PatchedCopy<T>> copies, int64_t max_batch) {
+    const ModelConfig& c = w.config();
+    const int64_t L = c.num_layers, C = c.hidden_size, H = c.num_heads, Dh = c.head_dim;
+    HYDRA_CHECK(max_batch > 0, "patching batch size must be positive");
+    const int64_t N = int64_t(copies.size());
+    std::vector<int64_t> start;
+    const std::vector<int64_t> order = copies_by_first_layer(copies, L, H, start);
 
     std::vector<T> out(static_cast<size_t>(N * C));
     // Chunks of at most max_batch copies, a multiple of the thread count, dealt round-robin from the
@@ -101,6 +110,10 @@ void answer_position_mixer(const FaWeights<T>& w, const FaRun<T>& base, int64_t 
 
 template struct PatchedCopy<float>;
 template struct PatchedCopy<double>;
+template std::vector<int64_t> copies_by_first_layer<float>(std::span<const PatchedCopy<float>>, int64_t,
+                                                           int64_t, std::vector<int64_t>&);
+template std::vector<int64_t> copies_by_first_layer<double>(std::span<const PatchedCopy<double>>, int64_t,
+                                                            int64_t, std::vector<int64_t>&);
 template std::vector<float> last_position_sweep<float>(const FaWeights<float>&, const FaRun<float>&,
                                                        std::span<const PatchedCopy<float>>, int64_t);
 template std::vector<double> last_position_sweep<double>(const FaWeights<double>&, const FaRun<double>&,

@@ -37,6 +37,13 @@ struct PatchedCopy {
     int64_t first_layer(int64_t num_layers) const;  // num_layers when there is no patch
 };
 
+// The copies' indices by their first patched layer (stable), after checking every patch against a model of
+// num_layers x num_heads (a clear error naming the patch). A sweep runs them in this order, so that the
+// copies active at a layer are a prefix. start (copies) is OVERWRITTEN with each copy's first layer.
+template <typename T>
+std::vector<int64_t> copies_by_first_layer(std::span<const PatchedCopy<T>> copies, int64_t num_layers,
+                                           int64_t num_heads, std::vector<int64_t>& start);
+
 // The decoder layer's shared-prefix mode for n copies at the answer position of `base` in layer
 // `layer`: each row attends to the base run's keys/values of [0, P) plus its own (model/decoder_layer.h).
 template <typename T>
