@@ -3,10 +3,8 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
-#include <vector>
-
 #include "core/error.h"
+#include "core/shared_library.h"
 
 namespace hydra::gpu::nccl {
 
@@ -14,20 +12,10 @@ namespace {
 
 Api load() {
     Api r;
-    std::vector<std::string> names;
-    if (const char* env = std::getenv("HYDRA_NCCL_LIB")) names.emplace_back(env);
-    names.emplace_back("libnccl.so.2");
-    names.emplace_back("libnccl.so");
-    void* h = nullptr;
-    std::string errors;
-    for (const auto& n : names) {
-        h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (h) break;
-        const char* e = dlerror();
-        errors += (errors.empty() ? "" : "; ") + std::string(e ? e : n);
-    }
+    const OpenedLibrary lib = open_first_library("HYDRA_NCCL_LIB", {"libnccl.so.2", "libnccl.so"});
+    void* h = lib.handle;
     if (!h) {
-        r.why = "NCCL not found (" + errors +
+        r.why = "NCCL not found (" + lib.errors +
                 "); put its lib directory on LD_LIBRARY_PATH (tools/nccl_lib_dir.sh prints PyTorch's) or set "
                 "HYDRA_NCCL_LIB to libnccl.so.2";
         return r;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/shared_library.h"
 #include "ops/cuda/cuda_check.h"
 
 #if __has_include(<cudnn_graph.h>)
@@ -55,21 +56,12 @@ struct CudnnApi {
 const CudnnApi& api() {
     static const CudnnApi a = [] {
         CudnnApi r;
-        std::vector<std::string> names;
-        if (const char* env = std::getenv("HYDRA_CUDNN_LIB")) names.emplace_back(env);
-        names.emplace_back("libcudnn_graph.so.9");
-        names.emplace_back("libcudnn.so.9");
-        void* h = nullptr;
-        std::string errors;
-        for (const auto& n : names) {
-            h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-            if (h) break;
-            const char* e = dlerror();
-            errors += (errors.empty() ? "" : "; ") + std::string(e ? e : n);
-        }
+        const OpenedLibrary lib =
+            open_first_library("HYDRA_CUDNN_LIB", {"libcudnn_graph.so.9", "libcudnn.so.9"});
+        void* h = lib.handle;
         if (!h) {
             r.lib.why =
-                "cuDNN not found (" + errors +
+                "cuDNN not found (" + lib.errors +
                 "); put its lib directory on LD_LIBRARY_PATH or set HYDRA_CUDNN_LIB to libcudnn_graph.so.9";
             return r;
         }
