@@ -64,29 +64,16 @@ __device__ T block_reduce(T x, T* sh, Op warp_op) {
 __device__ float block_max(float x, float* sh) {
     return block_reduce(x, sh, [](float v) { return warp_max(v); });
 }
-__device__ float block_sum(float x, float* sh) {
-    // pad lanes >= nw contribute 0: reduce explicitly instead of the generic padding
+// pad lanes >= nw contribute 0: reduce explicitly instead of the generic padding (float and double rows)
+template <typename T>
+__device__ T block_sum(T x, T* sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     x = warp_sum(x);
     __syncthreads();
     if (lane == 0) sh[warp] = x;
     __syncthreads();
     if (warp == 0) {
-        float y = lane < nw ? sh[lane] : 0.0f;
-        y = warp_sum(y);
-        if (lane == 0) sh[0] = y;
-    }
-    __syncthreads();
-    return sh[0];
-}
-__device__ double block_sum(double x, double* sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    x = warp_sum(x);
-    __syncthreads();
-    if (lane == 0) sh[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        double y = lane < nw ? sh[lane] : 0.0;
+        T y = lane < nw ? sh[lane] : T(0);
         y = warp_sum(y);
         if (lane == 0) sh[0] = y;
     }
