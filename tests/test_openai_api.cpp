@@ -167,6 +167,24 @@ TEST(OpenAiApi, JsonBody) {
         EXPECT_EQ(error_of([&] { parse_json_body(bad); }).first, 400) << bad;
 }
 
+// A value nested a million levels deep (a 2 MB body) once took the server down: printing it into the error
+// message recursed once per level. Refused at parsing now; and a rejected value shows at most ~80
+// characters of itself.
+TEST(OpenAiApi, DeepOrHugeValuesAreRefusedBriefly) {
+    const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+    EXPECT_EQ(error_of([&] { parse_json_body("{\"prompt\": \"hi\", \"max_tokens\": " + deep + "}"); }).first,
+              400);
+    EXPECT_NO_THROW(parse_json_body("{\"a\": " + std::string(60, '[') + std::string(60, ']') + "}"));
+    json body = {{"prompt", "hi"}, {"max_tokens", std::string(100000, 'x')}};
+    try {
+        completion(body);
+        ADD_FAILURE() << "a string max_tokens was accepted";
+    } catch (const ApiError& e) {
+        EXPECT_EQ(e.param, "max_tokens");
+        EXPECT_LT(std::string(e.what()).size(), 200u) << e.what();
+    }
+}
+
 TEST(OpenAiApi, ChatTemplateAndStops) {
     ApiRequest r = chat({{"messages", {{{"role", "user"}, {"content", "hey"}}}}, {"max_tokens", 4}});
     ASSERT_EQ(r.generations.size(), 1u);

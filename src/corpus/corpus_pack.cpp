@@ -125,7 +125,7 @@ PackReport pack_corpus(const std::string& corpus_dir, const std::string& mix_pat
     int64_t heldout_at = 0;
     for (size_t i = 0; i < S; ++i) {
         const CorpusSourceEntry& s = m.sources[i];
-        std::vector<int32_t> buf(size_t(take[i]));
+        std::vector<int32_t> buf(static_cast<size_t>(take[i]));
         if (take[i] > 0) shards.train.read(s.train_begin, take[i], buf.data());
         if (take[i] < avail[i]) {
             size_t end = buf.size();

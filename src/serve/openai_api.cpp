@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
+#include "io/bounded_parse.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
 
@@ -50,6 +52,14 @@ const json* field(const json& body, const char* name) {
     throw ApiError(400, message, param);
 }
 
+// A rejected value as an error message shows it: ASCII (non-ASCII escaped, so a cut never splits a UTF-8
+// sequence) and at most about 80 characters (the body may be megabytes).
+std::string shown(const json& v) {
+    std::string s = v.dump(-1, ' ', true);
+    if (s.size() > 80) s = s.substr(0, 77) + "...";
+    return s;
+}
+
 int64_t as_int(const json& v, const std::string& name) {
     if (v.is_number_integer()) {
         if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
@@ -61,7 +71,7 @@ int64_t as_int(const json& v, const std::string& name) {
         const double d = v.get<double>();
         if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return int64_t(d);
     }
-    bad(name, fmt::format("'{}' must be an integer, got {}", name, v.dump()));
+    bad(name, fmt::format("'{}' must be an integer, got {}", name, shown(v)));
 }
 
 std::optional<int64_t> opt_int(const json& body, const char* name, int64_t lo, int64_t hi) {
@@ -75,7 +85,7 @@ std::optional<int64_t> opt_int(const json& body, const char* name, int64_t lo, i
 std::optional<double> opt_number(const json& body, const char* name, double lo, double hi) {
     const json* v = field(body, name);
     if (!v) return std::nullopt;
-    if (!v->is_number()) bad(name, fmt::format("'{}' must be a number, got {}", name, v->dump()));
+    if (!v->is_number()) bad(name, fmt::format("'{}' must be a number, got {}", name, shown(*v)));
     const double x = v->get<double>();
     if (!(x >= lo && x <= hi)) bad(name, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x));
     return x;
@@ -84,14 +94,14 @@ std::optional<double> opt_number(const json& body, const char* name, double lo, 
 std::optional<bool> opt_bool(const json& body, const char* name) {
     const json* v = field(body, name);
     if (!v) return std::nullopt;
-    if (!v->is_boolean()) bad(name, fmt::format("'{}' must be a boolean, got {}", name, v->dump()));
+    if (!v->is_boolean()) bad(name, fmt::format("'{}' must be a boolean, got {}", name, shown(*v)));
     return v->get<bool>();
 }
 
 void check_model(const json& body, const ServedModel& model) {
     const json* v = field(body, "model");
     if (!v) return;
-    if (!v->is_string()) bad("model", fmt::format("'model' must be a string, got {}", v->dump()));
+    if (!v->is_string()) bad("model", fmt::format("'model' must be a string, got {}", shown(*v)));
     if (v->get<std::string>() != model.name)
         throw ApiError(404,
                        fmt::format("The model '{}' does not exist; this server serves '{}'",
@@ -105,7 +115,7 @@ std::vector<std::string> parse_stop(const json& body) {
     if (!v) return stops;
     auto one = [&](const json& s) {
         if (!s.is_string())
-            bad("stop", fmt::format("'stop' must be a string or an array of strings, got {}", s.dump()));
+            bad("stop", fmt::format("'stop' must be a string or an array of strings, got {}", shown(s)));
         if (s.get_ref<const std::string&>().empty()) bad("stop", "'stop' strings must not be empty");
         stops.push_back(s.get<std::string>());
     };
@@ -153,7 +163,7 @@ std::vector<int32_t> token_array(const json& a, const ServedModel& model) {
     const int64_t V = model.tokenizer->vocab_size();
     for (const json& t : a) {
         if (!t.is_number_integer())
-            bad("prompt", fmt::format("prompt token ids must be integers, got {}", t.dump()));
+            bad("prompt", fmt::format("prompt token ids must be integers, got {}", shown(t)));
         const int64_t id = t.get<int64_t>();
         if (id < 0 || id >= V)
             bad("prompt", fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, V));
@@ -229,10 +239,12 @@ ServedModel make_served_model(std::string name, const Tokenizer& tokenizer, int6
 json parse_json_body(std::string_view body) {
     json j;
     try {
-        j = json::parse(body.begin(), body.end());
-    } catch (const json::parse_error& e) {
-        // nlohmann reports invalid UTF-8 inside strings as a parse error too.
-        throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+        // Depth-bounded: copying, comparing or printing a value recurses once per level, so a body of a
+        // million '[' would take the server down on its first error message. nlohmann reports invalid
+        // UTF-8 inside strings as a parse error too.
+        j = parse_json_bounded(std::string(body), "the request body");
+    } catch (const Error& e) {
+        throw ApiError(400, e.what());
     }
     if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
     return j;
