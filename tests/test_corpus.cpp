@@ -5,6 +5,7 @@
 // tiny generated data in temp directories with the byte tokenizer: no network, no model.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -462,6 +463,45 @@ TEST(CorpusPack, RoundTripAndDamage) {
         EXPECT_NE(std::string(e.what()).find("not a hydra corpus"), std::string::npos) << e.what();
     }
     EXPECT_TRUE(fs::exists(out.path / "foreign/notes.txt"));
+    // A header rewritten by hand (wrong types, missing members, a blob count that disagrees with the
+    // manifest or would expand past any real compression ratio): each a hydra::Error naming the problem,
+    // never a JSON library exception or an allocation of what the file merely claims.
+    uint64_t hlen = 0;
+    std::memcpy(&hlen, bytes.data() + 8, 8);
+    const json header = json::parse(bytes.substr(16, size_t(hlen)));
+    const std::string body = bytes.substr(16 + size_t(hlen));
+    auto with_header = [&](const json& h) {
+        const std::string text = h.dump();
+        std::string packed = bytes.substr(0, 8);
+        const uint64_t n = text.size();
+        packed.append(reinterpret_cast<const char*>(&n), 8);
+        return packed + text + body;
+    };
+    auto edited = [&](auto&& f) {
+        json h = header;
+        f(h);
+        return h;
+    };
+    const std::vector<std::pair<json, std::string>> bad = {
+        {edited([](json& h) { h["format"] = 7; }), "not a version-1"},
+        {edited([](json& h) { h.erase("version"); }), "not a version-1"},
+        {edited([](json& h) { h["token_bytes"] = "2"; }), "token_bytes must be 2 or 4"},
+        {edited([](json& h) { h["blobs"][0].erase("sha256"); }), "needs tokens, bytes and sha256"},
+        {edited([](json& h) { h["blobs"][1]["tokens"] = 1; }), "the manifest"},
+        {edited([](json& h) { h.erase("mix"); }), "needs manifest, mix and two blobs"},
+    };
+    for (const auto& [h, want] : bad) {
+        spit(out.path / "edited.pack", with_header(h));
+        try {
+            unpack_corpus(out.str("edited.pack"), out.str("u4"), false);
+            ADD_FAILURE() << "accepted: " << want;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+        }
+        EXPECT_FALSE(fs::exists(out.path / "u4"));
+    }
+    spit(out.path / "edited.pack", with_header(header));  // the same header re-serialised still unpacks
+    EXPECT_EQ(unpack_corpus(out.str("edited.pack"), out.str("u5"), false).train_tokens, r.train_tokens);
 }
 
 TEST(CorpusErrors, BadInputsNameTheProblem) {

@@ -73,7 +73,9 @@ TEST(TasksFile, ParsesRowsAndDefaults) {
 TEST(TasksFile, EveryBadRowNamesItsLine) {
     const std::string ok = "{\"prompt\": \"p\", \"answer\": \"a\"}\n";
     const std::vector<std::pair<std::string, std::string>> cases = {
-        {"{\"prompt\": \"p\", \"answer\": \"a\"", "bad JSON"},
+        {"{\"prompt\": \"p\", \"answer\": \"a\"", "not valid JSON"},
+        {"{\"prompt\": \"p\", \"answer\": " + std::string(100, '[') + std::string(100, ']') + "}",
+         "nests deeper than 64"},
         {"[1, 2]", "expected a JSON object"},
         {"{\"answer\": \"a\"}", "missing \"prompt\""},
         {"{\"prompt\": 3, \"answer\": \"a\"}", "\"prompt\" must be a string"},

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "io/dir_kind.h"
 #include "model/hf_config.h"
 #include "model/hybrid_plan.h"
@@ -33,7 +34,7 @@ struct InitOptions {
 
 // initializer_range from config.json when present (the value transformers initialises with).
 double config_init_std(const std::string& config_path) {
-    const nlohmann::json j = nlohmann::json::parse(read_text_file(config_path), nullptr, false);
+    const nlohmann::json j = try_parse_json_bounded(read_text_file(config_path)).value_or(nlohmann::json());
     if (j.is_object() && j.contains("initializer_range") && j["initializer_range"].is_number()) {
         const double s = j["initializer_range"].get<double>();
         HYDRA_CHECK(s > 0 && s < 10, "{}: initializer_range {} is not a usable standard deviation",

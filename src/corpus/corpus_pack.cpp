@@ -14,9 +14,10 @@
 #include "core/error.h"
 #include "core/threading.h"
 #include "corpus/corpus_dir.h"
+#include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "train/corpus_manifest.h"
 #include "train/mix_config.h"
-#include "io/atomic_dir.h"
 #include "train/token_shards.h"
 
 namespace hydra {
@@ -60,6 +61,13 @@ std::string compress(const std::string& data, int level) {
     HYDRA_CHECK(!ZSTD_isError(n), "zstd: compression failed: {}", ZSTD_getErrorName(n));
     out.resize(n);
     return out;
+}
+
+// obj[key] when it is a number, else `fallback` (the record of a pack's build: informative only)
+template <typename T>
+json number_or(const json& obj, const char* key, T fallback) {
+    const auto it = obj.find(key);
+    return it != obj.end() && it->is_number() ? *it : json(fallback);
 }
 
 std::string decompress(std::string_view frame, uint64_t expected, const std::string& where) {
@@ -121,7 +129,8 @@ PackReport pack_corpus(const std::string& corpus_dir, const std::string& mix_pat
     }
     // Prefixes cut back to a document end (eos) where one lies in the prefix.
     std::vector<int32_t> train;
-    json manifest = json::parse(read_text_file(fs::path(corpus_dir) / "manifest.json"));
+    const fs::path manifest_path = fs::path(corpus_dir) / "manifest.json";
+    json manifest = parse_json_bounded(read_text_file(manifest_path), manifest_path.string());
     int64_t heldout_at = 0;
     for (size_t i = 0; i < S; ++i) {
         const CorpusSourceEntry& s = m.sources[i];
@@ -201,38 +210,50 @@ PackReport unpack_corpus(const std::string& pack_file, const std::string& out_di
     std::memcpy(&hlen, data.data() + 8, 8);
     HYDRA_CHECK(hlen <= kMaxHeaderBytes && hlen <= data.size() - 16, "{}: truncated (header of {} bytes)",
                 pack_file, hlen);
-    json header;
-    try {
-        header = json::parse(data.substr(16, hlen));
-    } catch (const json::exception& e) {
-        fail("{}: header is not valid JSON: {}", pack_file, e.what());
-    }
-    HYDRA_CHECK(header.is_object() && header.value("format", "") == "hydra-corpus-pack" &&
-                    header.value("version", 0) == 1,
+    const json header = parse_json_bounded(data.substr(16, hlen), pack_file + ": header");
+    // the member `key` of `obj` when obj is an object that has it, else null (never a const operator[] on
+    // a missing key, which nlohmann leaves undefined)
+    auto member = [](const json& obj, const char* key) -> const json* {
+        if (!obj.is_object()) return nullptr;
+        const auto it = obj.find(key);
+        return it == obj.end() ? nullptr : &*it;
+    };
+    const json *format = member(header, "format"), *version = member(header, "version");
+    HYDRA_CHECK(format && *format == "hydra-corpus-pack" && version && *version == 1,
                 "{}: header is not a version-1 hydra-corpus-pack", pack_file);
-    const int tb = header.value("token_bytes", 0);
-    HYDRA_CHECK(tb == 2 || tb == 4, "{}: header token_bytes must be 2 or 4", pack_file);
-    HYDRA_CHECK(header.contains("manifest") && header.contains("mix") && header.contains("blobs") &&
-                    header["blobs"].is_array() && header["blobs"].size() == 2,
+    const json* tbj = member(header, "token_bytes");
+    HYDRA_CHECK(tbj && tbj->is_number_integer() && (*tbj == 2 || *tbj == 4),
+                "{}: header token_bytes must be 2 or 4", pack_file);
+    const int tb = tbj->get<int>();
+    const json *manifest = member(header, "manifest"), *mix = member(header, "mix"),
+               *blobs = member(header, "blobs");
+    HYDRA_CHECK(manifest && mix && blobs && blobs->is_array() && blobs->size() == 2,
                 "{}: header needs manifest, mix and two blobs", pack_file);
-    const CorpusManifest m = parse_corpus_manifest(header["manifest"], pack_file + ": manifest");
+    const CorpusManifest m = parse_corpus_manifest(*manifest, pack_file + ": manifest");
     HYDRA_CHECK((m.vocab_size <= 65536 ? 2 : 4) == tb, "{}: token_bytes {} does not fit vocab_size {}",
                 pack_file, tb, m.vocab_size);
     std::vector<int32_t> splits[2];
     uint64_t at = 16 + hlen;
     for (int s = 0; s < 2; ++s) {
-        const json& b = header["blobs"][size_t(s)];
+        const json& b = (*blobs)[size_t(s)];
         const std::string where = fmt::format("{}: blob {}", pack_file, s);
-        HYDRA_CHECK(b.is_object() && b["tokens"].is_number_unsigned() && b["bytes"].is_number_unsigned() &&
-                        b["sha256"].is_string(),
+        const json *tokens = member(b, "tokens"), *bytes_j = member(b, "bytes"), *sha = member(b, "sha256");
+        HYDRA_CHECK(tokens && tokens->is_number_unsigned() && bytes_j && bytes_j->is_number_unsigned() &&
+                        sha && sha->is_string(),
                     "{}: needs tokens, bytes and sha256", where);
-        const uint64_t n = b["tokens"].get<uint64_t>(), bytes = b["bytes"].get<uint64_t>();
+        const uint64_t n = tokens->get<uint64_t>(), bytes = bytes_j->get<uint64_t>();
         HYDRA_CHECK(bytes <= data.size() - at, "{}: truncated ({} bytes announced, {} left)", where, bytes,
                     data.size() - at);
-        HYDRA_CHECK(n <= (uint64_t(1) << 40), "{}: {} tokens is not plausible", where, n);
+        const int64_t manifest_tokens = s == 0 ? m.train_tokens : m.heldout_tokens;
+        HYDRA_CHECK(n == uint64_t(manifest_tokens), "{}: {} tokens, the manifest {}", where, n,
+                    manifest_tokens);
+        // Token planes compress 2-4x; a frame claiming far more would only make us allocate what the file
+        // says before zstd could refuse it.
+        HYDRA_CHECK(n <= (256 * bytes + (uint64_t(1) << 16)) / uint64_t(tb),
+                    "{}: {} tokens in {} compressed bytes is not plausible", where, n, bytes);
         const std::string planes =
             decompress(std::string_view(data).substr(at, bytes), n * uint64_t(tb), where);
-        HYDRA_CHECK(sha256_hex(planes) == b["sha256"].get<std::string>(), "{}: checksum mismatch", where);
+        HYDRA_CHECK(sha256_hex(planes) == sha->get<std::string>(), "{}: checksum mismatch", where);
         splits[s] = from_planes(planes, tb);
         for (int32_t id : splits[s])
             HYDRA_CHECK(id >= 0 && id < m.vocab_size, "{}: token id {} outside [0, {})", where, id,
@@ -258,8 +279,8 @@ PackReport unpack_corpus(const std::string& pack_file, const std::string& out_di
                             {"vocab_size", m.vocab_size},
                             {"eos_id", m.eos_id},
                             {"token_bytes", tb},
-                            {"seed", header["manifest"].value("seed", 0)},
-                            {"heldout_fraction", header["manifest"].value("heldout_fraction", 0.0)},
+                            {"seed", number_or(*manifest, "seed", 0)},
+                            {"heldout_fraction", number_or(*manifest, "heldout_fraction", 0.0)},
                             {"shard_tokens", int64_t(1) << 24},
                             {"chunk_bytes", 0},
                             {"split_by", "document"},
@@ -268,8 +289,8 @@ PackReport unpack_corpus(const std::string& pack_file, const std::string& out_di
             tmp / "index.json",
             json{{"format", "hydra-token-shards"}, {"version", 1}, {"build", build}, {"splits", index_splits}}
                 .dump(1));
-        write_text_file(tmp / "manifest.json", header["manifest"].dump(1));
-        write_text_file(tmp / "mix.json", header["mix"].dump(1));
+        write_text_file(tmp / "manifest.json", manifest->dump(1));
+        write_text_file(tmp / "mix.json", mix->dump(1));
         open_token_shards(tmp.string());
         const CorpusManifest check = read_corpus_manifest(tmp.string());
         read_mix_weights((tmp / "mix.json").string(), check);

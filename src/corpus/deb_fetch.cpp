@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "io/mapped_file.h"
 #include "train/token_shards.h"
 
@@ -168,7 +169,7 @@ std::vector<FetchedPackage> fetch_packages(const std::vector<PackageSpec>& packa
     const fs::path record = cache / "fetch.json";
     if (fs::exists(record)) {
         try {
-            const json old = json::parse(read_text_file(record));
+            const json old = parse_json_bounded(read_text_file(record), record.string());
             if (old.is_object() && old.contains("packages") && old["packages"].is_array())
                 for (const json& e : old["packages"])
                     if (e.is_object() && e.contains("package") &&
@@ -188,14 +189,9 @@ std::vector<FetchedPackage> read_fetched_packages(const std::vector<PackageSpec>
     const fs::path cache = fs::absolute(cache_dir);
     const fs::path record = cache / "fetch.json";
     HYDRA_CHECK(fs::is_regular_file(record), "{}: missing; run `hydra corpus fetch` first", record.string());
-    json j;
-    try {
-        j = json::parse(read_text_file(record));
-    } catch (const json::exception& e) {
-        fail("{}: not valid JSON: {}", record.string(), e.what());
-    }
-    HYDRA_CHECK(j.is_object() && j.value("format", "") == "hydra-corpus-fetch" && j.contains("packages") &&
-                    j["packages"].is_array(),
+    json j = parse_json_bounded(read_text_file(record), record.string());
+    HYDRA_CHECK(j.is_object() && j.contains("format") && j["format"] == "hydra-corpus-fetch" &&
+                    j.contains("packages") && j["packages"].is_array(),
                 "{}: not a corpus fetch record", record.string());
     std::vector<FetchedPackage> out;
     for (const PackageSpec& p : packages) {

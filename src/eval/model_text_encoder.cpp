@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/bounded_parse.h"
 #include "model/model_loader.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
@@ -61,8 +62,9 @@ ModelText model_text_for(const std::string& model_path, const std::optional<Toke
         const fs::path cfg = fs::path(model_path) / "config.json";
         std::string tokenizer;
         if (fs::is_directory(model_path) && fs::exists(cfg)) {
-            std::ifstream in(cfg);
-            const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+            const nlohmann::json j =
+                try_parse_json_bounded(read_file_limited(cfg, kMaxConfigBytes, "the model's config.json"))
+                    .value_or(nlohmann::json());
             if (j.is_object() && j.contains("hydra") && j["hydra"].is_object() &&
                 j["hydra"].contains("tokenizer") && j["hydra"]["tokenizer"].is_string())
                 tokenizer = j["hydra"]["tokenizer"].get<std::string>();

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "eval/task.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "io/json_kind.h"
 #include "tokenizer/byte_unicode.h"
 
@@ -32,12 +33,7 @@ std::vector<UserTaskRow> parse_tasks_jsonl(const std::string& text, const std::s
         if (const size_t bad = utf8_invalid_offset(l); bad != std::string_view::npos)
             fail("{}: invalid UTF-8 at byte {} of the line", where, bad + 1);
         if (std::all_of(l.begin(), l.end(), [](char c) { return c == ' ' || c == '\t'; })) continue;
-        json j;
-        try {
-            j = json::parse(l);
-        } catch (const json::parse_error& e) {
-            fail("{}: bad JSON: {}", where, e.what());
-        }
+        json j = parse_json_bounded(std::string(l), where);
         HYDRA_CHECK(j.is_object(),
                     "{}: expected a JSON object {{\"prompt\": ..., \"answer\": ...}}, found {}", where,
                     json_kind(j));

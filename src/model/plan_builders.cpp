@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "io/bounded_parse.h"
 #include "io/json_kind.h"
 
 namespace hydra {
@@ -74,14 +75,8 @@ std::vector<int64_t> parse_layer_list(const std::string& text, const std::string
 
 HeadScoreTable load_head_scores(const std::string& path, const ModelConfig& config,
                                 const std::string& method) {
-    std::ifstream in(path);
-    HYDRA_CHECK(in.good(), "{}: cannot open the scores file", path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-        fail("{}: not valid JSON ({})", path, e.what());
-    }
+    const nlohmann::json j =
+        parse_json_bounded(read_file_limited(path, kMaxConfigBytes, "the scores file"), path);
     HYDRA_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(),
                 "{}: no \"model\" object (expected a scores.json written by `hydra score-heads`)", path);
     const auto& m = j["model"];

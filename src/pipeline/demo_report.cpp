@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 
 namespace hydra {
 
@@ -22,8 +23,8 @@ std::optional<GpuReportRef> latest_gpu_report(const std::string& results_dir) {
     for (const fs::directory_entry& e : fs::directory_iterator(results_dir, ec)) {
         const fs::path report = e.path() / "report.md", config = e.path() / "pipeline_config.json";
         if (!fs::exists(report, ec) || !fs::exists(config, ec)) continue;
-        const json c = json::parse(read_text_file(config), nullptr, false);
-        if (!c.is_object() || c.value("device", std::string()) != "cuda") continue;
+        const std::optional<json> c = try_parse_json_bounded(read_text_file(config));
+        if (!c || !c->is_object() || !c->contains("device") || (*c)["device"] != "cuda") continue;
         // The pipeline's report: "# title", "", "YYYY-MM-DD HH:MM UTC; ...", then sections.
         std::istringstream in(read_text_file(report));
         std::string line, date, results;

@@ -20,6 +20,7 @@
 #include "interp/score_heads.h"
 #include "interp/scores_io.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "model/hybrid_conversion.h"
 #include "model/model_directory.h"
 #include "model/model_loader.h"
@@ -87,8 +88,10 @@ json stage_summary(const fs::path& dir, const TrainConfig& tc) {
     std::ifstream in(dir / "log.jsonl");
     std::string line;
     while (std::getline(in, line)) {
-        const json j = json::parse(line, nullptr, false);
-        if (!j.is_object() || !j.contains("loss") || !j["loss"].is_number()) continue;
+        const std::optional<json> parsed = try_parse_json_bounded(line);
+        if (!parsed || !parsed->is_object()) continue;
+        const json& j = *parsed;
+        if (!j.contains("loss") || !j["loss"].is_number()) continue;
         if (!s.contains("first_loss")) s["first_loss"] = j["loss"];
         s["last_loss"] = j["loss"];
     }

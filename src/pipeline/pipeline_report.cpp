@@ -13,6 +13,7 @@
 #include "eval/bootstrap.h"
 #include "eval/pareto.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "model/model_loader.h"
 #include "pipeline/heldout_tables.h"
 #include "report/line_plot.h"
@@ -33,8 +34,11 @@ Series stage_series(const fs::path& log, const std::string& label) {
     std::ifstream in(log);
     std::string line;
     while (std::getline(in, line)) {
-        json j = json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.contains("loss") || !j["loss"].is_number()) continue;
+        const std::optional<json> parsed = try_parse_json_bounded(line);
+        if (!parsed || !parsed->is_object()) continue;
+        const json& j = *parsed;
+        if (!j.contains("loss") || !j["loss"].is_number() || !j.contains("step") || !j["step"].is_number())
+            continue;
         s.x.push_back(j["step"].get<double>());
         s.y.push_back(j["loss"].get<double>());
     }

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "model/head_ablation.h"
 #include "model/model_loader.h"
 
@@ -53,8 +54,10 @@ TrainConfig without_heldout(TrainConfig tc, const std::string& heldout, const st
 
 bool stage_complete(const fs::path& dir, int64_t steps) {
     if (!fs::exists(dir / "state.json") || !fs::exists(dir / "model.safetensors")) return false;
-    json st = json::parse(read_text_file(dir / "state.json"), nullptr, false);
-    return st.is_object() && st.value("step", int64_t(0)) >= steps;
+    const std::optional<json> st = try_parse_json_bounded(read_text_file(dir / "state.json"));
+    if (!st || !st->is_object()) return false;
+    const auto step = st->find("step");
+    return step != st->end() && step->is_number_integer() && step->get<int64_t>() >= steps;
 }
 
 bool train_stage_resumable(const TrainConfig& tc, const fs::path& dir,
@@ -158,8 +161,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 json read_json_or(const fs::path& path, json fallback) {
     if (!fs::exists(path)) return fallback;
-    json j = json::parse(read_text_file(path), nullptr, false);
-    return j.is_discarded() ? fallback : j;
+    std::optional<json> j = try_parse_json_bounded(read_text_file(path));
+    return j ? std::move(*j) : fallback;
 }
 
 void write_json(const fs::path& path, const json& j) {

@@ -16,6 +16,7 @@
 #include "eval/pareto.h"
 #include "eval/results_io.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 #include "pipeline/heldout_tables.h"
 #include "pipeline/variant_record.h"
 
@@ -28,8 +29,7 @@ namespace {
 
 VariantRecordFile read_record(const fs::path& p) {
     const std::string text = read_text_file(p);
-    json j = json::parse(text, nullptr, false);
-    HYDRA_CHECK(!j.is_discarded(), "{}: not valid JSON", p.string());
+    json j = parse_json_bounded(text, p.string());
     check_variant_record(j, p.string());
     return {p.string(), std::move(j)};
 }

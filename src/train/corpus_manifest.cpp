@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 
 namespace hydra {
 
@@ -85,12 +86,7 @@ CorpusManifest read_corpus_manifest(const std::string& dir) {
     const fs::path p = fs::path(dir) / "manifest.json";
     HYDRA_CHECK(fs::is_regular_file(p),
                 "{}: missing; not a corpus directory (build one with `hydra corpus build`)", p.string());
-    json j;
-    try {
-        j = json::parse(read_text_file(p));
-    } catch (const json::exception& e) {
-        fail("{}: not valid JSON: {}", p.string(), e.what());
-    }
+    json j = parse_json_bounded(read_text_file(p), p.string());
     return parse_corpus_manifest(j, p.string());
 }
 
@@ -99,8 +95,8 @@ bool is_corpus_dir(const std::string& dir) {
     std::error_code ec;
     if (!fs::is_regular_file(p, ec)) return false;
     try {
-        const json j = json::parse(read_text_file(p));
-        return j.is_object() && j.value("format", "") == kCorpusFormat;
+        const json j = parse_json_bounded(read_text_file(p), p.string());
+        return j.is_object() && j.contains("format") && j["format"] == kCorpusFormat;
     } catch (const std::exception&) {
         return false;
     }

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
+#include "io/bounded_parse.h"
 
 namespace hydra {
 
@@ -20,12 +21,7 @@ std::vector<double> parse_mix_weights(std::string_view text, const std::string& 
     std::map<std::string, double> named;
     size_t first = text.find_first_not_of(" \t\r\n");
     if (first != std::string_view::npos && text[first] == '{') {
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(text);
-        } catch (const nlohmann::json::exception& e) {
-            fail("{}: not valid JSON: {}", where, e.what());
-        }
+        nlohmann::json j = parse_json_bounded(std::string(text), where);
         HYDRA_CHECK(j.contains("weights") && j["weights"].is_object(), "{}: needs an object \"weights\"",
                     where);
         for (const auto& [k, v] : j["weights"].items()) {

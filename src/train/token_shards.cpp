@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/bounded_parse.h"
 #include "io/mapped_file.h"
 
 namespace hydra {
@@ -388,7 +389,7 @@ ShardBuildReport build_token_shards(const std::vector<std::string>& text_files, 
     // Reuse when the index matches and every shard still validates.
     if (fs::exists(index_path)) {
         try {
-            const json old = json::parse(read_whole_file(index_path));
+            const json old = parse_json_bounded(read_whole_file(index_path), index_path);
             if (old.is_object() && old.contains("build") && old["build"] == build) {
                 open_token_shards(out_dir);
                 report.reused = true;
@@ -584,12 +585,7 @@ class TokenShardsOpener {
         const auto index_size = fs::file_size(index_path, ec);
         HYDRA_CHECK(!ec && index_size <= kMaxIndexBytes, "{}: {} bytes, more than the {} an index may have",
                     index_path, index_size, kMaxIndexBytes);
-        json index;
-        try {
-            index = json::parse(read_whole_file(index_path));
-        } catch (const json::exception& e) {
-            fail("{}: not valid JSON: {}", index_path, e.what());
-        }
+        json index = parse_json_bounded(read_whole_file(index_path), index_path);
         const std::string& f = index_path;
         HYDRA_CHECK(index.is_object(), "{}: top level must be an object", f);
         HYDRA_CHECK(string_field(index, "format", f, "") == kFormat, "{}: field format must be \"{}\"", f,
