@@ -29,7 +29,7 @@ constexpr int64_t kContext = 2048;
 void check_accepted(const hydra::serve::ApiRequest& r) {
     if (r.generations.empty()) __builtin_trap();
     const int64_t vocab = g_tok->vocab_size();
-    for (const hydra::GenerationRequest& g : r.generations) {
+    for (const hydra::serve::GenerationRequest& g : r.generations) {
         if (g.prompt.empty()) __builtin_trap();
         for (int32_t id : g.prompt)
             if (id < 0 || id >= vocab) __builtin_trap();

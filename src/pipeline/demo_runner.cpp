@@ -320,8 +320,11 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     // 4. Recovery: stage 1 (align) then a short stage 2 (distill), held-out KL after each.
     json stages = json::object();
     fs::path previous = hybrid_dir;
-    for (const auto& [kind, base] :
+    for (const auto& stage :
          {std::pair<std::string, const TrainConfig*>{"align", &cfg.align}, {"distill", &cfg.distill}}) {
+        // plain names, not a structured binding: the progress lambda below captures `kind`
+        const std::string& kind = stage.first;
+        const TrainConfig* base = stage.second;
         const fs::path dir = out / kind;
         if (forced(kind)) {
             fs::remove_all(dir);

@@ -25,7 +25,9 @@ std::string metric(const json& a, const std::string& key, int digits) {
 std::string heldout_detail_markdown(const std::vector<std::pair<std::string, json>>& models) {
     std::string md;
     std::string stages;
-    for (const auto& [name, h] : models) {
+    for (const auto& model : models) {
+        const std::string& name = model.first;  // not a structured binding: the lambda below captures it
+        const json& h = model.second;
         if (!h.is_object() || !h.contains("after_stage") || !h["after_stage"].is_object()) continue;
         // the mixed KL is the stage entry's mix_kl, and the final model's by_source.kl
         auto row = [&](const std::string& stage, const json& a, const json& mix, const char* mix_key) {

@@ -333,7 +333,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     };
     const int64_t V = tcfg.vocab_size;
     const LogitsFn teacher_logits = on_device ? LogitsFn{} : cpu_logits_fn(*teacher.model);
-    for (const auto& [name, path] : all_models) {
+    for (const auto& model_entry : all_models) {
+        // plain references, not a structured binding: the progress lambda below captures the name
+        const std::string &name = model_entry.first, &path = model_entry.second;
         const fs::path result_file = eval_dir / (name + ".json");
         if (forced("eval")) fs::remove(result_file);
         if (fs::exists(result_file) && agreement.contains(name)) {
