@@ -278,9 +278,9 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
         p.longctx.kl_max_position = 8192;
         p.longctx.synthetic_fraction = 0.3;
         p.longctx.recompute = true;
-        // Scoring SmolLM2's 270 heads by activation patching takes hours on a CPU and has no GPU path
-        // yet: the preset reads the scores `hydra score-heads` computed for this model (committed with
-        // their settings in docs/results/smollm2_scores). score.file="" scores again.
+        // The preset reads the scores `hydra score-heads` computed for this model (committed with their
+        // settings in docs/results/smollm2_scores), so every run selects the same heads; score.file=""
+        // scores again (on the GPU in seconds, on a CPU in hours).
         p.score_file = std::string(HYDRA_SOURCE_DIR) + "/docs/results/smollm2_scores/scores.json";
         p.score_tasks = {"niah_single_1", "niah_multikey_1", "passkey"};
         p.score_lengths = {1024};
