@@ -81,6 +81,10 @@ TEST(HeadAblation, HeadChoiceAndSpecs) {
     EXPECT_THROW(parse_ablation("top:2", 2, 3, nullptr), Error);       // needs scores
     EXPECT_THROW(parse_ablation("random:2", 2, 3, nullptr), Error);    // no seed
     EXPECT_THROW(parse_ablation("3:x", 30, 9, nullptr), Error);        // not a number
+    EXPECT_THROW(parse_ablation("3:41,2:0", 30, 9, nullptr), Error);   // head 41 of 9 (the fuzzer's find)
+    EXPECT_THROW(parse_ablation("30:0", 30, 9, nullptr), Error);       // layer 30 of 30
+    EXPECT_THROW(parse_ablation("1:99999999999999999999", 30, 9, nullptr),
+                 Error);                                                // past int64 (was std::out_of_range)
     EXPECT_THROW(random_heads(2, 3, 7, 1), Error);                      // more heads than the model has
     LlamaModel m(ablation_config());
     EXPECT_THROW(zero_ablate_heads(m, {{3, 0}}), Error);                // layer out of range

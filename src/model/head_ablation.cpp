@@ -56,9 +56,11 @@ std::vector<HeadRef> random_heads(int64_t num_layers, int64_t num_heads, int64_t
 
 namespace {
 int64_t to_int(const std::string& s, const std::string& spec) {
-    HYDRA_CHECK(!s.empty() && s.find_first_not_of("0123456789") == std::string::npos,
-                "--ablate {}: '{}' is not a non-negative integer (expected top:N, random:N:SEED or L:H,L:H,...)",
-                spec, s);
+    HYDRA_CHECK(
+        !s.empty() && s.size() <= 18 && s.find_first_not_of("0123456789") == std::string::npos,
+        "--ablate {}: '{}' is not a non-negative integer below 10^18 (expected top:N, random:N:SEED or "
+        "L:H,L:H,...)",
+        spec, s);
     return std::stoll(s);
 }
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -90,7 +92,11 @@ std::vector<HeadRef> parse_ablation(const std::string& spec, int64_t num_layers,
         const std::vector<std::string> lh = split(item, ':');
         HYDRA_CHECK(lh.size() == 2, "--ablate {}: '{}' is not L:H (expected top:N, random:N:SEED or L:H,L:H,...)",
                     spec, item);
-        out.emplace_back(to_int(lh[0], spec), to_int(lh[1], spec));
+        const int64_t layer = to_int(lh[0], spec), head = to_int(lh[1], spec);
+        HYDRA_CHECK(layer < num_layers && head < num_heads,
+                    "--ablate {}: '{}' is outside the model's {} layers x {} heads (0-based)", spec, item,
+                    num_layers, num_heads);
+        out.emplace_back(layer, head);
     }
     return out;
 }
