@@ -1,15 +1,20 @@
 // hydra: the HydraHead command-line tool. Dispatches to the subcommands in cli/cmd_*.cpp and turns
 // every hydra::Error into one line on stderr and exit code 1.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "core/blas_kernels.h"
+#include "core/closest_name.h"
 #include "core/error.h"
 #include "core/restart_self.h"
 
@@ -31,7 +36,7 @@ void demo_wait_policy(int argc, char** argv) {
 int main(int argc, char** argv) {
     hydra::ensure_blas_kernels(argv);
     demo_wait_policy(argc, argv);
-    CLI::App app{"hydra: head-level attention hybridization (HydraHead) for pretrained LLMs"};
+    CLI::App app{"hydra: head-level attention hybridization (HydraHead) for pretrained LLMs", "hydra"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "hydra 0.1.0");
     hydra::cli::register_info(app);
@@ -50,6 +55,23 @@ int main(int argc, char** argv) {
     hydra::cli::register_analyze(app);
     hydra::cli::register_corpus(app);
     hydra::cli::register_serve(app);
+    // No command: the help, not CLI11's one-liner. A mistyped command: say so, with the nearest one (CLI11
+    // would report the command as missing, the typo as an unexpected argument).
+    if (argc < 2) {
+        std::fputs(app.help().c_str(), stdout);
+        return 1;
+    }
+    if (argv[1][0] != '-') {
+        std::vector<std::string> names;
+        for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+            names.push_back(sub->get_name());
+        if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+            const std::optional<std::string> meant = hydra::closest_name(argv[1], names);
+            fmt::print(stderr, "hydra: error: unknown command '{}'{}; `hydra --help` lists the commands\n",
+                       argv[1], meant ? fmt::format(" (did you mean '{}'?)", *meant) : "");
+            return 1;
+        }
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

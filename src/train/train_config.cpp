@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/closest_name.h"
 #include "core/error.h"
 #include "io/bounded_parse.h"
 #include "io/json_kind.h"
@@ -121,7 +122,10 @@ void TrainConfig::set(const std::string& key, const json& value, const std::stri
     auto it = table.find(key);
     if (it == table.end()) {
         std::string known;
-        for (const auto& [k, _] : table) known += (known.empty() ? "" : ", ") + k;
+        std::vector<std::string> names;
+        for (const auto& [k, _] : table) known += (known.empty() ? "" : ", ") + k, names.push_back(k);
+        if (const std::optional<std::string> meant = closest_name(key, names))
+            fail("{}: unknown key '{}'; did you mean '{}'? (known keys: {})", origin, key, *meant, known);
         fail("{}: unknown key '{}' (known keys: {})", origin, key, known);
     }
     it->second.set(*this, value, fmt::format("{}: key '{}'", origin, key));

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CLI checks of issue 37 (run by CTest with the built hydra): --out of unrelated files is refused and
-# kept, --force replaces it, a trailing slash works, --steps 0 gives a readable range error, and
-# `hydra ppl --ctx` above the model's context is refused. Seconds: a few steps of the test-micro
-# preset on one thread.
+# kept, --force replaces it, a trailing slash works, --steps 0 gives a readable range error, `hydra ppl
+# --ctx` above the model's context is refused, and a mistyped command or key gets a suggestion. Seconds:
+# a few steps of the test-micro preset on one thread.
 #   tests/cli/safe_output.sh path/to/hydra
 set -uo pipefail
 HYDRA="$(realpath "$1")"
@@ -13,6 +13,17 @@ W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
 # shellcheck source=tests/cli/checks.sh
 source "$(dirname "$0")/checks.sh"
+
+# A mistyped command names itself and the nearest command; no command prints the help.
+"$HYDRA" evall >"$W/o" 2>&1; rc=$?
+check "a mistyped command is refused" test "$rc" -ne 0
+check "the refusal suggests the command" contains "$W/o" "unknown command 'evall' (did you mean 'eval'?)"
+"$HYDRA" >"$W/o" 2>&1; rc=$?
+check "no command is refused" test "$rc" -ne 0
+check "no command prints the help" contains "$W/o" "score-heads"
+"$HYDRA" train --preset tiny-cpu optim.lrr=0.1 >"$W/o" 2>&1; rc=$?
+check "a mistyped key is refused" test "$rc" -ne 0
+check "the refusal suggests the key" contains "$W/o" "did you mean 'optim.lr'?"
 
 # --steps 0: one short line, no 300-digit bound.
 "$HYDRA" train --steps 0 >"$W/o" 2>&1; rc=$?
