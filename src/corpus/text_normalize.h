@@ -18,7 +18,8 @@ std::string normalize_text(std::string_view text, bool is_code);
 bool looks_like_garbage(std::string_view raw, std::string_view text);
 
 // `text` cut into parts of at most max_bytes, at blank lines where one lies in the second half of the
-// window, else at a line break, else at a UTF-8 character boundary. Whitespace-only parts are dropped.
+// window, else at a line break, else at a UTF-8 character boundary; each part then ends with one '\n'
+// (so a part is at most max_bytes + 1 bytes). Whitespace-only parts are dropped.
 std::vector<std::string> split_document(std::string_view text, size_t max_bytes);
 
 // The text exact-duplicate detection compares: lower-case ASCII, every run of whitespace one space.
