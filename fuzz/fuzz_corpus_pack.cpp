@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -20,9 +21,22 @@
 
 namespace fs = std::filesystem;
 
+namespace {
+
+fs::path g_dir;  // the scratch directory, removed at exit
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const fs::path dir = fs::temp_directory_path() / ("fuzz_corpus_pack_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    if (g_dir.empty()) {
+        g_dir = fs::temp_directory_path() / ("fuzz_corpus_pack_" + std::to_string(getpid()));
+        fs::create_directories(g_dir);
+        std::atexit([] {
+            std::error_code ec;
+            fs::remove_all(g_dir, ec);
+        });
+    }
+    const fs::path& dir = g_dir;
     const fs::path in = dir / "in.pack", out = dir / "out";
     {
         std::ofstream f(in, std::ios::binary | std::ios::trunc);
