@@ -374,6 +374,10 @@ TEST(HttpServer, BadInputIsA4xxAndTheServerKeepsServing) {
         {"wrong type (chat)", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": 3}]})",
          key, 400, "messages[0].content"},
         {"invalid UTF-8", "/v1/completions", "{\"prompt\": \"a\xff\xfe\"}", key, 400, ""},
+        // a value nested 31,000 levels deep (62 KB): printing it into the error once recursed per level
+        {"nested too deep", "/v1/completions",
+         "{\"prompt\": \"ab\", \"max_tokens\": " + std::string(31000, '[') + std::string(31000, ']') + "}",
+         key, 400, ""},
         {"unknown model", "/v1/completions", R"({"model": "gpt-5", "prompt": "ab"})", key, 404, "model"},
         {"oversized body", "/v1/completions", "{\"prompt\": \"" + big + "\"}", key, 413, ""},
         {"max_tokens past the context", "/v1/completions", R"({"prompt": "abc", "max_tokens": 62})", key, 400,
