@@ -408,6 +408,15 @@ TEST(HttpServer, BadInputIsA4xxAndTheServerKeepsServing) {
     EXPECT_EQ(cli.Get("/v1/models")->status, 401);
     const Reply raw_bytes = post(port, "/v1/completions", std::string("\x00\x01\x02", 3), key);
     EXPECT_EQ(raw_bytes.status, 400);
+    // a rejected value is not echoed back whole (the 62 KB deep body's message once held all of it)
+    const std::string deep = std::string(31000, '[') + std::string(31000, ']');
+    for (const std::string& body :
+         {"{\"prompt\": \"ab\", \"max_tokens\": " + deep + "}",
+          "{\"prompt\": \"ab\", \"max_tokens\": \"" + std::string(60000, '9') + "x\"}"}) {
+        const Reply r = post(port, "/v1/completions", body, key);
+        EXPECT_EQ(r.status, 400);
+        EXPECT_LT(r.raw.size(), 1000u) << r.raw.substr(0, 200);
+    }
 }
 
 int64_t rss_kib() {
