@@ -16,6 +16,7 @@
 #include "corpus/corpus_dir.h"
 #include "io/atomic_dir.h"
 #include "io/bounded_parse.h"
+#include "io/json_member.h"
 #include "train/corpus_manifest.h"
 #include "train/mix_config.h"
 #include "train/token_shards.h"
@@ -210,23 +211,16 @@ PackReport unpack_corpus(const std::string& pack_file, const std::string& out_di
     std::memcpy(&hlen, data.data() + 8, 8);
     HYDRA_CHECK(hlen <= kMaxHeaderBytes && hlen <= data.size() - 16, "{}: truncated (header of {} bytes)",
                 pack_file, hlen);
-    const json header = parse_json_bounded(data.substr(16, hlen), pack_file + ": header");
-    // the member `key` of `obj` when obj is an object that has it, else null (never a const operator[] on
-    // a missing key, which nlohmann leaves undefined)
-    auto member = [](const json& obj, const char* key) -> const json* {
-        if (!obj.is_object()) return nullptr;
-        const auto it = obj.find(key);
-        return it == obj.end() ? nullptr : &*it;
-    };
-    const json *format = member(header, "format"), *version = member(header, "version");
+    const json header = parse_json_bounded(std::string_view(data).substr(16, hlen), pack_file + ": header");
+    const json *format = json_member(header, "format"), *version = json_member(header, "version");
     HYDRA_CHECK(format && *format == "hydra-corpus-pack" && version && *version == 1,
                 "{}: header is not a version-1 hydra-corpus-pack", pack_file);
-    const json* tbj = member(header, "token_bytes");
+    const json* tbj = json_member(header, "token_bytes");
     HYDRA_CHECK(tbj && tbj->is_number_integer() && (*tbj == 2 || *tbj == 4),
                 "{}: header token_bytes must be 2 or 4", pack_file);
     const int tb = tbj->get<int>();
-    const json *manifest = member(header, "manifest"), *mix = member(header, "mix"),
-               *blobs = member(header, "blobs");
+    const json *manifest = json_member(header, "manifest"), *mix = json_member(header, "mix"),
+               *blobs = json_member(header, "blobs");
     HYDRA_CHECK(manifest && mix && blobs && blobs->is_array() && blobs->size() == 2,
                 "{}: header needs manifest, mix and two blobs", pack_file);
     const CorpusManifest m = parse_corpus_manifest(*manifest, pack_file + ": manifest");
@@ -237,7 +231,8 @@ PackReport unpack_corpus(const std::string& pack_file, const std::string& out_di
     for (int s = 0; s < 2; ++s) {
         const json& b = (*blobs)[size_t(s)];
         const std::string where = fmt::format("{}: blob {}", pack_file, s);
-        const json *tokens = member(b, "tokens"), *bytes_j = member(b, "bytes"), *sha = member(b, "sha256");
+        const json *tokens = json_member(b, "tokens"), *bytes_j = json_member(b, "bytes"),
+                   *sha = json_member(b, "sha256");
         HYDRA_CHECK(tokens && tokens->is_number_unsigned() && bytes_j && bytes_j->is_number_unsigned() &&
                         sha && sha->is_string(),
                     "{}: needs tokens, bytes and sha256", where);

@@ -33,7 +33,7 @@ std::vector<UserTaskRow> parse_tasks_jsonl(const std::string& text, const std::s
         if (const size_t bad = utf8_invalid_offset(l); bad != std::string_view::npos)
             fail("{}: invalid UTF-8 at byte {} of the line", where, bad + 1);
         if (std::all_of(l.begin(), l.end(), [](char c) { return c == ' ' || c == '\t'; })) continue;
-        json j = parse_json_bounded(std::string(l), where);
+        json j = parse_json_bounded(l, where);
         HYDRA_CHECK(j.is_object(),
                     "{}: expected a JSON object {{\"prompt\": ..., \"answer\": ...}}, found {}", where,
                     json_kind(j));

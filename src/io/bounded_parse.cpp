@@ -152,7 +152,7 @@ std::string read_file_limited(const std::filesystem::path& path, uint64_t max_by
     return out;
 }
 
-json parse_json_bounded(const std::string& text, const std::string& source, int max_depth) {
+json parse_json_bounded(std::string_view text, const std::string& source, int max_depth) {
     const json::parser_callback_t limit = [max_depth](int depth, json::parse_event_t event, json&) {
         if (depth > max_depth &&
             (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start))
@@ -168,7 +168,7 @@ json parse_json_bounded(const std::string& text, const std::string& source, int 
     }
 }
 
-std::optional<json> try_parse_json_bounded(const std::string& text, int max_depth) {
+std::optional<json> try_parse_json_bounded(std::string_view text, int max_depth) {
     try {
         return parse_json_bounded(text, "", max_depth);
     } catch (const Error&) {

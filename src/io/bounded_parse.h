@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -26,10 +27,10 @@ std::string read_file_limited(const std::filesystem::path& path, uint64_t max_by
 
 // JSON text -> value; throws hydra::Error naming `source` for invalid JSON or nesting deeper than
 // `max_depth` ("... nests deeper than 64 levels").
-nlohmann::json parse_json_bounded(const std::string& text, const std::string& source,
+nlohmann::json parse_json_bounded(std::string_view text, const std::string& source,
                                   int max_depth = kMaxInputDepth);
 // The same without throwing: nullopt for invalid or too deep text (log lines).
-std::optional<nlohmann::json> try_parse_json_bounded(const std::string& text, int max_depth = kMaxInputDepth);
+std::optional<nlohmann::json> try_parse_json_bounded(std::string_view text, int max_depth = kMaxInputDepth);
 
 // TOML text -> the equivalent nested JSON object (tables become objects); throws like above.
 // Dates and times are refused (no hydra config uses them).

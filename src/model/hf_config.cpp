@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/bounded_parse.h"
 #include "io/json_kind.h"
+#include "io/json_member.h"
 
 namespace hydra {
 
@@ -27,10 +28,7 @@ class Fields {
         : obj_(obj), source_(source), prefix_(std::move(prefix)) {}
 
     // The value of `key`, or nullptr when absent or null (both mean "use the default" in HF configs).
-    const json* get(const char* key) const {
-        auto it = obj_.find(key);
-        return (it == obj_.end() || it->is_null()) ? nullptr : &*it;
-    }
+    const json* get(const char* key) const { return json_member(obj_, key); }
 
     int64_t integer(const char* key) const {
         const json* v = get(key);

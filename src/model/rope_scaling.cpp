@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/parse_number.h"
 #include "io/json_kind.h"
+#include "io/json_member.h"
 #include "model/model_config.h"
 
 namespace hydra {
@@ -186,10 +187,7 @@ void validate_rope_scaling(const RopeScaling& s, int64_t max_pos, const std::str
 RopeScaling rope_scaling_from_json(const nlohmann::json& obj, const std::string& source,
                                    const std::string& where) {
     HYDRA_CHECK(obj.is_object(), "{}: \"{}\" is {}, expected an object", source, where, json_kind(obj));
-    auto get = [&](const char* key) -> const nlohmann::json* {
-        auto it = obj.find(key);
-        return (it == obj.end() || it->is_null()) ? nullptr : &*it;
-    };
+    auto get = [&](const char* key) { return json_member(obj, key); };
     auto number = [&](const char* key) -> std::optional<double> {
         const nlohmann::json* v = get(key);
         if (!v) return std::nullopt;

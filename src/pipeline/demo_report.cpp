@@ -10,6 +10,7 @@
 
 #include "io/atomic_dir.h"
 #include "io/bounded_parse.h"
+#include "io/json_member.h"
 
 namespace hydra {
 
@@ -24,7 +25,8 @@ std::optional<GpuReportRef> latest_gpu_report(const std::string& results_dir) {
         const fs::path report = e.path() / "report.md", config = e.path() / "pipeline_config.json";
         if (!fs::exists(report, ec) || !fs::exists(config, ec)) continue;
         const std::optional<json> c = try_parse_json_bounded(read_text_file(config));
-        if (!c || !c->is_object() || !c->contains("device") || (*c)["device"] != "cuda") continue;
+        const json* device = c ? json_member(*c, "device") : nullptr;
+        if (!device || *device != "cuda") continue;
         // The pipeline's report: "# title", "", "YYYY-MM-DD HH:MM UTC; ...", then sections.
         std::istringstream in(read_text_file(report));
         std::string line, date, results;

@@ -10,6 +10,7 @@
 
 #include "io/atomic_dir.h"
 #include "io/bounded_parse.h"
+#include "io/json_member.h"
 #include "model/head_ablation.h"
 #include "model/model_loader.h"
 
@@ -56,8 +57,8 @@ bool stage_complete(const fs::path& dir, int64_t steps) {
     if (!fs::exists(dir / "state.json") || !fs::exists(dir / "model.safetensors")) return false;
     const std::optional<json> st = try_parse_json_bounded(read_text_file(dir / "state.json"));
     if (!st || !st->is_object()) return false;
-    const auto step = st->find("step");
-    return step != st->end() && step->is_number_integer() && step->get<int64_t>() >= steps;
+    const json* step = json_member(*st, "step");
+    return step && step->is_number_integer() && step->get<int64_t>() >= steps;
 }
 
 bool train_stage_resumable(const TrainConfig& tc, const fs::path& dir,

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/bounded_parse.h"
+#include "io/json_member.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
 
@@ -42,12 +43,6 @@ constexpr size_t kMaxStops = 4;
 
 // --- typed field access: every wrong type / range is a 400 naming the field --------------------------
 
-const json* field(const json& body, const char* name) {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
     throw ApiError(400, message, param);
 }
@@ -75,7 +70,7 @@ int64_t as_int(const json& v, const std::string& name) {
 }
 
 std::optional<int64_t> opt_int(const json& body, const char* name, int64_t lo, int64_t hi) {
-    const json* v = field(body, name);
+    const json* v = json_member(body, name);
     if (!v) return std::nullopt;
     const int64_t x = as_int(*v, name);
     if (x < lo || x > hi) bad(name, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x));
@@ -83,7 +78,7 @@ std::optional<int64_t> opt_int(const json& body, const char* name, int64_t lo, i
 }
 
 std::optional<double> opt_number(const json& body, const char* name, double lo, double hi) {
-    const json* v = field(body, name);
+    const json* v = json_member(body, name);
     if (!v) return std::nullopt;
     if (!v->is_number()) bad(name, fmt::format("'{}' must be a number, got {}", name, shown(*v)));
     const double x = v->get<double>();
@@ -92,14 +87,14 @@ std::optional<double> opt_number(const json& body, const char* name, double lo, 
 }
 
 std::optional<bool> opt_bool(const json& body, const char* name) {
-    const json* v = field(body, name);
+    const json* v = json_member(body, name);
     if (!v) return std::nullopt;
     if (!v->is_boolean()) bad(name, fmt::format("'{}' must be a boolean, got {}", name, shown(*v)));
     return v->get<bool>();
 }
 
 void check_model(const json& body, const ServedModel& model) {
-    const json* v = field(body, "model");
+    const json* v = json_member(body, "model");
     if (!v) return;
     if (!v->is_string()) bad("model", fmt::format("'model' must be a string, got {}", shown(*v)));
     if (v->get<std::string>() != model.name)
@@ -110,7 +105,7 @@ void check_model(const json& body, const ServedModel& model) {
 }
 
 std::vector<std::string> parse_stop(const json& body) {
-    const json* v = field(body, "stop");
+    const json* v = json_member(body, "stop");
     std::vector<std::string> stops;
     if (!v) return stops;
     auto one = [&](const json& s) {
@@ -145,10 +140,10 @@ void parse_common(const json& body, const ServedModel& model, GenerationRequest&
     }
     // vLLM and llama-server take -1 for "off"; here 0 is off as well.
     if (auto k = opt_int(body, "top_k", -1, 1 << 30)) g.sampling.top_k = int(std::max<int64_t>(0, *k));
-    if (const json* s = field(body, "seed")) g.sampling.seed = uint64_t(as_int(*s, "seed"));
+    if (const json* s = json_member(body, "seed")) g.sampling.seed = uint64_t(as_int(*s, "seed"));
     g.stop_strings = parse_stop(body);
     r.stream = opt_bool(body, "stream").value_or(false);
-    if (const json* so = field(body, "stream_options")) {
+    if (const json* so = json_member(body, "stream_options")) {
         if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
         if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
         r.include_usage = opt_bool(*so, "include_usage").value_or(false);
@@ -242,7 +237,7 @@ json parse_json_body(std::string_view body) {
         // Depth-bounded: copying, comparing or printing a value recurses once per level, so a body of a
         // million '[' would take the server down on its first error message. nlohmann reports invalid
         // UTF-8 inside strings as a parse error too.
-        j = parse_json_bounded(std::string(body), "the request body");
+        j = parse_json_bounded(body, "the request body");
     } catch (const Error& e) {
         throw ApiError(400, e.what());
     }
@@ -260,11 +255,11 @@ ApiRequest parse_completion_request(const json& body, const ServedModel& model) 
     r.echo = opt_bool(body, "echo").value_or(false);
     g.top_logprobs = r.logprobs;
     g.prompt_logprobs = r.echo && r.logprobs >= 0;
-    if (const json* s = field(body, "suffix");
+    if (const json* s = json_member(body, "suffix");
         s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
         bad("suffix", "'suffix' is not supported");
 
-    const json* p = field(body, "prompt");
+    const json* p = json_member(body, "prompt");
     if (!p) bad("prompt", "'prompt' is required");
     // One entry per choice: (token ids, echo text).
     std::vector<std::pair<std::vector<int32_t>, std::string>> prompts;
@@ -320,7 +315,7 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& model) {
     GenerationRequest g;
     parse_common(body, model, g, r);
     if (!model.chatml) throw ApiError(400, model.chat_template_error, "messages");
-    const json* msgs = field(body, "messages");
+    const json* msgs = json_member(body, "messages");
     if (!msgs) bad("messages", "'messages' is required");
     if (!msgs->is_array() || msgs->empty()) bad("messages", "'messages' must be a non-empty array");
     std::vector<ChatMessage> messages;
@@ -329,22 +324,22 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& model) {
         const std::string where = fmt::format("messages[{}]", i);
         if (!m.is_object())
             bad(where, fmt::format("'{}' must be an object with 'role' and 'content'", where));
-        const json* role = field(m, "role");
+        const json* role = json_member(m, "role");
         if (!role || !role->is_string())
             bad(where + ".role", fmt::format("'{}.role' must be a string", where));
         const std::string& rs = role->get_ref<const std::string&>();
         if (rs != "system" && rs != "user" && rs != "assistant" && rs != "developer")
             bad(where + ".role",
                 fmt::format("'{}.role' must be system, user or assistant, got '{}'", where, rs));
-        const json* content = field(m, "content");
+        const json* content = json_member(m, "content");
         std::string text;
         if (content && content->is_string()) {
             text = content->get<std::string>();
         } else if (content && content->is_array()) {
             // Content parts: only text parts can go through a text-only model.
             for (const json& part : *content) {
-                const json* type = part.is_object() ? field(part, "type") : nullptr;
-                const json* t = part.is_object() ? field(part, "text") : nullptr;
+                const json* type = part.is_object() ? json_member(part, "type") : nullptr;
+                const json* t = part.is_object() ? json_member(part, "text") : nullptr;
                 if (!type || *type != "text" || !t || !t->is_string())
                     bad(where + ".content",
                         fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": "
@@ -380,7 +375,7 @@ ApiRequest parse_chat_request(const json& body, const ServedModel& model) {
     g.max_tokens = max_tokens.value_or(std::max<int64_t>(0, model.context - int64_t(g.prompt.size())));
     check_prompt_fits(
         g, model,
-        max_tokens && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
+        max_tokens && json_member(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
     r.generations.push_back(std::move(g));
     r.echo_texts.emplace_back();
     return r;

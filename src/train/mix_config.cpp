@@ -21,7 +21,7 @@ std::vector<double> parse_mix_weights(std::string_view text, const std::string& 
     std::map<std::string, double> named;
     size_t first = text.find_first_not_of(" \t\r\n");
     if (first != std::string_view::npos && text[first] == '{') {
-        nlohmann::json j = parse_json_bounded(std::string(text), where);
+        nlohmann::json j = parse_json_bounded(text, where);
         HYDRA_CHECK(j.contains("weights") && j["weights"].is_object(), "{}: needs an object \"weights\"",
                     where);
         for (const auto& [k, v] : j["weights"].items()) {
