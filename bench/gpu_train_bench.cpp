@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
         HYDRA_CHECK(o.model.empty() || o.config.empty(), "--model and --config exclude each other");
         if (!o.config.empty()) {
             teacher = std::make_unique<LlamaModel>(load_hf_config(o.config));
-            bench::randomise(*teacher, 21);
+            bench::randomise_parallel(*teacher, 21);  // billions of values: minutes on one thread
             weights = "random, shape of " + o.config;
         } else if (!o.model.empty()) {
             LoadedModel lm = load_model(o.model);
@@ -286,7 +286,10 @@ int main(int argc, char** argv) {
             hybrid = convert_to_hybrid(*teacher, plan, co);
         } else {
             hybrid = std::make_unique<LlamaModel>(c, &plan);
-            bench::randomise(*hybrid, 22);
+            if (o.config.empty())
+                bench::randomise(*hybrid, 22);
+            else
+                bench::randomise_parallel(*hybrid, 22);
         }
         emit({{"device", prop.name},
               {"sms", prop.multiProcessorCount},
