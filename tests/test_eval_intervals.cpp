@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "eval/eval_runner.h"
+#include "eval/heldout_input.h"
 #include "eval/heldout_metrics.h"
 #include "eval/heldout_sources.h"
 #include "eval/model_text_encoder.h"
@@ -309,6 +310,62 @@ TEST(HeldoutMetrics, ShardWindowsAndTinyModels) {
     const json j = heldout_metrics_json(m);
     EXPECT_EQ(j["tokens"].get<int64_t>(), 200);
     EXPECT_TRUE(j["kl_ci"]["lo"].is_number());
+}
+
+// `hydra ppl --teacher`'s input: a text file's tokens or a shard directory's held-out split, cut as
+// heldout_windows cuts them; every bad input is a hydra::Error naming it.
+TEST(HeldoutMetrics, InputFromTextFileOrShards) {
+    TempDir dir("heldout_input");
+    const fs::path src = dir.path / "doc.txt";
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "Line " + std::to_string(i) + " of the held-out text.\n\n";
+    write_text_file(src, text);
+    const ByteEncoder enc;
+
+    const HeldoutInput from_text = heldout_input_windows(src.string(), "", enc, 64, 1000);
+    const std::vector<int32_t> ids = enc.encode(text);
+    EXPECT_EQ(from_text.windows, heldout_windows(std::span<const int32_t>(ids), 64, 1000));
+    EXPECT_EQ(from_text.source, src.string());
+    int64_t covered = 0;
+    for (const auto& w : from_text.windows) covered += int64_t(w.size()) - 1;
+    EXPECT_EQ(covered, 1000);
+
+    build_token_shards({src.string()}, enc, (dir.path / "shards").string(), 1 << 20, 0.3, 11, 256);
+    const TokenShards sh = open_token_shards((dir.path / "shards").string(), &enc);
+    const HeldoutInput from_shards = heldout_input_windows("", (dir.path / "shards").string(), enc, 64, 200);
+    EXPECT_EQ(from_shards.windows, heldout_windows(sh.heldout, 64, 200));
+    EXPECT_NE(from_shards.source.find("held-out split"), std::string::npos);
+
+    auto message = [&](const std::string& file, const std::string& shards, const TextEncoder& e) {
+        try {
+            heldout_input_windows(file, shards, e, 64, 200);
+        } catch (const Error& err) {
+            return std::string(err.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message("", "", enc).find("neither"), std::string::npos);
+    EXPECT_NE(message(src.string(), (dir.path / "shards").string(), enc).find("both"), std::string::npos);
+    EXPECT_NE(message((dir.path / "missing.txt").string(), "", enc).find("missing.txt"), std::string::npos);
+    write_text_file(dir.path / "empty.txt", "");
+    EXPECT_NE(message((dir.path / "empty.txt").string(), "", enc).find("empty"), std::string::npos);
+    write_text_file(dir.path / "one.txt", "x");
+    EXPECT_NE(message((dir.path / "one.txt").string(), "", enc).find("at least 2"), std::string::npos);
+    // shards written by another tokenizer are refused (their ids mean other text)
+    struct OtherEncoder final : TextEncoder {
+        ByteEncoder inner;
+        std::vector<int32_t> encode(std::string_view t) const override { return inner.encode(t); }
+        std::string decode(std::span<const int32_t> i) const override { return inner.decode(i); }
+        int32_t vocab_size() const override { return inner.vocab_size(); }
+        int32_t eos_id() const override { return inner.eos_id(); }
+        std::string name() const override { return "another-tokenizer"; }
+    } other;
+    EXPECT_NE(message("", (dir.path / "shards").string(), other).find("another-tokenizer"),
+              std::string::npos);
+    // a split without held-out tokens
+    build_token_shards({src.string()}, enc, (dir.path / "no_heldout").string(), 1 << 20, 0.0, 11, 256);
+    EXPECT_NE(message("", (dir.path / "no_heldout").string(), enc).find("held-out split holds 0"),
+              std::string::npos);
 }
 
 // Windows are attributed to the source holding their first token; per-source metrics are those of the
