@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/hash_mix.h"
+
 namespace hydra {
 
 namespace {
@@ -11,11 +13,8 @@ uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 void Rng::reseed(uint64_t seed) {
     for (auto& word : s_) {  // splitmix64 expands the seed so nearby seeds give unrelated streams
+        word = splitmix64(seed);
         seed += 0x9e3779b97f4a7c15ull;
-        uint64_t z = seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        word = z ^ (z >> 31);
     }
 }
 

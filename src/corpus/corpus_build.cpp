@@ -10,14 +10,15 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/hash_mix.h"
 #include "corpus/corpus_dir.h"
-#include "train/corpus_manifest.h"
 #include "corpus/dedup.h"
 #include "corpus/markup.h"
 #include "corpus/source_files.h"
 #include "corpus/text_normalize.h"
 #include "io/atomic_dir.h"
 #include "io/mapped_file.h"
+#include "train/corpus_manifest.h"
 #include "train/token_shards.h"
 
 namespace hydra {
@@ -27,20 +28,8 @@ using json = nlohmann::json;
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 uint64_t name_hash(std::string_view s, uint64_t seed) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : s) {
-        h ^= c;
-        h *= 0x100000001b3ull;
-    }
-    return splitmix64(h ^ splitmix64(seed));
+    return splitmix64(fnv1a64(s) ^ splitmix64(seed));
 }
 
 struct Doc {

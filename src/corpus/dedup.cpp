@@ -6,26 +6,15 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/hash_mix.h"
 #include "corpus/text_normalize.h"
 
 namespace hydra {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 uint64_t hash_bytes(std::string_view s, uint64_t seed) {
-    uint64_t h = 0xcbf29ce484222325ull ^ seed;
-    for (unsigned char c : s) {
-        h ^= c;
-        h *= 0x100000001b3ull;
-    }
-    return splitmix64(h);
+    return splitmix64(fnv1a64(s, kFnv1aBasis ^ seed));
 }
 
 }  // namespace
@@ -33,13 +22,13 @@ uint64_t hash_bytes(std::string_view s, uint64_t seed) {
 MinHashSignature minhash_signature(std::string_view text) {
     // Word hashes of the lower-cased words.
     std::vector<uint64_t> words;
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = kFnv1aBasis;
     bool in_word = false;
     for (char ch : text) {
         const unsigned char c = static_cast<unsigned char>(ch);
         if (c == ' ' || c == '\t' || c == '\n') {
             if (in_word) words.push_back(splitmix64(h));
-            h = 0xcbf29ce484222325ull;
+            h = kFnv1aBasis;
             in_word = false;
             continue;
         }

@@ -250,6 +250,20 @@ void write_score_plot(const std::string& path, const std::vector<ModelEvalResult
     write_line_plot(path, series, o);
 }
 
+std::string task_markdown_cells(const ModelEvalResult& r, const std::string& task,
+                                const std::vector<int64_t>& lengths) {
+    const auto scores = r.task_scores.find(task);
+    const auto ci = r.task_ci.find(task);
+    std::string cells;
+    for (int64_t len : lengths) {
+        const bool ran = scores != r.task_scores.end() && scores->second.count(len);
+        const Interval iv =
+            ci != r.task_ci.end() && ci->second.count(len) ? ci->second.at(len) : Interval{NAN, NAN};
+        cells += fmt::format(" {} |", ran ? format_with_interval(scores->second.at(len), iv) : "n/a");
+    }
+    return cells;
+}
+
 std::string results_table(const ModelEvalResult& r, const EvalRunInfo& info) {
     std::set<int64_t> lens;
     for (const auto& [len, v] : r.length_scores) lens.insert(len);

@@ -50,5 +50,8 @@ void write_score_plot(const std::string& path, const std::vector<ModelEvalResult
 // The end-of-run table (task x length per model, "57.0 [49.5, 64.0]" cells, then the mean row and the
 // groups' rows).
 std::string results_table(const ModelEvalResult& r, const EvalRunInfo& info = {});
+// One task's cells of a markdown row, " 57.0 [49.5, 64.0] |" per length ("n/a" for a length not run).
+std::string task_markdown_cells(const ModelEvalResult& r, const std::string& task,
+                                const std::vector<int64_t>& lengths);
 
 }  // namespace hydra

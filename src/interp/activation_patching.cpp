@@ -12,15 +12,8 @@ namespace {
 template <typename T, typename Sweep>
 HeadPatchResult activation_patching_with(const ModelConfig& c, const FaRun<T>& clean,
                                          const FaRun<T>& corrupted, const LogitDiff<T>& ld, Sweep&& sweep) {
-    const int64_t L = c.num_layers, H = c.num_heads, Dh = c.head_dim, C = c.hidden_size;
-    HYDRA_CHECK(clean.num_tokens == corrupted.num_tokens,
-                "patching pair: the clean prompt has {} tokens, the corrupted one {} (they must be equal)",
-                clean.num_tokens, corrupted.num_tokens);
-    HeadPatchResult r;
-    r.layers = L;
-    r.heads = H;
-    r.ld_clean = ld(clean.x_final_last(C));
-    r.ld_corrupted = ld(corrupted.x_final_last(C));
+    const int64_t L = c.num_layers, H = c.num_heads, Dh = c.head_dim;
+    HeadPatchResult r = unpatched_result(c, clean, corrupted, ld);
     // Direction: run `base`, set each head to its value in `source`.
     auto direction = [&](const FaRun<T>& base, const FaRun<T>& source) {
         std::vector<PatchedCopy<T>> copies(static_cast<size_t>(L * H));

@@ -72,15 +72,8 @@ HeadPatchResult attribution_patching_with(const ModelConfig& c, const FaRun<T>& 
                                           const FaRun<T>& corrupted, const LogitDiff<T>& ld,
                                           AttributionPositions positions, AnswerGrad&& answer_grad,
                                           AllGrad&& all_grad, bool concurrent) {
-    const int64_t L = c.num_layers, H = c.num_heads, Dh = c.head_dim, C = c.hidden_size, HDh = H * Dh;
-    HYDRA_CHECK(clean.num_tokens == corrupted.num_tokens,
-                "patching pair: the clean prompt has {} tokens, the corrupted one {} (they must be equal)",
-                clean.num_tokens, corrupted.num_tokens);
-    HeadPatchResult r;
-    r.layers = L;
-    r.heads = H;
-    r.ld_clean = ld(clean.x_final_last(C));
-    r.ld_corrupted = ld(corrupted.x_final_last(C));
+    const int64_t L = c.num_layers, H = c.num_heads, Dh = c.head_dim, HDh = H * Dh;
+    HeadPatchResult r = unpatched_result(c, clean, corrupted, ld);
     // estimate[l*H+h] = base LD + sum over positions of g . (source - base) at that head.
     auto direction = [&](const FaRun<T>& base, const FaRun<T>& source, double ld_base) {
         std::vector<double> est(size_t(L * H), ld_base);

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/error.h"
+#include "interp/fa_forward.h"
 #include "interp/fa_weights.h"
 
 namespace hydra {
@@ -47,5 +49,21 @@ struct HeadPatchResult {
     std::vector<double> noising_effect() const;    // NE (L*H), unclipped
     std::vector<double> denoising_effect() const;  // PE (L*H), unclipped
 };
+
+// A pair's result before any head is patched: its shape and the LDs of the clean and corrupted runs.
+// The two prompts must have the same length (a head is patched position by position): hydra::Error.
+template <typename T>
+HeadPatchResult unpatched_result(const ModelConfig& c, const FaRun<T>& clean, const FaRun<T>& corrupted,
+                                 const LogitDiff<T>& ld) {
+    HYDRA_CHECK(clean.num_tokens == corrupted.num_tokens,
+                "patching pair: the clean prompt has {} tokens, the corrupted one {} (they must be equal)",
+                clean.num_tokens, corrupted.num_tokens);
+    HeadPatchResult r;
+    r.layers = c.num_layers;
+    r.heads = c.num_heads;
+    r.ld_clean = ld(clean.x_final_last(c.hidden_size));
+    r.ld_corrupted = ld(corrupted.x_final_last(c.hidden_size));
+    return r;
+}
 
 }  // namespace hydra

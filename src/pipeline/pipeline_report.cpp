@@ -182,19 +182,11 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
     md += "\n";
     for (size_t i = 0; i < in.models.size(); ++i) {
         const ModelEvalResult& r = (*in.results)[i];
-        for (const auto& [task, by_len] : r.task_scores) {
+        for (const auto& task_row : r.task_scores) {
+            const std::string& task = task_row.first;
             const bool is_held = std::find(held.begin(), held.end(), task) != held.end();
             md += fmt::format("| {} | {} | {} |", in.models[i].first, task, is_held ? "yes" : "no");
-            const auto tc = r.task_ci.count(task) ? r.task_ci.at(task) : std::map<int64_t, Interval>{};
-            for (int64_t len : cfg.eval_lengths) {
-                auto it = by_len.find(len);
-                md += fmt::format(
-                    " {} |",
-                    it == by_len.end()
-                        ? "n/a"
-                        : format_with_interval(it->second, tc.count(len) ? tc.at(len) : Interval{NAN, NAN}));
-            }
-            md += "\n";
+            md += task_markdown_cells(r, task, cfg.eval_lengths) + "\n";
         }
     }
 

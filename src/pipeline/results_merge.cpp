@@ -237,20 +237,11 @@ MergeResult write_merged_report(const std::vector<VariantRecordFile>& records, c
     md += "\n|---|---|";
     for (size_t i = 0; i < lengths.size(); ++i) md += "---|";
     md += "\n";
+    const std::vector<int64_t> length_list(lengths.begin(), lengths.end());
     for (const ModelEvalResult& e : results)
-        for (const auto& [task, by_len] : e.task_scores) {
-            md += fmt::format("| {} | {} |", e.model, task);
-            const auto tc = e.task_ci.count(task) ? e.task_ci.at(task) : std::map<int64_t, Interval>{};
-            for (int64_t len : lengths) {
-                auto it = by_len.find(len);
-                md += fmt::format(
-                    " {} |",
-                    it == by_len.end()
-                        ? "n/a"
-                        : format_with_interval(it->second, tc.count(len) ? tc.at(len) : Interval{NAN, NAN}));
-            }
-            md += "\n";
-        }
+        for (const auto& task_row : e.task_scores)
+            md += fmt::format("| {} | {} |", e.model, task_row.first) +
+                  task_markdown_cells(e, task_row.first, length_list) + "\n";
     md += "\n## Sources\n\n";
     for (const auto& f : records)
         md += fmt::format("- `{}` ({}, written {})\n", f.path, f.record["model"].get<std::string>(),

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "core/error.h"
+#include "core/hash_mix.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace hydra {
@@ -19,19 +20,14 @@ constexpr std::array<std::string_view, 4> kSpecialText = {"<|endoftext|>", "<|im
 constexpr size_t kParsedSpecials = 3;
 
 uint64_t fnv1a(uint64_t h, std::string_view bytes) {
-    for (unsigned char c : bytes) {
-        h ^= c;
-        h *= 0x100000001b3ull;
-    }
-    return h;
+    return fnv1a64(bytes, h);
 }
 
+// v's 8 bytes, least significant first (the same hash on any byte order).
 uint64_t fnv1a_u64(uint64_t h, uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-        h ^= (v >> (8 * i)) & 0xff;
-        h *= 0x100000001b3ull;
-    }
-    return h;
+    char bytes[8];
+    for (int i = 0; i < 8; ++i) bytes[i] = char((v >> (8 * i)) & 0xff);
+    return fnv1a64(std::string_view(bytes, 8), h);
 }
 
 }  // namespace
@@ -92,8 +88,7 @@ BpeEncoder::BpeEncoder(const Tokenizer& tokenizer) : tok_(tokenizer) {
                 "BPE tokenizer has no eos token (eos_id {}): training shards need one to separate documents",
                 tok_.eos_id());
     // Lengths are hashed with the bytes so ("ab","c") and ("a","bc") differ.
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = fnv1a(h, v.pre);
+    uint64_t h = fnv1a64(v.pre);
     for (const std::string& t : v.tokens) h = fnv1a(fnv1a_u64(h, t.size()), t);
     for (int32_t type : v.token_types) h = fnv1a_u64(h, uint64_t(uint32_t(type)));
     for (const auto& [a, b] : v.merges) h = fnv1a(fnv1a_u64(fnv1a(fnv1a_u64(h, a.size()), a), b.size()), b);

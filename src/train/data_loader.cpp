@@ -5,19 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/hash_mix.h"
 
 namespace hydra {
 
 using json = nlohmann::json;
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 // Seed of the shuffling Rng of one epoch, and of the mixer Rng (a stream no epoch can reach).
 uint64_t epoch_seed(uint64_t seed, uint64_t epoch) {

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/hash_mix.h"
 #include "io/bounded_parse.h"
 #include "io/mapped_file.h"
 
@@ -75,22 +76,6 @@ void sha256_block(std::array<uint32_t, 8>& h, const unsigned char* p) {
 }
 
 // ---- hashing for the split ----
-
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-uint64_t fnv1a64(std::string_view bytes) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : bytes) {
-        h ^= c;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 // ---- files ----
 

@@ -14,20 +14,11 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "ops/cpu/avx_hsum.h"
 
 namespace hydra::cpu {
 
 namespace {
-
-#ifdef HYDRA_QGEMV_AVX2
-inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-#endif
 
 // One row of Q4_1 against x, with per-block sums of x precomputed.
 float dot_q4_1(const uint8_t* row, const float* x, const float* xsum, int64_t blocks) {

@@ -34,6 +34,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "ops/cpu/avx_hsum.h"
 
 namespace hydra::cpu {
 
@@ -65,14 +66,6 @@ float row_scalar(GgmlType type, const uint8_t* row, const Q8Activations& x) {
 }
 
 #ifdef HYDRA_Q8_SIMD
-inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
 inline float f16c(const uint8_t* p) {
     uint16_t h;
     std::memcpy(&h, p, 2);
