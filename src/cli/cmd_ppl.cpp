@@ -124,7 +124,7 @@ void run_agreement(const PplOptions& o) {
     WindowStatsFn stats;
     if (o.device == "cuda") {
 #ifdef HYDRA_WITH_CUDA
-        stats = gpu::make_gpu_window_stats_fn(*t.model, m.model.get(), o.ctx + 1);
+        stats = gpu::make_gpu_window_stats_fn(*t.model, m.model.get(), o.ctx);  // windows feed ctx tokens
 #endif
     } else {
         stats = host_window_stats_fn(cpu_logits_fn(*t.model), cpu_logits_fn(*m.model), tc.vocab_size);
