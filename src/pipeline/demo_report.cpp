@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/bootstrap.h"
 #include "io/atomic_dir.h"
 #include "io/bounded_parse.h"
 #include "io/json_member.h"
@@ -49,6 +50,15 @@ std::string seconds_text(const json& timings, const std::string& key) {
     if (!timings.contains(key)) return "-";
     const double s = timings[key].value("seconds", 0.0);
     return s >= 120 ? fmt::format("{:.1f} min", s / 60) : fmt::format("{:.0f} s", s);
+}
+
+// "2.3441 [2.1012, 2.5990]" from a held-out metrics JSON's `key` and `key`_ci (heldout_metrics_json);
+// the value alone where the interval is absent (an agreement.json of an older demo run).
+std::string value_with_interval(const json& metrics, const std::string& key, int digits) {
+    const json* v = json_member(metrics, key);
+    if (!v || !v->is_number()) return "-";
+    const json* ci = json_member(metrics, key + "_ci");
+    return format_with_interval(v->get<double>(), ci ? interval_from_json(*ci) : Interval{NAN, NAN}, digits);
 }
 
 std::string utc_now() {
@@ -160,9 +170,11 @@ std::string write_demo_report(const DemoReportInputs& in) {
     const json& ag = in.agreement;
     md += fmt::format(
         "KL(teacher || student) per token, top-1 agreement and the student's perplexity on the same {} "
-        "tokens of "
-        "`{}` (never trained on: every stage's data leaves it out), after each stage.\n\n",
-        ag.contains("converted") ? ag["converted"].value("tokens", int64_t(0)) + 1 : 0,
+        "predicted tokens ({} windows) of `{}` (never trained on: every stage's data leaves it out), after "
+        "each "
+        "stage; brackets: 95% bootstrap intervals over windows.\n\n",
+        ag.contains("converted") ? ag["converted"].value("tokens", int64_t(0)) : 0,
+        ag.contains("converted") ? ag["converted"].value("windows", int64_t(0)) : 0,
         fs::path(cfg.heldout_text.empty() ? "austen_persuasion.txt" : cfg.heldout_text).filename().string());
     md +=
         "| model | stage | tokens trained | train loss (first -> last) | held-out KL(t\\|\\|s) | top-1 agree "
@@ -180,9 +192,9 @@ std::string write_demo_report(const DemoReportInputs& in) {
                                    s["last_loss"].get<double>());
             time = seconds_text(in.timings, key);
         }
-        md += fmt::format("| {} | {} | {} | {} | {:.4f} | {:.3f} | {:.2f} | {} |\n", label, stage_text,
-                          trained, loss, a["kl"].get<double>(), a["top1_agreement"].get<double>(),
-                          a["ppl"].get<double>(), time);
+        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", label, stage_text, trained, loss,
+                          value_with_interval(a, "kl", 4), value_with_interval(a, "top1_agreement", 3),
+                          value_with_interval(a, "ppl", 2), time);
     };
     row("7:1 converted", "converted", "none");
     row("+ stage 1", "align",

@@ -67,14 +67,15 @@ PipelineConfig demo_config(const std::string& teacher) {
         s->eval_batches = 1;
         s->warmup_steps = 1;
     }
-    // Align moves the held-out KL least per second (6.09 -> 5.97 in 2 steps), distill most (to 3.85 in 4
-    // steps, 2.34 in 24: 26 s and about 100 s on a quiet 2-core machine), so align keeps 2 steps and distill
-    // takes 24; KL runs on 384 tokens.
+    // Align moves the held-out KL least per second (6.08 -> 6.04 in 2 steps), distill most (3.09 after 24:
+    // about 60 s on a quiet 2-core machine), so align keeps 2 steps and distill takes 24. KL runs on 2048
+    // held-out tokens in windows of the stages' 256: eight windows give the bootstrap something to resample
+    // (one window's "interval" would be a point), ~10 s per model.
     p.align.steps = p.align.schedule_steps = 2;
     p.align.save_every = 2;  // a checkpoint of the 155M-parameter hybrid with AdamW state is ~2 GB
     p.distill.steps = p.distill.schedule_steps = 24;
     p.distill.save_every = 24;
-    p.heldout_tokens = 384;
+    p.heldout_tokens = 2048;
     return p;
 }
 
@@ -240,8 +241,10 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     const std::vector<int32_t> heldout = prose_tokens(text, heldout_file, cfg.heldout_tokens, 40000);
     HYDRA_CHECK(heldout.size() >= 2,
                 "demo: no held-out text in {} (run tools/setup.sh, or set eval.heldout_text)", heldout_file);
-    const int64_t window = std::min<int64_t>(
-        int64_t(heldout.size()), tcfg.max_position_embeddings > 0 ? tcfg.max_position_embeddings : 1024);
+    // Windows of the length the stages trained at (the student has seen no longer rows).
+    const int64_t window =
+        std::min<int64_t>({int64_t(heldout.size()), cfg.distill.seq_len,
+                           tcfg.max_position_embeddings > 0 ? tcfg.max_position_embeddings : int64_t(1024)});
     json agreement = read_json_or(agreement_path, json::object());
     auto measure = [&](const std::string& key, const std::string& model_dir) {
         if (agreement.contains(key)) return;
