@@ -248,7 +248,16 @@ TEST(PipelineConfig, StudyPresetsAndVariantsOnly) {
         EXPECT_EQ(p.distill.steps * p.distill.batch_size * p.distill.seq_len,
                   3052 * 8 * 2048);  // 50.0M tokens
     }
+    // Stage 3 inside the teacher's window learns from the teacher alone; past it (16K rows) the text
+    // teaches the positions the teacher cannot see.
+    const PipelineConfig gp = PipelineConfig::preset("smollm2-gpu");
+    EXPECT_EQ(gp.longctx.seq_len, gp.longctx.kl_max_position);
+    EXPECT_EQ(gp.longctx.ce_weight, 0.0);
+    EXPECT_EQ(gp.longctx.kl_weight, 1.0);
+    EXPECT_EQ(PipelineConfig::preset("smollm2-gpu-selection").longctx.ce_weight, 0.0);
     const PipelineConfig lp = PipelineConfig::preset("smollm2-gpu-long");
+    EXPECT_GT(lp.longctx.seq_len, lp.longctx.kl_max_position);
+    EXPECT_GT(lp.longctx.ce_weight, 0.0);
     EXPECT_EQ(lp.eval_lengths.back(), 131072);
     EXPECT_EQ(lp.longctx.seq_len, 16384);
     EXPECT_TRUE(lp.longctx.recompute);
