@@ -258,6 +258,7 @@ TEST(PipelineConfig, StudyPresetsAndVariantsOnly) {
     const PipelineConfig lp = PipelineConfig::preset("smollm2-gpu-long");
     EXPECT_GT(lp.longctx.seq_len, lp.longctx.kl_max_position);
     EXPECT_GT(lp.longctx.ce_weight, 0.0);
+    EXPECT_EQ(lp.longctx.ce_from_position, lp.longctx.kl_max_position);  // teacher inside, text past it
     EXPECT_EQ(lp.eval_lengths.back(), 131072);
     EXPECT_EQ(lp.longctx.seq_len, 16384);
     EXPECT_TRUE(lp.longctx.recompute);

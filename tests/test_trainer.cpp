@@ -13,10 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model_paths.h"
 #include "model/llama_model.h"
+#include "model_paths.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
+#include "train/train_batch.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -176,6 +177,27 @@ TEST(TrainConfigKeys, UnknownAndMistypedKeysAreClearErrors) {
     c.num_heads = 5;
     EXPECT_THROW(c.validate(), Error);
     EXPECT_THROW(TrainConfig::preset("huge"), Error);
+}
+
+// loss.ce_from_position: the cross-entropy only past a position (a longctx stage past its teacher's window).
+TEST(TrainConfigKeys, CrossEntropyFromPosition) {
+    TrainConfig c;
+    c.seq_len = 8;
+    c.apply_override("loss.ce_from_position=5");
+    EXPECT_EQ(c.ce_from_position, 5);
+    EXPECT_EQ(c.to_json()["loss"]["ce_from_position"], 5);
+    EXPECT_NO_THROW(c.validate());
+    c.ce_from_position = 8;  // no position left for a CE that weighs something
+    EXPECT_THROW(c.validate(), Error);
+    c.ce_from_position = -1;
+    EXPECT_THROW(c.validate(), Error);
+
+    // rows of 4: positions 0..2 of each row lose their targets, 3 keeps it; a position past the row masks all
+    std::vector<int32_t> t = {10, 11, 12, 13, 20, 21, 22, 23};
+    ignore_targets_before(t.data(), 2, 4, 3);
+    EXPECT_EQ(t, (std::vector<int32_t>{-1, -1, -1, 13, -1, -1, -1, 23}));
+    ignore_targets_before(t.data(), 2, 4, 9);
+    EXPECT_EQ(t, std::vector<int32_t>(8, -1));
 }
 
 TEST(TrainConfigKeys, TomlAndJsonFilesGiveTheSameConfig) {

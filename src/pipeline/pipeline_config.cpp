@@ -164,9 +164,12 @@ PipelineConfig PipelineConfig::preset(const std::string& name) {
         p.longctx.seq_len = 16384;
         p.longctx.batch_size = 1;
         p.longctx.steps = p.longctx.schedule_steps = 200;  // 3.3M tokens of stage 3 for every model
-        p.longctx.kl_max_position = 8192;  // the teacher's own window: KL only where it is valid
-        p.longctx.ce_weight = 1.0;         // past it only the text itself can teach
-        p.longctx.kl_weight = 0.5;
+        // Inside the teacher's 8K window the teacher teaches (KL), past it the text (CE): a CE term inside
+        // the window pulls the student off its teacher (see smollm2-gpu's stage 3).
+        p.longctx.kl_max_position = 8192;
+        p.longctx.ce_from_position = 8192;
+        p.longctx.ce_weight = 1.0;
+        p.longctx.kl_weight = 1.0;
         p.eval_lengths = {4096, 8192, 16384, 32768, 65536, 131072};
         p.eval_samples = 20;
         const std::vector<std::string> all = {"align", "distill", "longctx"};

@@ -99,6 +99,7 @@ const std::map<std::string, KeyDef>& key_table() {
         {"loss.kl_weight", field(&TrainConfig::kl_weight)},
         {"loss.temperature", field(&TrainConfig::temperature)},
         {"loss.kl_max_position", field(&TrainConfig::kl_max_position)},
+        {"loss.ce_from_position", field(&TrainConfig::ce_from_position)},
         {"data.synthetic_fraction", field(&TrainConfig::synthetic_fraction)},
         {"data.synthetic_tasks", field(&TrainConfig::synthetic_tasks)},
         {"run.steps", field(&TrainConfig::steps)},
@@ -220,6 +221,12 @@ void TrainConfig::validate() const {
     HYDRA_CHECK(synthetic_fraction >= 0 && synthetic_fraction < 1,
                 "config: data.synthetic_fraction {} not in [0, 1)", synthetic_fraction);
     HYDRA_CHECK(kl_max_position >= 0, "config: loss.kl_max_position must be >= 0");
+    HYDRA_CHECK(ce_from_position >= 0, "config: loss.ce_from_position must be >= 0");
+    HYDRA_CHECK(
+        ce_from_position == 0 || ce_weight == 0 || ce_from_position < seq_len,
+        "config: loss.ce_from_position {} leaves no position of data.seq_len {} for the cross-entropy "
+        "(loss.ce_weight {})",
+        ce_from_position, seq_len, ce_weight);
     HYDRA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "config: optim.min_lr_ratio {} out of range [0, 1]",
                 min_lr_ratio);
     HYDRA_CHECK(schedule == "constant" || schedule == "cosine" || schedule == "wsd",

@@ -60,6 +60,9 @@ struct TrainConfig {
     double temperature = 1.0;
     int64_t kl_max_position =
         0;  // KL only at positions < this (0: everywhere; longctx: the teacher's window)
+    int64_t ce_from_position =
+        0;  // CE only at positions >= this (0: everywhere; longctx: the teacher's window, past which
+            // only the text can teach, while inside it the teacher does)
     double synthetic_fraction = 0.0;  // share of rows drawn from synthetic retrieval tasks (longctx)
     std::vector<std::string> synthetic_tasks = {"passkey", "niah_single_1", "niah_multikey_1"};
     // run

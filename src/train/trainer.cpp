@@ -437,6 +437,8 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg,
         loader.next_batch_shard(cfg.batch_size, rank, world, inputs, targets);
         TrainBatch batch{inputs.data(), targets.data(), DataLoader::rows_of_rank(cfg.batch_size, rank, world),
                          cfg.seq_len};
+        if (cfg.ce_from_position > 0)
+            ignore_targets_before(targets.data(), batch.batch, batch.seq_len, cfg.ce_from_position);
         StepLog sl;
         sl.total_steps = cfg.steps;
         sl.lr = schedule.at(state.step);
