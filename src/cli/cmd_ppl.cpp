@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -21,6 +19,7 @@
 #include "eval/heldout_metrics.h"
 #include "eval/model_text_encoder.h"
 #include "eval/perplexity.h"
+#include "io/atomic_dir.h"
 #include "pipeline/pipeline_steps.h"
 #include "tokenizer/bpe_tokenizer.h"
 #ifdef HYDRA_WITH_CUDA
@@ -44,16 +43,6 @@ struct PplOptions {
     int threads = 0;
 };
 
-std::string read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    HYDRA_CHECK(in.good(), "{}: cannot open the text file", path);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    std::string text = buf.str();
-    HYDRA_CHECK(!text.empty(), "{}: the text file is empty", path);
-    return text;
-}
-
 // Positions past a model's context are extrapolation (and memory): refused. RoPE scaling declares the
 // scaled context in max_position_embeddings, except dynamic NTK, which scales past it by factor.
 void check_context(const LlamaModel& model, const std::string& path, int64_t ctx) {
@@ -71,7 +60,8 @@ std::string interval(const Interval& ci, int digits) {
 }
 
 void run_perplexity(const PplOptions& o) {
-    const std::string text = read_text(o.text);
+    const std::string text = read_text_file(o.text, "the text to score");
+    HYDRA_CHECK(!text.empty(), "{}: the text file is empty", o.text);
     LoadedModel m = load_model_reported(o.model);
     HYDRA_CHECK(m.vocab.has_value(), "{}: the model has no tokenizer", o.model);
     check_context(*m.model, o.model, o.ctx);
