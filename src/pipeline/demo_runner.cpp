@@ -57,7 +57,11 @@ PipelineConfig demo_config(const std::string& teacher) {
     p.score_samples = 4;
     p.ablation_samples = 6;
     p.calib_tokens = 512;
-    p.variants = {{"hydra-7:1-scores", "scores", "7:1", "kv", "scale-norm", "", 1}};
+    PipelineVariant v;
+    v.name = "hydra-7:1-scores";
+    v.select = "scores";
+    v.ratio = "7:1";
+    p.variants = {v};
     for (TrainConfig* s : {&p.align, &p.distill}) {
         s->tokenizer = teacher;
         s->sources = {"austen_emma.txt"};  // far more text than the stages read; one file tokenizes fast
