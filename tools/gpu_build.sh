@@ -13,6 +13,9 @@
 #     gguf_1/, gguf_2/, ...  (tools/gpu_build.sh split redoes only this, for the tree as it is) the default GGUF, xz -1 compressed and split so that call 1 carries the
 #                         sysroot, the data and part 1, and each later call one more part (each call also
 #                         carries the working tree; CARRY_RESERVE=BYTES leaves room per call for more)
+#   tools/gpu_build.sh pack    (optional) hydra (HYDRA_GPU_TARGETS) built here for any x86-64-v3 CPU and sm_90, into
+#                         gpu/bin.tar.xz with the hash of the sources it came from; `build` there uses it instead of
+#                         building when the carried sources hash the same and it loads (then split again)
 # There, calls in a row (a machine stays warm ~30 s after a call and keeps /tmp and ignored files):
 #   call 1, carry .devdeps/gpu .devdeps/gguf_1:  tools/gpu_build.sh build && tools/gpu_build.sh stash
 #       -> /tmp/hydra_gpu/{sysroot,data,build/hydra,build/hydra_gpu_tests,env.sh}, part 1 kept
@@ -51,6 +54,11 @@ untar_xz() {  # untar_xz FILE DIR
   unxz_to "$2/.tmp.tar" < "$1"
   tar -C "$2" -xf "$2/.tmp.tar"
   rm "$2/.tmp.tar"
+}
+
+# What the carried binaries were built from: every source, test and build file that travels with a call.
+sources_hash() {
+  (cd "$ROOT" && find src tests/gpu CMakeLists.txt -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
 }
 
 case "$mode" in
@@ -99,6 +107,18 @@ split)  # only the model split, for the working tree as it is now
   echo "[gpu_build] the model travels in $parts parts: call 1 carries .devdeps/gpu .devdeps/gguf_1, call i .devdeps/gguf_i"
   du -sh "$DEPS"/gguf_[0-9]*/part
   ;;
+pack)  # here: the targets built portable (x86-64-v3, sm_90) into .devdeps/gpu/bin.tar.xz, with the sources' hash
+  B="${BUILD_DIR:-$ROOT/build-cuda-port}"
+  targets="${HYDRA_GPU_TARGETS:-hydra}"
+  cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYDRA_CUDA=ON -DHYDRA_TESTS=ON -DHYDRA_NATIVE=OFF \
+    -DCMAKE_CXX_FLAGS=-march=x86-64-v3 >/dev/null
+  # shellcheck disable=SC2086
+  nice ninja -C "$B" $targets
+  # shellcheck disable=SC2086
+  tar -C "$B" -cf - $targets | xz -T"${JOBS:-2}" -6 > "$DEPS/gpu/bin.tar.xz"
+  sources_hash > "$DEPS/gpu/bin.sources"
+  echo "[gpu_build] packed $targets: $(du -h "$DEPS/gpu/bin.tar.xz" | cut -f1); run tools/gpu_build.sh split again (call 1 carries them)"
+  ;;
 build)
   for f in sysroot.tar.xz data.tar.xz; do
     [[ -f "$DEPS/gpu/$f" ]] || { echo "[gpu_build] .devdeps/gpu/$f missing: tools/gpu_build.sh fetch, carry .devdeps/gpu" >&2; exit 1; }
@@ -120,6 +140,24 @@ export HYDRA_MODEL="$PREFIX/models/$GGUF_NAME"
 # cuDNN (ops/cuda/cudnn_attention, loaded at run time) from PyTorch's wheel, when there is one
 _cudnn=\$("$ROOT/tools/cudnn_lib_dir.sh"); [ -n "\$_cudnn" ] && export LD_LIBRARY_PATH="\$_cudnn:\$LD_LIBRARY_PATH" || true
 EOF
+  targets="${HYDRA_GPU_TARGETS:-hydra hydra_gpu_tests}"  # e.g. the benchmarks (tools/gpu_train_run.sh)
+  # Binaries packed here (tools/gpu_build.sh pack) from these very sources save the build (minutes of device
+  # time): used when every target is in the archive and loads; else the build below.
+  if [[ -f "$DEPS/gpu/bin.tar.xz" && "$(cat "$DEPS/gpu/bin.sources" 2>/dev/null)" == "$(sources_hash)" ]]; then
+    mkdir -p "$PREFIX/build" && untar_xz "$DEPS/gpu/bin.tar.xz" "$PREFIX/build"
+    if (
+      # shellcheck disable=SC1091
+      source "$PREFIX/env.sh"
+      for t in $targets; do
+        [[ -x "$PREFIX/build/$t" ]] && ! ldd "$PREFIX/build/$t" | grep -q "not found" || exit 1
+      done
+      "$PREFIX/build/hydra" --help >/dev/null
+    ); then
+      echo "[gpu_build] carried binaries ($targets) load: no build ($(( $(date +%s) - start )) s)"
+      exit 0
+    fi
+    echo "[gpu_build] carried binaries do not cover $targets or do not load: building"
+  fi
   export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # pkgconf, and the linker's indirect deps
   export PKG_CONFIG_PATH="$SYS/usr/lib/$ARCH/pkgconfig:$SYS/usr/share/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$SYS"
   export PKG_CONFIG_LIBDIR="$PKG_CONFIG_PATH"
@@ -135,7 +173,6 @@ EOF
     -DOPENBLAS_LIB="$SYS/usr/lib/$ARCH/openblas-openmp/libopenblas.so" \
     -DCMAKE_CXX_FLAGS="-isystem $SYS/usr/include" -DCMAKE_CUDA_FLAGS="-isystem=$SYS/usr/include" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$SYS/usr/lib/$ARCH:$SYS/usr/lib/$ARCH/openblas-openmp" >/dev/null
-  targets="${HYDRA_GPU_TARGETS:-hydra hydra_gpu_tests}"  # e.g. the benchmarks (tools/gpu_train_run.sh)
   ninja -C "$PREFIX/build" -j"$(nproc)" $targets
   echo "[gpu_build] built $targets in $PREFIX/build in $(( $(date +%s) - start )) s"
   ;;
@@ -161,7 +198,7 @@ model)
   echo "[gpu_build] model: $PREFIX/models/$GGUF_NAME"
   ;;
 *)
-  sed -n '2,24p' "$0"
+  sed -n '2,28p' "$0"
   exit 2
   ;;
 esac
