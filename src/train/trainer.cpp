@@ -33,6 +33,7 @@
 #include "train/byte_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/corpus_manifest.h"
+#include "train/cpu_step_memory.h"
 #include "train/cpu_train_engine.h"
 #include "train/data_loader.h"
 #include "train/lr_schedule.h"
@@ -327,6 +328,15 @@ TrainRunResult run_training(TrainConfig cfg, const std::string& out_arg,
         engine_factory
             ? engine_factory(TrainEngineSetup{&cfg, &model, teacher.get(), &spans, &optimizer, dist})
             : make_cpu_train_engine(cfg, model, teacher.get(), spans, optimizer);
+    if (!engine_factory && root) {
+        // A batch past the machine's memory is otherwise killed by the kernel without a word.
+        const CpuStepMemory need = estimate_cpu_step_memory(
+            model.config(), model.plan(), model.params().numel(), teacher ? teacher->params().numel() : 0,
+            cfg.batch_size, cfg.seq_len, cfg.recompute);
+        const std::string warning =
+            cpu_step_memory_warning(need, available_memory_bytes(), cfg.batch_size, cfg.seq_len);
+        if (!warning.empty()) fmt::print(stderr, "warning: {}\n", warning);
+    }
     nlohmann::json section;
     section["train_config"] = cfg.to_json();
     section["tokenizer"] = encoder->name();
