@@ -7,28 +7,21 @@
 #include <fstream>
 
 #include "model/plan_builders.h"
+#include "tiny_model.h"
 #include "train/cpu_step_memory.h"
 
 namespace hydra {
 namespace {
 
-ModelConfig smollm2_135m() {
-    ModelConfig c;
-    c.name = "smollm2-135m";
-    c.vocab_size = 49152;
-    c.hidden_size = 576;
-    c.intermediate_size = 1536;
-    c.num_layers = 30;
-    c.num_heads = 9;
-    c.num_kv_heads = 3;
-    c.head_dim = 64;
-    c.rope_dim = 64;
-    c.tie_word_embeddings = true;
-    return c;
-}
-
 TEST(CpuStepMemory, MatchesMeasuredPeakOfAStage2Step) {
-    const ModelConfig cfg = smollm2_135m();
+    const ModelConfig cfg = test::tiny_llama_config({.vocab = 49152,
+                                                     .hidden = 576,
+                                                     .intermediate = 1536,
+                                                     .layers = 30,
+                                                     .heads = 9,
+                                                     .kv_heads = 3,
+                                                     .head_dim = 64},
+                                                    "smollm2-135m");
     PlanRequest req;
     req.select = "random";
     req.ratio = Ratio{7, 1};

@@ -143,6 +143,26 @@ GdnParams<T> gdn_params(const LayerParams<const T>& w) {
 
 }  // namespace
 
+int64_t layer_saved_values_per_token(const ModelConfig& cfg, const HybridPlan& plan, int64_t layer,
+                                     int64_t seq_len, bool recompute_attention) {
+    const LayerPlan& lp = plan.layers[size_t(layer)];
+    const int64_t C = cfg.hidden_size, F = cfg.intermediate_size, H = cfg.num_heads, Dh = cfg.head_dim;
+    const int64_t fa = int64_t(lp.fa_heads.size()), la = int64_t(lp.la_heads.size());
+    const int64_t fa_kv = int64_t(plan.fa_kv_groups(cfg, layer).size());
+    // x_in, xn1, proj, x_mid, xn2 (C each), rstd1, rstd2; gate, up, act (F each); heads, fused (H Dh each)
+    int64_t n = 5 * C + 2 + 3 * F + 2 * H * Dh;
+    // FA: q and its output (Dh per head), k and v (Dh per KV group), q / k before their norm (qk_norm), and
+    // the attention probabilities (seq_len per head) unless the backward recomputes them
+    n += fa * 2 * Dh + fa_kv * 2 * Dh;
+    if (cfg.qk_norm) n += (fa + fa_kv) * (Dh + 1);
+    if (!recompute_attention) n += fa * seq_len;
+    // LA: the q, k, v, z projections and output (Dh per head) and a, b; GdnSaved's q, k, v, o (Dh), its five
+    // per-head scalars, and one Dh x Dh state per chunk
+    const int64_t chunk = plan.gdn.chunk_size > 0 ? plan.gdn.chunk_size : 64;
+    n += la * (5 * Dh + 2) + la * (4 * Dh + 5) + la * Dh * Dh / chunk;
+    return n;
+}
+
 GdnConfig gdn_config(const GdnSettings& s, int64_t n_la, int64_t head_dim) {
     GdnConfig c;
     c.H = c.HV = n_la;

@@ -101,6 +101,12 @@ struct LayerActs {
     std::vector<T> gate, up, act;  // (N, F)
 };
 
+// Values per token that a training forward (run.save) keeps in one layer's LayerActs, GDN saved tensors
+// included, for rows of seq_len tokens: what the backward needs until it reaches this layer. Kept beside
+// LayerActs so a new buffer is counted where it is declared (train/cpu_step_memory sums it over layers).
+int64_t layer_saved_values_per_token(const ModelConfig& cfg, const HybridPlan& plan, int64_t layer,
+                                     int64_t seq_len, bool recompute_attention);
+
 // At least n elements (grow-only).
 template <typename T>
 T* layer_buffer(std::vector<T>& b, int64_t n) {

@@ -6,29 +6,19 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/decoder_layer.h"
+
 namespace hydra {
 
 CpuStepMemory estimate_cpu_step_memory(const ModelConfig& config, const HybridPlan& plan, int64_t params,
                                        int64_t teacher_params, int64_t batch, int64_t seq_len,
                                        bool recompute_attention) {
-    const int64_t C = config.hidden_size, F = config.intermediate_size, H = config.num_heads;
-    const int64_t Dh = config.head_dim, L = config.num_layers, S = seq_len;
-    const int64_t fa = plan.total_fa_heads(), la = plan.total_la_heads();
-    const int64_t fa_kv = plan.total_fa_kv_groups(config);
-    // Floats saved per token, summed over the layers (LayerActs):
-    //   x_in, xn1, proj, x_mid, xn2 (C each), rstd1, rstd2; gate, up, act (F each); heads, fused (H Dh each)
-    int64_t per_token = L * (5 * C + 2 + 3 * F + 2 * H * Dh);
-    //   FA: q and its output (Dh per head), k and v (Dh per KV group), q / k before their norm (qk_norm),
-    //   and the attention probabilities (S per head) unless they are recomputed in the backward pass
-    per_token += fa * 2 * Dh + fa_kv * 2 * Dh;
-    if (config.qk_norm) per_token += (fa + fa_kv) * (Dh + 1);
-    if (!recompute_attention) per_token += fa * S;
-    //   LA: the layer's q, k, v, z projections and output (Dh per head) and a, b; the GDN block's saved
-    //   q, k, v, o (Dh), five per-head scalars, and one Dh x Dh state per chunk
-    const int64_t chunk = plan.gdn.chunk_size > 0 ? plan.gdn.chunk_size : 64;
-    per_token += la * (5 * Dh + 2) + la * (4 * Dh + 5) + la * Dh * Dh / chunk;
+    int64_t per_token = 0;
+    for (int64_t l = 0; l < config.num_layers; ++l)
+        per_token += layer_saved_values_per_token(config, plan, l, seq_len, recompute_attention);
     // Model level: the residual stream, final norm output, its gradient (x, hidden, dh, dx) and the KL's
     // student and teacher hidden rows with their gradient.
+    const int64_t C = config.hidden_size;
     per_token += 4 * C + 1 + (teacher_params > 0 ? 3 * C : 0);
     CpuStepMemory m;
     m.state_bytes = params * 4 * 4 + teacher_params * 4;
