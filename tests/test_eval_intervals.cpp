@@ -20,6 +20,7 @@
 #include "io/atomic_dir.h"
 #include "pipeline/results_merge.h"
 #include "pipeline/variant_record.h"
+#include "scoped_env.h"
 #include "tiny_model.h"
 #include "train/token_shards.h"
 
@@ -474,6 +475,24 @@ TEST(ResultsMerge, RecordsFromTwoRunsMergeIntoOneReport) {
     EXPECT_EQ(md.find("| v1 | final |"), std::string::npos) << md;  // an older record: no detail
     EXPECT_NE(md.find("| gcide | 0.250 | 4096 | 0.400 |"), std::string::npos) << md;
     EXPECT_NE(md.find("| **mix-weighted** | | | 0.175 |"), std::string::npos) << md;
+    // The figures it links are there.
+    EXPECT_NE(md.find("](score_vs_length.png)"), std::string::npos);
+    EXPECT_NE(md.find("](pareto.png)"), std::string::npos);
+    EXPECT_TRUE(fs::exists(dir.path / "merged" / "score_vs_length.png"));
+    EXPECT_TRUE(fs::exists(dir.path / "merged" / "pareto.png"));
+    {
+        // Without PLplot's PNG driver (as on the GPU machine) the report keeps its tables, links no
+        // figure, and says why each is missing.
+        fs::create_directories(dir.path / "no_drivers");
+        const ScopedEnv env("PLPLOT_DRV_DIR", (dir.path / "no_drivers").string());
+        const std::string bare =
+            read_text_file(write_merged_report(records, (dir.path / "bare").string()).report_path);
+        EXPECT_EQ(bare.find(".png)"), std::string::npos) << bare;
+        EXPECT_NE(bare.find("(score plot not drawn here: "), std::string::npos) << bare;
+        EXPECT_NE(bare.find("(plot not drawn: "), std::string::npos) << bare;
+        EXPECT_NE(bare.find("| v2 | final | 0.200 [0.180, 0.220] |"), std::string::npos);
+        EXPECT_FALSE(fs::exists(dir.path / "bare" / "score_vs_length.png"));
+    }
 
     // Bad inputs: no records, a malformed one.
     fs::create_directories(dir.path / "empty");

@@ -25,6 +25,7 @@
 #include "report/heatmap.h"
 #include "report/line_plot.h"
 #include "report/plplot_page.h"
+#include "scoped_env.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -148,26 +149,6 @@ std::string read_bytes(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});
 }
-
-// Sets an environment variable for one scope (the previous value is restored).
-struct ScopedEnv {
-    std::string name;
-    bool had = false;
-    std::string old;
-    ScopedEnv(const std::string& n, const std::string& value) : name(n) {
-        if (const char* v = std::getenv(n.c_str())) {
-            had = true;
-            old = v;
-        }
-        ::setenv(n.c_str(), value.c_str(), 1);
-    }
-    ~ScopedEnv() {
-        if (had)
-            ::setenv(name.c_str(), old.c_str(), 1);
-        else
-            ::unsetenv(name.c_str());
-    }
-};
 
 // Expects write() to throw a hydra::Error whose message contains every one of `parts`.
 template <typename F>

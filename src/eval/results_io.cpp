@@ -250,6 +250,21 @@ void write_score_plot(const std::string& path, const std::vector<ModelEvalResult
     write_line_plot(path, series, o);
 }
 
+std::string score_plot_markdown(const std::string& out_dir, const std::vector<ModelEvalResult>& results) {
+    const std::string path = out_dir + "/score_vs_length.png";
+    std::error_code ec;
+    std::filesystem::remove(path, ec);  // a figure of an earlier run must not pass for this one's
+    try {
+        write_score_plot(path, results);
+        return "![score vs length](score_vs_length.png)\n\n";
+    } catch (const Error& e) {
+        return fmt::format(
+            "(score plot not drawn here: {}. `hydra report merge RUN/results --out DIR` draws it from the "
+            "records on a machine that has the driver.)\n\n",
+            e.what());
+    }
+}
+
 std::string task_markdown_cells(const ModelEvalResult& r, const std::string& task,
                                 const std::vector<int64_t>& lengths) {
     const auto scores = r.task_scores.find(task);

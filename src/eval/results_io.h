@@ -47,6 +47,10 @@ std::string results_to_csv(const std::vector<ModelEvalResult>& results);
 void write_results_csv(const std::string& path, const std::vector<ModelEvalResult>& results);
 // Mean score over tasks vs length, one series per model, error bars = the 95% intervals.
 void write_score_plot(const std::string& path, const std::vector<ModelEvalResult>& results);
+// A report's score figure: draws OUT_DIR/score_vs_length.png and returns the markdown that shows it, or,
+// when it cannot be drawn (no PNG driver on the GPU machine, ...), a line that says why and how to draw it
+// later, so a report never links a figure that is not there.
+std::string score_plot_markdown(const std::string& out_dir, const std::vector<ModelEvalResult>& results);
 // The end-of-run table (task x length per model, "57.0 [49.5, 64.0]" cells, then the mean row and the
 // groups' rows).
 std::string results_table(const ModelEvalResult& r, const EvalRunInfo& info = {});

@@ -165,7 +165,7 @@ ReportOutput write_pipeline_report(const ReportInputs& in) {
             "Held-out tasks (never a synthetic training row): {}; their mean is the \"{} mean\" "
             "column.",
             fmt::join(held, ", "), kHeldoutTaskGroup);
-    md += "\n\n![score vs length](score_vs_length.png)\n\n";
+    md += "\n\n" + score_plot_markdown(out.string(), *in.results);
     {
         std::vector<std::pair<std::string, json>> detail;
         for (const auto& [name, path] : in.models)

@@ -420,9 +420,6 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         record("eval/" + name + "/heldout", seconds_since(t0), hm.tokens);
         results.push_back(std::move(r));
     }
-    draw_figure((out / "score_vs_length.png").string(),
-                [&] { write_score_plot((out / "score_vs_length.png").string(), results); });
-
     // 8. Report: one record per model (OUT/results/<model>.json, for `hydra report merge`), then report.md.
     fs::create_directories(out / "results");
     for (size_t i = 0; i < all_models.size(); ++i) {

@@ -218,7 +218,8 @@ MergeResult write_merged_report(const std::vector<VariantRecordFile>& records, c
         "cell; "
         "held-out metrics: windows resampled). Held-out metrics are measured on the held-out split of each "
         "run's "
-        "shards (the record's heldout.source).\n\n![score vs length](score_vs_length.png)\n\n";
+        "shards (the record's heldout.source).\n\n" +
+        score_plot_markdown(out.string(), results);
     {
         std::vector<std::pair<std::string, json>> detail;
         for (const auto& f : records)
@@ -247,11 +248,6 @@ MergeResult write_merged_report(const std::vector<VariantRecordFile>& records, c
         md += fmt::format("- `{}` ({}, written {})\n", f.path, f.record["model"].get<std::string>(),
                           f.record.value("written", std::string("?")));
 
-    try {
-        write_score_plot((out / "score_vs_length.png").string(), results);
-    } catch (const Error& e) {
-        res.notes.push_back(fmt::format("no score plot: {}", e.what()));
-    }
     json merged = {{"format", "hydra-merged-results"}, {"version", 1}, {"records", json::array()}};
     for (const auto& f : records) merged["records"].push_back(f.record);
     write_text_file(out / "merged.json", merged.dump(1, ' ', false, json::error_handler_t::replace) + "\n");

@@ -19,7 +19,7 @@ struct Series {
     std::vector<double> x, y;  // same length
     // Optional error bars (e.g. 95% bootstrap intervals): empty, or one lower and one upper end per
     // point; a point whose ends are not both finite gets no bar. Bars count for the axis range.
-    std::vector<double> y_lo, y_hi;
+    std::vector<double> y_lo = {}, y_hi = {};
 };
 
 struct LinePlotOptions {

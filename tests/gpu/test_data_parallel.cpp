@@ -31,6 +31,7 @@
 #include "model/hybrid_conversion.h"
 #include "model/plan_builders.h"
 #include "parity.h"
+#include "scoped_env.h"
 #include "train/param_groups.h"
 
 namespace hydra::gputest {
@@ -130,22 +131,6 @@ void expect_same(const RunOut& a, const RunOut& b, const std::string& what) {
     EXPECT_EQ(a.loss, b.loss) << what << ": step losses differ";
     EXPECT_EQ(a.norm, b.norm) << what << ": gradient norms differ";
 }
-
-// Sets an environment variable for the scope.
-struct ScopedEnv {
-    std::string name;
-    std::optional<std::string> old;
-    ScopedEnv(const char* n, const char* value) : name(n) {
-        if (const char* o = std::getenv(n)) old = o;
-        ::setenv(n, value, 1);
-    }
-    ~ScopedEnv() {
-        if (old)
-            ::setenv(name.c_str(), old->c_str(), 1);
-        else
-            ::unsetenv(name.c_str());
-    }
-};
 
 class GpuDataParallel : public ::testing::TestWithParam<std::string> {};
 
