@@ -15,6 +15,8 @@
 #include "eval/task_registry.h"
 #include "pipeline/pipeline_config.h"
 #include "pipeline/pipeline_runner.h"
+#include "pipeline/pipeline_steps.h"
+#include "pipeline/run_ledger.h"
 #include "tiny_model.h"
 
 namespace hydra {
@@ -73,6 +75,32 @@ TEST(PipelineConfig, CudaWithoutHooksIsRefusedBeforeWriting) {
         EXPECT_NE(std::string(e.what()).find("built without CUDA"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(fs::exists(out));
+}
+
+// A run's timings survive a restart (a resumed run reports the steps it skips); a timings file that is not
+// an object is not trusted, and the configuration as run is written when the ledger opens.
+TEST(RunLedger, TimingsAcrossARestart) {
+    const fs::path out = fs::temp_directory_path() / ("hydra_test_ledger_" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    {
+        RunLedger ledger(out / "run", "pipeline", nlohmann::json{{"seed", 7}});
+        ledger.record("score", 1.5);
+        ledger.record("v/distill", 2.0, 4096);
+    }
+    EXPECT_EQ(read_json_or(out / "run" / "pipeline_config.json", {}).value("seed", 0), 7);
+    RunLedger again(out / "run", "pipeline", nlohmann::json::object());
+    EXPECT_TRUE(again.has("score"));
+    EXPECT_FALSE(again.has("eval/v"));
+    EXPECT_DOUBLE_EQ(again.timings()["score"]["seconds"].get<double>(), 1.5);
+    EXPECT_FALSE(again.timings()["score"].contains("tokens"));
+    EXPECT_EQ(again.timings()["v/distill"]["tokens"].get<int64_t>(), 4096);
+    std::ofstream(out / "run" / "timings.json") << "[1, 2]";
+    RunLedger odd(out / "run", "pipeline", nlohmann::json::object());
+    EXPECT_TRUE(odd.timings().is_object());
+    EXPECT_TRUE(odd.timings().empty());
+    odd.record("score", 3.0);
+    EXPECT_DOUBLE_EQ(read_json_or(out / "run" / "timings.json", {})["score"]["seconds"].get<double>(), 3.0);
+    fs::remove_all(out);
 }
 
 ModelConfig byte_config() {

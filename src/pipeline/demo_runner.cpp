@@ -27,6 +27,7 @@
 #include "model/plan_builders.h"
 #include "pipeline/demo_report.h"
 #include "pipeline/pipeline_steps.h"
+#include "pipeline/run_ledger.h"
 #include "tokenizer/vocab_to_tokenizer_json.h"
 
 namespace hydra {
@@ -120,15 +121,9 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     const auto forced = steps_forced_from(demo_steps(), from, "demo");
     const std::string heldout_file =
         cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text;
-    const fs::path out(out_dir);
-    fs::create_directories(out);
-    write_json(out / "demo_config.json", cfg.to_json());
-    json timings = read_json_or(out / "timings.json", json::object());
-    auto record = [&](const std::string& key, double seconds) {
-        timings[key] = {{"seconds", seconds}};
-        write_json(out / "timings.json", timings);
-    };
-    auto say = [](const std::string& line) { fmt::print(stderr, "== {}\n", line); };
+    RunLedger ledger(out_dir, "demo", cfg.to_json());
+    const fs::path& out = ledger.out();
+    const auto say = &RunLedger::say;
     auto progress = [&](const std::string& label, int64_t done, int64_t total, const std::string& status) {
         if (hooks.progress) hooks.progress(label, done, total, status);
     };
@@ -144,7 +139,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     ctx->options = training_task_options(text);
     const std::string data_tokenizer = text.name() == "byte-v1" ? "byte" : cfg.teacher;
     const int64_t L = tcfg.num_layers, H = tcfg.num_heads;
-    if (!timings.contains("load")) record("load", seconds_since(t_load));
+    if (!ledger.has("load")) ledger.record("load", seconds_since(t_load));
 
     // 1. Head scores: the fast screen.
     const fs::path scores_path = out / "scores.json";
@@ -180,7 +175,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
                                  "head scores: attribution patching", "combined score", (L * H + 7) / 8);
         });
         write_scores_json(scores_path.string(), tcfg, report);  // last: marks the step done
-        record("score", seconds_since(t0));
+        ledger.record("score", seconds_since(t0));
     }
     const HeadScoreTable scores = load_head_scores(scores_path.string(), tcfg);
     std::vector<double> aggregate;
@@ -230,7 +225,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
             [&](const std::string& label, int64_t d, int64_t n) { progress("ablation " + label, d, n, ""); });
         write_json(ablation_path, ablation);
         fs::remove(partial_path);
-        record("ablation", seconds_since(t0));
+        ledger.record("ablation", seconds_since(t0));
     }
     say(ablation_summary(ablation));
 
@@ -261,7 +256,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
             teacher.model->config().vocab_size);
         agreement[key] = heldout_metrics_json(hm);
         write_json(agreement_path, agreement);
-        record("kl/" + key, seconds_since(t0));
+        ledger.record("kl/" + key, seconds_since(t0));
         say(fmt::format(
             "held-out KL(t||s) {}: {:.4f} nats/token, top-1 agreement {:.3f}, ppl {:.2f} ({} tokens)", key,
             agreement[key]["kl"].get<double>(), agreement[key]["top1_agreement"].get<double>(),
@@ -314,7 +309,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
                       {"parameters_hybrid", hybrid->params().parameter_count()},
                       {"calibration_tokens", stats.calibration_tokens}};
         write_json(out / "conversion.json", conversion);  // last: marks the step done
-        record("convert", seconds_since(t0));
+        ledger.record("convert", seconds_since(t0));
     }
     say(fmt::format("convert: {}; KV cache {} -> {} bytes/token (bf16, {:.3f}x)",
                     conversion["plan"].get<std::string>(),
@@ -361,7 +356,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
                              fmt::format("loss {:.4f} {:.1f} tok/s", s.loss, s.tokens_per_second));
                 },
                 synthetic, on_device ? hooks.train_engine : TrainEngineFactory{});
-            record(kind, seconds_since(t0));
+            ledger.record(kind, seconds_since(t0));
         }
         stages[kind] = stage_summary(dir, tc);
         measure(kind, dir.string());
@@ -377,7 +372,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     ri.conversion = conversion;
     ri.agreement = agreement;
     ri.stages = stages;
-    ri.timings = timings;
+    ri.timings = ledger.timings();
     ri.gpu_report = latest_gpu_report(std::string(HYDRA_SOURCE_DIR) + "/docs/results");
     DemoResult r;
     r.report_path = write_demo_report(ri);

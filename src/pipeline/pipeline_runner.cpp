@@ -31,6 +31,7 @@
 #include "model/plan_builders.h"
 #include "pipeline/pipeline_report.h"
 #include "pipeline/pipeline_steps.h"
+#include "pipeline/run_ledger.h"
 #include "pipeline/variant_record.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -65,15 +66,9 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     // Agreement, KL and perplexity are measured on this text; every training step leaves it out.
     const std::string heldout_file =
         cfg.heldout_text.empty() ? default_prose("austen_persuasion.txt") : cfg.heldout_text;
-    const fs::path out(out_dir);
-    fs::create_directories(out);
-    write_json(out / "pipeline_config.json", cfg.to_json());
-    json timings = read_json_or(out / "timings.json", json::object());
-    auto record = [&](const std::string& key, double seconds, int64_t tokens) {
-        timings[key] = {{"seconds", seconds}, {"tokens", tokens}};
-        write_json(out / "timings.json", timings);
-    };
-    auto say = [](const std::string& line) { fmt::print(stderr, "== {}\n", line); };
+    RunLedger ledger(out_dir, "pipeline", cfg.to_json());
+    const fs::path& out = ledger.out();
+    const auto say = &RunLedger::say;
 
     auto train_stage = [&](const std::string& label, TrainConfig tc, const fs::path& dir) {
         if (forced(tc.stage == "pretrain" ? "teacher" : tc.stage)) fs::remove_all(dir);
@@ -90,7 +85,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             HYDRA_CHECK(stage_complete(dir, tc.steps),
                         "{}: the stage's process ended without its {} steps in {}", label, tc.steps,
                         dir.string());
-            record(label, seconds_since(t0), tc.steps * tc.batch_size * tc.seq_len);
+            ledger.record(label, seconds_since(t0), tc.steps * tc.batch_size * tc.seq_len);
             return;
         }
         DataLoader::Generator synthetic;
@@ -103,7 +98,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                                    fmt::format("loss {:.4f} {:.0f} tok/s", s.loss, s.tokens_per_second));
             },
             synthetic, on_device ? hooks.train_engine : TrainEngineFactory{});
-        record(label, seconds_since(t0), tc.steps * tc.batch_size * tc.seq_len);
+        ledger.record(label, seconds_since(t0), tc.steps * tc.batch_size * tc.seq_len);
     };
 
     // 1. Teacher.
@@ -163,7 +158,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                                      (tcfg.num_layers * tcfg.num_heads + 7) / 8);
             });
             write_text_file(scores_path, read_text_file(cfg.score_file));  // last: marks the step done
-            record("score/ablation", seconds_since(t0), 0);
+            ledger.record("score/ablation", seconds_since(t0), 0);
             say(ablation_summary(ab));
         } else {
             say(fmt::format("score: {} on {} x {} lengths x {} pairs", fmt::join(cfg.score_methods, "+"),
@@ -193,7 +188,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                                      tcfg.num_heads, "head scores (aggregate)", "combined score",
                                      (tcfg.num_layers * tcfg.num_heads + 7) / 8);
             });
-            record("score", seconds_since(t0), 0);
+            ledger.record("score", seconds_since(t0), 0);
             // Causality check of the scores by ablation (written next to them).
             const auto t1 = Clock::now();
             std::vector<const TaskGenerator*> ptrs;
@@ -202,7 +197,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                 ablation_check(*teacher.model, text, ptrs, cfg.score_tasks, report.scores.aggregate,
                                cfg.score_lengths[0], cfg.ablation_samples, {1, 2, 3}, ablation_generator);
             write_json(out / "ablation.json", ab);
-            record("score/ablation", seconds_since(t1), 0);
+            ledger.record("score/ablation", seconds_since(t1), 0);
             say(ablation_summary(ab));
         }
     }
@@ -253,7 +248,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
                     files[f] = read_text_file(fs::path(teacher_path) / f);
             save_model_directory(converted.string(), *hybrid, extra, files);
             say(fmt::format("{}: convert: {}", v.name, plan.ratio_summary()));
-            record(v.name + "/convert", seconds_since(t0), stats.calibration_tokens);
+            ledger.record(v.name + "/convert", seconds_since(t0), stats.calibration_tokens);
         }
         fs::path previous = converted;
         for (const auto& [kind, base] : {std::pair<std::string, const TrainConfig*>{"align", &cfg.align},
@@ -416,8 +411,8 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         agreement[name]["window"] = window;
         write_json(eval_dir / "agreement.json", agreement);
         write_json(result_file, j);
-        record("eval/" + name, r.seconds, 0);
-        record("eval/" + name + "/heldout", seconds_since(t0), hm.tokens);
+        ledger.record("eval/" + name, r.seconds, 0);
+        ledger.record("eval/" + name + "/heldout", seconds_since(t0), hm.tokens);
         results.push_back(std::move(r));
     }
     // 8. Report: one record per model (OUT/results/<model>.json, for `hydra report merge`), then report.md.
@@ -440,7 +435,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
         vi.result = &results[i];
         vi.info = &info;
         vi.heldout = agreement.value(name, json::object());
-        vi.timings = timings;
+        vi.timings = ledger.timings();
         vi.plan_summary = m.model->plan().ratio_summary();
         vi.kv_bytes_per_token = m.model->plan().kv_bytes_per_token(m.model->config(), 2);
         vi.state_bytes = m.model->plan().state_bytes(m.model->config());
@@ -454,7 +449,7 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
     ri.models = all_models;
     ri.results = &results;
     ri.agreement = agreement;
-    ri.timings = timings;
+    ri.timings = ledger.timings();
     ri.info = &info;
     const ReportOutput ro = write_pipeline_report(ri);
     result.report_path = ro.path;
