@@ -23,6 +23,7 @@
 #include "corpus/markup.h"
 #include "corpus/text_normalize.h"
 #include "eval/heldout_sources.h"
+#include "temp_dir.h"
 #include "train/corpus_manifest.h"
 #include "train/data_loader.h"
 #include "train/mix_config.h"
@@ -33,22 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-struct TempDir {
-    fs::path path;
-    explicit TempDir(const std::string& tag) {
-        path = fs::temp_directory_path() / fmt::format("hydra_corpus_{}_{}", tag, ::getpid());
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string str(const std::string& sub = "") const {
-        return sub.empty() ? path.string() : (path / sub).string();
-    }
-};
 
 void spit(const fs::path& path, const std::string& bytes) {
     fs::create_directories(path.parent_path());
@@ -81,7 +66,7 @@ std::string words_text(uint64_t seed, int words) {
 // Two fake unpacked packages: "pkg-a" with plain-text documents (one exact and one near duplicate among
 // them) and "pkg-b" with reST documents.
 struct TinyCorpus {
-    TempDir dir{"src"};
+    test::TempDir dir{"src"};
     std::vector<SourceSpec> sources;
     std::vector<FetchedPackage> fetched;
     std::vector<std::string> a_texts;  // the distinct documents of pkg-a, before normalisation
@@ -236,7 +221,7 @@ TEST(CorpusDedup, ExactAndNear) {
 
 TEST(CorpusBuild, ManifestCountsAndDedup) {
     TinyCorpus c;
-    TempDir out("out");
+    test::TempDir out("out");
     const CorpusBuildReport r = c.build(out.str("corpus"));
     const json& m = r.manifest;
     ASSERT_EQ(m["sources"].size(), 2u);
@@ -276,7 +261,7 @@ TEST(CorpusBuild, ManifestCountsAndDedup) {
 
 TEST(CorpusBuild, TrainAndHeldoutShareNoDocument) {
     TinyCorpus c;
-    TempDir out("split");
+    test::TempDir out("split");
     c.build(out.str("corpus"));
     const TokenShards ts = open_token_shards(out.str("corpus"));
     const std::vector<std::string> train = split_documents(ts.train, 0, ts.train.size());
@@ -310,7 +295,7 @@ TEST(CorpusBuild, TrainAndHeldoutShareNoDocument) {
 
 TEST(CorpusBuild, SplitIsSeededAndStable) {
     TinyCorpus c;
-    TempDir out("stable");
+    test::TempDir out("stable");
     const json m1 = c.build(out.str("c1"), 7).manifest;
     const json m2 = c.build(out.str("c2"), 7).manifest;
     const json m3 = c.build(out.str("c3"), 8).manifest;
@@ -323,7 +308,7 @@ TEST(CorpusBuild, SplitIsSeededAndStable) {
 
 TEST(CorpusMix, ParsesJsonAndTomlAndRejectsBadFiles) {
     TinyCorpus c;
-    TempDir out("mix");
+    test::TempDir out("mix");
     c.build(out.str("corpus"));
     const CorpusManifest m = read_corpus_manifest(out.str("corpus"));
     EXPECT_EQ(parse_mix_weights(R"({"weights": {"alpha": 2, "beta": 0.5}})", "j", m),
@@ -350,7 +335,7 @@ TEST(CorpusMix, ParsesJsonAndTomlAndRejectsBadFiles) {
 
 TEST(CorpusMix, LoaderSamplesSourcesByWeight) {
     TinyCorpus c(60, 60);
-    TempDir out("sample");
+    test::TempDir out("sample");
     c.build(out.str("corpus"), 7, 0.1);
     const CorpusManifest m = read_corpus_manifest(out.str("corpus"));
     const TokenShards ts = open_token_shards(out.str("corpus"));
@@ -395,7 +380,7 @@ TEST(CorpusMix, LoaderSamplesSourcesByWeight) {
 // The held-out sources of a corpus: spans in split order with the corpus's mix weights (or a mix file's).
 TEST(CorpusMix, HeldoutSourcesCarryTheTrainingWeights) {
     TinyCorpus c(60, 60);
-    TempDir out("heldout_sources");
+    test::TempDir out("heldout_sources");
     c.build(out.str("corpus"), 7, 0.2);
     const CorpusManifest m = read_corpus_manifest(out.str("corpus"));
     const std::vector<HeldoutSource> hs = heldout_sources(out.str("corpus"));
@@ -412,7 +397,7 @@ TEST(CorpusMix, HeldoutSourcesCarryTheTrainingWeights) {
 
 TEST(CorpusPack, RoundTripAndDamage) {
     TinyCorpus c(80, 40);
-    TempDir out("pack");
+    test::TempDir out("pack");
     c.build(out.str("corpus"), 7, 0.2);
     const CorpusManifest m = read_corpus_manifest(out.str("corpus"));
     const TokenShards full = open_token_shards(out.str("corpus"));
@@ -506,7 +491,7 @@ TEST(CorpusPack, RoundTripAndDamage) {
 
 TEST(CorpusErrors, BadInputsNameTheProblem) {
     TinyCorpus c;
-    TempDir out("err");
+    test::TempDir out("err");
     auto expect_error = [](const std::function<void()>& f, const std::string& what) {
         try {
             f();

@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "temp_dir.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/vocab_from_tokenizer_json.h"
 #include "train/byte_tokenizer.h"
@@ -31,23 +32,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-// A scratch directory removed at the end of the test.
-struct TempDir {
-    fs::path path;
-    explicit TempDir(const std::string& tag) {
-        path = fs::temp_directory_path() / fmt::format("hydra_data_{}_{}", tag, ::getpid());
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string str(const std::string& sub = "") const {
-        return sub.empty() ? path.string() : (path / sub).string();
-    }
-};
 
 std::string slurp(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -83,7 +67,7 @@ struct Corpus {
     int64_t bytes_of_paragraphs = 0;
 };
 
-Corpus make_corpus(const TempDir& dir, int files, int paras, uint64_t seed) {
+Corpus make_corpus(const test::TempDir& dir, int files, int paras, uint64_t seed) {
     static const char* kWords[] = {"whale",   "ship",    "sea",   "Emma",  "letter", "ball",
                                    "morning", "captain", "dance", "rain",  "Bath",   "harpoon",
                                    "quiet",   "sister",  "wind",  "voyage"};
@@ -243,7 +227,7 @@ TEST(DataChunks, RandomDocumentsKeepAllText) {
 // ---------------------------------------------------------------- shards
 
 TEST(DataShards, CountsSplitsAndReuse) {
-    TempDir dir("shards");
+    test::TempDir dir("shards");
     const Corpus corpus = make_corpus(dir, 4, 60, 1);
     const ByteEncoder enc;
     const std::string out = dir.str("out");
@@ -324,7 +308,7 @@ TEST(DataShards, BpeEncoder) {
     EXPECT_EQ(enc.encode(text), tok.encode(text, false));
     EXPECT_GT(enc.encode("<|im_start|>").size(), 1u);  // special text in prose stays text
 
-    TempDir dir("bpe");
+    test::TempDir dir("bpe");
     const Corpus corpus = make_corpus(dir, 2, 30, 2);
     build_token_shards(corpus.files, enc, dir.str("out"), 4096, 0.25, 3, 100);
     const TokenShards ts = open_token_shards(dir.str("out"), &enc);
@@ -349,7 +333,7 @@ TEST(DataShards, BpeEncoder) {
 }
 
 TEST(DataShards, DamagedFilesNameFileAndField) {
-    TempDir dir("damaged");
+    test::TempDir dir("damaged");
     const Corpus corpus = make_corpus(dir, 2, 20, 3);
     const std::string out = dir.str("out");
     build_token_shards(corpus.files, ByteEncoder(), out, 300, 0.2, 7, 100);
@@ -420,7 +404,7 @@ TEST(DataShards, DamagedFilesNameFileAndField) {
 
 // Shards of a small corpus for loader tests (all train unless heldout > 0).
 struct LoaderFixture {
-    TempDir dir;
+    test::TempDir dir;
     TokenShards ts;
     std::vector<int32_t> stream;
     explicit LoaderFixture(const std::string& tag, int paras = 40, double heldout = 0.0) : dir(tag) {
@@ -644,7 +628,7 @@ TEST(DataProse, ByteShardsOfProseCache) {
         files.push_back(cache + "/" + name);
         bytes += info["bytes"].get<int64_t>();
     }
-    TempDir dir("prose");
+    test::TempDir dir("prose");
     const ByteEncoder enc;
     const ShardBuildReport r = build_token_shards(files, enc, dir.str(), int64_t(1) << 22, 0.02, 1234);
     const TokenShards ts = open_token_shards(dir.str(), &enc);

@@ -21,6 +21,7 @@
 #include "pipeline/results_merge.h"
 #include "pipeline/variant_record.h"
 #include "scoped_env.h"
+#include "temp_dir.h"
 #include "tiny_model.h"
 #include "train/token_shards.h"
 
@@ -29,19 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-struct TempDir {
-    fs::path path;
-    explicit TempDir(const std::string& tag) {
-        path = fs::temp_directory_path() / ("hydra_evalci_" + tag + "_" + std::to_string(::getpid()));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 std::string error_of(const std::function<void()>& f) {
     try {
@@ -269,7 +257,7 @@ TEST(HeldoutMetrics, WindowStatsMatchAHandComputation) {
 }
 
 TEST(HeldoutMetrics, ShardWindowsAndTinyModels) {
-    TempDir dir("heldout");
+    test::TempDir dir("heldout");
     const fs::path src = dir.path / "doc.txt";
     std::string text;
     for (int i = 0; i < 400; ++i)
@@ -316,7 +304,7 @@ TEST(HeldoutMetrics, ShardWindowsAndTinyModels) {
 // `hydra ppl --teacher`'s input: a text file's tokens or a shard directory's held-out split, cut as
 // heldout_windows cuts them; every bad input is a hydra::Error naming it.
 TEST(HeldoutMetrics, InputFromTextFileOrShards) {
-    TempDir dir("heldout_input");
+    test::TempDir dir("heldout_input");
     const fs::path src = dir.path / "doc.txt";
     std::string text;
     for (int i = 0; i < 300; ++i) text += "Line " + std::to_string(i) + " of the held-out text.\n\n";
@@ -414,7 +402,7 @@ TEST(HeldoutMetrics, BySourceMixesByTrainingWeight) {
 }
 
 TEST(ResultsMerge, RecordsFromTwoRunsMergeIntoOneReport) {
-    TempDir dir("merge");
+    test::TempDir dir("merge");
     PipelineConfig cfg = PipelineConfig::preset("tiny-cpu");
     EvalRunInfo info;
     info.settings.tasks = {"a", "b"};

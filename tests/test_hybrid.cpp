@@ -20,6 +20,7 @@
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
 #include "model_paths.h"
+#include "temp_dir.h"
 #include "tiny_model.h"
 
 namespace hydra {
@@ -162,8 +163,8 @@ TEST(HybridPlanBuild, ClearErrors) {
 
 TEST(HybridPlanBuild, ScoresSelectTopGroupsAndRejectOtherModels) {
     const ModelConfig c = smollm_shape();
-    const fs::path dir = fs::temp_directory_path() / "hydra_scores_test";
-    fs::create_directories(dir);
+    const test::TempDir tmp("scores");
+    const fs::path& dir = tmp.path;
     nlohmann::json j;
     j["model"] = {{"num_layers", 30}, {"num_heads", 9}, {"num_kv_heads", 3}};
     std::vector<std::vector<double>> heads(30, std::vector<double>(9, 0.0));
@@ -201,9 +202,9 @@ TEST(HybridPlanBuild, ScoresSelectTopGroupsAndRejectOtherModels) {
 
     j["model"]["num_heads"] = 12;
     std::ofstream(dir / "other.json") << j.dump();
-    EXPECT_NE(error_of([&] { load_head_scores((dir / "other.json").string(), c); }).find("made for another model"),
-              std::string::npos);
-    fs::remove_all(dir);
+    EXPECT_NE(
+        error_of([&] { load_head_scores((dir / "other.json").string(), c); }).find("made for another model"),
+        std::string::npos);
 }
 
 TEST(HybridPlanJson, RoundTripAndValidation) {
@@ -377,14 +378,14 @@ TEST(HybridConvert, ModelDirectoryRoundTrip) {
     randomize(teacher, 31);
     const auto plans = tiny_plans(c);
     auto m = convert_to_hybrid(teacher, plans[0].second, {});
-    const fs::path dir = fs::temp_directory_path() / "hydra_hybrid_dir_test";
-    fs::remove_all(dir);
+    const test::TempDir tmp("hybrid_dir");
+    const fs::path dir = tmp.path / "model";
     save_model_directory(dir.string(), *m, {{"converted_from", "test"}});
     LoadedModel back = load_model(dir.string());
     EXPECT_EQ(back.model->plan().to_json(), m->plan().to_json());
     ASSERT_EQ(back.model->params().numel(), m->params().numel());
-    EXPECT_EQ(std::memcmp(back.model->params().data(), m->params().data(), size_t(m->params().numel()) * 4), 0);
-    fs::remove_all(dir);
+    EXPECT_EQ(std::memcmp(back.model->params().data(), m->params().data(), size_t(m->params().numel()) * 4),
+              0);
 }
 
 // The default model: decode with the hybrid cache == one prefill (full recomputation, chunked GDN)

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "eval/pareto.h"
+#include "temp_dir.h"
 
 namespace hydra {
 namespace {
@@ -52,9 +53,8 @@ TEST(Pareto, TableCheapestFirstWithVerdicts) {
 }
 
 TEST(Pareto, SectionDrawsThePlot) {
-    const fs::path dir = fs::temp_directory_path() / ("hydra_pareto_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    const test::TempDir tmp("pareto");
+    const fs::path& dir = tmp.path;
     const std::string md = pareto_section(points(), dir);
     EXPECT_NE(md.find("## Score against cache"), std::string::npos);
     EXPECT_NE(md.find("![score against cache](pareto.png)"), std::string::npos) << md;
@@ -62,7 +62,6 @@ TEST(Pareto, SectionDrawsThePlot) {
     // an unwritable place: the section says why, nothing is thrown
     const std::string bad = pareto_section(points(), dir / "missing" / "deeper");
     EXPECT_NE(bad.find("(plot not drawn:"), std::string::npos) << bad;
-    fs::remove_all(dir);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "report/line_plot.h"
 #include "report/plplot_page.h"
 #include "scoped_env.h"
+#include "temp_dir.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -33,25 +34,6 @@ namespace fs = std::filesystem;
 using namespace hydra;
 
 namespace {
-
-struct PlotTempDir {
-    fs::path path;
-    explicit PlotTempDir(const std::string& tag) {
-        path = fs::temp_directory_path() / ("hydra_plot_" + tag + "_" + std::to_string(::getpid()));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~PlotTempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    // Names of the files in the directory (to see that nothing, not even a temporary, was left).
-    std::set<std::string> files() const {
-        std::set<std::string> out;
-        for (auto& e : fs::directory_iterator(path)) out.insert(e.path().filename().string());
-        return out;
-    }
-};
 
 struct PngHeader {
     bool signature_ok = false, ihdr_ok = false;
@@ -255,7 +237,7 @@ TEST(PlotTicks, BadRangeThrows) {
 // ---- line plots --------------------------------------------------------------------------------
 
 TEST(PlotLine, WritesPngOfTheRequestedSize) {
-    PlotTempDir dir("line");
+    test::TempDir dir("line");
     LinePlotOptions o;
     o.title = "loss";
     o.x_label = "step";
@@ -284,7 +266,7 @@ TEST(PlotLine, WritesPngOfTheRequestedSize) {
 }
 
 TEST(PlotLine, SeriesPixelsAndNanBreaks) {
-    PlotTempDir dir("lineseries");
+    test::TempDir dir("lineseries");
     fs::path p = dir.path / "a.png";
     Series a{"a", {0, 1, 2, 3, 4}, {0, 1, NAN, 3, 4}};
     Series b{"b", {0, 4}, {4, 0}};
@@ -324,7 +306,7 @@ TEST(PlotLine, SeriesPixelsAndNanBreaks) {
 }
 
 TEST(PlotLine, ErrorBarsAreDrawnAndWidenTheRange) {
-    PlotTempDir dir("errbars");
+    test::TempDir dir("errbars");
     fs::path p = dir.path / "e.png";
     // Two points far apart in x, bars [20, 80] at x = 0 and none (NaN ends) at x = 10.
     Series a{"", {0, 10}, {50, 50}, {20, NAN}, {80, NAN}};  // no label: no legend over the data
@@ -347,7 +329,7 @@ TEST(PlotLine, ErrorBarsAreDrawnAndWidenTheRange) {
 }
 
 TEST(PlotLine, LegendGoesToTheEmptyCorner) {
-    PlotTempDir dir("legend");
+    test::TempDir dir("legend");
     fs::path p = dir.path / "l.png";
     // One rising line: the top-left and bottom-right corners are empty; of those, top left wins.
     Series up{"rising", {0, 10}, {0, 10}};
@@ -375,7 +357,7 @@ TEST(PlotLine, LegendGoesToTheEmptyCorner) {
 }
 
 TEST(PlotLine, MarkersForFewPointsAndIsolatedPoints) {
-    PlotTempDir dir("markers");
+    test::TempDir dir("markers");
     fs::path p = dir.path / "m.png";
     Series a{"", {0, 1, 2}, {1, 1, 2}};
     Series lone{"", {0, 1, 2}, {NAN, 1.5, NAN}};  // a single finite point: only a marker can show it
@@ -396,7 +378,7 @@ TEST(PlotLine, MarkersForFewPointsAndIsolatedPoints) {
 }
 
 TEST(PlotLine, LogAxisAndFixedRange) {
-    PlotTempDir dir("log");
+    test::TempDir dir("log");
     fs::path p = dir.path / "log.png";
     Series a{"acc", {1000, 10000, 100000}, {0.9, 0.5, 0.1}};
     LinePlotOptions o;
@@ -420,7 +402,7 @@ TEST(PlotLine, LogAxisAndFixedRange) {
 }
 
 TEST(PlotLine, BadInputsThrowAndLeaveNoFile) {
-    PlotTempDir dir("linebad");
+    test::TempDir dir("linebad");
     const std::string p = (dir.path / "bad.png").string();
     LinePlotOptions o;
     auto bad = [&](const std::vector<Series>& s, const LinePlotOptions& opt, const std::string& what) {
@@ -448,7 +430,7 @@ TEST(PlotLine, BadInputsThrowAndLeaveNoFile) {
 }
 
 TEST(PlotLine, UnwritablePathsAndAtomicReplace) {
-    PlotTempDir dir("atomic");
+    test::TempDir dir("atomic");
     LinePlotOptions o;
     // A directory that does not exist: a clear error naming the path, nothing created.
     const std::string missing = (dir.path / "missing_dir" / "x.png").string();
@@ -470,7 +452,7 @@ TEST(PlotLine, UnwritablePathsAndAtomicReplace) {
 }
 
 TEST(PlotLine, IdenticalInputGivesIdenticalBytes) {
-    PlotTempDir dir("determ");
+    test::TempDir dir("determ");
     LinePlotOptions o;
     o.title = "loss";
     o.log_y = true;
@@ -483,7 +465,7 @@ TEST(PlotLine, IdenticalInputGivesIdenticalBytes) {
 
 TEST(PlotDevice, MissingDriverIsAClearError) {
     EXPECT_NO_THROW(check_png_device());
-    PlotTempDir dir("driver");
+    test::TempDir dir("driver");
     const std::string p = (dir.path / "x.png").string();
     fs::create_directories(dir.path / "drivers");
     {
@@ -510,7 +492,7 @@ TEST(PlotDevice, MissingDriverIsAClearError) {
 TEST(PlotDevice, TrainingRunCompletesWithoutTheDriver) {
     if (!fs::exists(std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/austen_persuasion.txt"))
         GTEST_SKIP() << "prose cache missing (run tools/setup.sh)";
-    PlotTempDir dir("trainplot");
+    test::TempDir dir("trainplot");
     fs::create_directories(dir.path / "drivers");
     TrainConfig c = TrainConfig::preset("test-micro");
     c.shard_dir = (dir.path / "shards").string();
@@ -556,7 +538,7 @@ TEST(PlotHeatmap, CellsColourBarAndPng) {
     o.value_label = "score";
     o.outlined = {{2, 3}};
     HeatmapFrame f;
-    PlotTempDir dir("heat");
+    test::TempDir dir("heat");
     fs::path p = dir.path / "heat.png";
     write_heatmap(p.string(), v, o, &f);
     PngHeader h = read_png_header(p);
@@ -599,7 +581,7 @@ TEST(PlotHeatmap, FixedScaleAndNames) {
     o.cell_width = 30;
     o.cell_height = 20;
     HeatmapFrame f;
-    PlotTempDir dir("heatnames");
+    test::TempDir dir("heatnames");
     fs::path p = dir.path / "h.png";
     write_heatmap(p.string(), v, o, &f);
     Image c = load_png(p);
@@ -620,7 +602,7 @@ TEST(PlotHeatmap, OutlinedSmallCellsKeepTheirColour) {
     o.cell_height = 4;
     o.outlined = {{0, 1}};
     HeatmapFrame f;
-    PlotTempDir dir("heatsmall");
+    test::TempDir dir("heatsmall");
     fs::path p = dir.path / "h.png";
     write_heatmap(p.string(), {{0.25, 0.75, 0.5}}, o, &f);
     Image c = load_png(p);
@@ -630,7 +612,7 @@ TEST(PlotHeatmap, OutlinedSmallCellsKeepTheirColour) {
 }
 
 TEST(PlotHeatmap, BadInputsThrow) {
-    PlotTempDir dir("heatbad");
+    test::TempDir dir("heatbad");
     const std::string p = (dir.path / "h.png").string();
     HeatmapOptions o;
     auto bad = [&](const std::vector<std::vector<double>>& v, const HeatmapOptions& opt,

@@ -29,6 +29,7 @@
 #include "model/rope_scaling.h"
 #include "model_paths.h"
 #include "ops/cpu/rope.h"
+#include "temp_dir.h"
 
 namespace hydra {
 namespace {
@@ -40,16 +41,6 @@ json read_json(const std::string& path) {
     std::ifstream in(path);
     return json::parse(in);
 }
-
-struct TempDir {
-    fs::path path;
-    explicit TempDir(const std::string& tag) {
-        path = fs::temp_directory_path() / fmt::format("hydra_rope_{}_{}", tag, ::getpid());
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
 
 // ---- transformers' rotary embeddings, per type ----
 
@@ -358,7 +349,7 @@ TEST_F(TinyLlama3, OtherScalingsOfTheSameWeightsMatchTransformers) {
     ASSERT_EQ(variants.size(), 3u);
     for (const auto& [name, v] : variants.items()) {
         SCOPED_TRACE(name);
-        TempDir tmp(name);
+        test::TempDir tmp(name);
         json cfg = read_json(dir + "/config.json");
         cfg["max_position_embeddings"] = v["max_position_embeddings"];
         json params = v["rope_parameters"];
@@ -378,7 +369,7 @@ TEST_F(TinyLlama3, OtherScalingsOfTheSameWeightsMatchTransformers) {
 
 TEST_F(TinyLlama3, NopeMatchesTransformersWithoutRotation) {
     // hydra_fa_nope: the FA heads skip RoPE; the reference is transformers with cos 1, sin 0
-    TempDir tmp("nope");
+    test::TempDir tmp("nope");
     json cfg = read_json(dir + "/config.json");
     cfg["hydra_fa_nope"] = true;
     std::ofstream(tmp.path / "config.json") << cfg.dump(1);
@@ -408,7 +399,7 @@ TEST_F(TinyLlama3, ConversionWritesScalingAndNopeAndReadsThemBack) {
     EXPECT_EQ(hc.max_position_embeddings, 1024);
     EXPECT_TRUE(hc.fa_nope);
     EXPECT_EQ(teacher.model->config().rope_scaling.type, RopeType::Llama3);  // the teacher is untouched
-    TempDir tmp("convert");
+    test::TempDir tmp("convert");
     const std::string out = (tmp.path / "hybrid").string();
     save_model_directory(out, *hybrid, json::object());
     LoadedModel back = load_model(out);

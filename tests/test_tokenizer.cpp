@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
+#include "temp_dir.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_unicode.h"
 #include "tokenizer/chat_template.h"
@@ -154,24 +155,6 @@ GgufFile gguf_of(const TokenizerVocab& v, const std::vector<std::string>& merges
     keep.push_back(w.to_bytes());
     return GgufFile::parse(keep.back().data(), keep.back().size(), "tiny.gguf");
 }
-
-// A scratch directory for tokenizer.json tests, removed at the end of the test.
-struct TempDir {
-    std::filesystem::path path;
-    TempDir() {
-        path = std::filesystem::temp_directory_path() / fmt::format("hydra_tok_{}_{}", getpid(), counter()++);
-        std::filesystem::create_directories(path);
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-    static int& counter() {
-        static int c = 0;
-        return c;
-    }
-    std::string write(const std::string& name, const std::string& text) const {
-        std::ofstream(path / name, std::ios::binary) << text;
-        return (path / name).string();
-    }
-};
 
 json tiny_tokenizer_json() {
     json vocab = json::object();
@@ -584,7 +567,7 @@ TEST(TokenizerErrors, BadTextAndIds) {
 }
 
 TEST(TokenizerJsonErrors, TinyFileWithStringMergesWorks) {
-    TempDir dir;
+    test::TempDir dir;
     const std::string path = dir.write("tokenizer.json", tiny_tokenizer_json().dump());
     const Tokenizer tok(vocab_from_tokenizer_json(path));
     EXPECT_EQ(tok.vocab().pre, "gpt2");
@@ -604,7 +587,7 @@ TEST(TokenizerJsonErrors, TinyFileWithStringMergesWorks) {
 }
 
 TEST(TokenizerJsonErrors, Rejections) {
-    TempDir dir;
+    test::TempDir dir;
     auto expect_json_error = [&](const json& j, std::initializer_list<std::string> parts) {
         const std::string path = dir.write("tokenizer.json", j.dump());
         expect_error([&] { vocab_from_tokenizer_json(path); }, parts);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "model/llama_model.h"
 #include "model_paths.h"
+#include "temp_dir.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
 #include "train/train_batch.h"
@@ -201,8 +202,8 @@ TEST(TrainConfigKeys, CrossEntropyFromPosition) {
 }
 
 TEST(TrainConfigKeys, TomlAndJsonFilesGiveTheSameConfig) {
-    const fs::path dir = fs::temp_directory_path() / ("hydra_cfg_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
+    const test::TempDir tmp("cfg");
+    const fs::path& dir = tmp.path;
     std::ofstream(dir / "a.toml") << "[model]\nnum_layers = 3\n[optim]\nlr = 0.005\nschedule = \"wsd\"\n"
                                      "[data]\nsources = [\"x.txt\", \"y.txt\"]\n";
     std::ofstream(dir / "a.json") << R"({"model": {"num_layers": 3}, "optim": {"lr": 0.005, "schedule": "wsd"},
@@ -214,7 +215,6 @@ TEST(TrainConfigKeys, TomlAndJsonFilesGiveTheSameConfig) {
     EXPECT_EQ(a.num_layers, 3);
     std::ofstream(dir / "bad.toml") << "[model\nnum_layers = 3\n";
     EXPECT_THROW(load_config_file((dir / "bad.toml").string()), Error);
-    fs::remove_all(dir);
 }
 
 }  // namespace
