@@ -15,8 +15,8 @@
 #include "model/hybrid_conversion.h"
 #include "model/model_directory.h"
 #include "model/plan_builders.h"
+#include "model/tokenizer_files.h"
 #include "tokenizer/bpe_tokenizer.h"
-#include "tokenizer/vocab_to_tokenizer_json.h"
 
 namespace hydra::cli {
 
@@ -66,20 +66,6 @@ std::vector<int32_t> calibration_tokens(const ConvertOptions& o, const LoadedMod
                 ids.size(), o.calib_tokens);
     if (int64_t(ids.size()) > o.calib_tokens) ids.resize(size_t(o.calib_tokens));
     return ids;
-}
-
-// The tokenizer files of the output: copied verbatim from an HF source, written from the vocabulary
-// for a GGUF source.
-std::map<std::string, std::string> tokenizer_files(const ConvertOptions& o, const LoadedModel& m) {
-    std::map<std::string, std::string> files;
-    if (fs::is_directory(o.model)) {
-        for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
-            if (fs::exists(fs::path(o.model) / name)) files[name] = read_text_file(fs::path(o.model) / name);
-    } else if (m.vocab) {
-        files["tokenizer.json"] = vocab_to_tokenizer_json(*m.vocab);
-        files["tokenizer_config.json"] = vocab_to_tokenizer_config_json(*m.vocab);
-    }
-    return files;
 }
 
 }  // namespace
@@ -175,7 +161,7 @@ void register_convert(CLI::App& app) {
                                 {"tokens", stats.calibration_tokens}};
         extra["teacher_head_rms"] = stats.head_rms;
         extra["teacher_head_span"] = stats.head_span;
-        save_model_directory(out.path.string(), *hybrid, extra, tokenizer_files(*o, m));
+        save_model_directory(out.path.string(), *hybrid, extra, tokenizer_files_of(o->model, m));
 
         const HybridPlan teacher = HybridPlan::all_fa(cfg);
         const int64_t kv = plan.kv_bytes_per_token(cfg, 2), kv_t = teacher.kv_bytes_per_token(cfg, 2);

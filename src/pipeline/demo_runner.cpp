@@ -21,14 +21,12 @@
 #include "interp/scores_io.h"
 #include "io/atomic_dir.h"
 #include "io/bounded_parse.h"
-#include "model/hybrid_conversion.h"
-#include "model/model_directory.h"
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
 #include "pipeline/demo_report.h"
 #include "pipeline/pipeline_steps.h"
 #include "pipeline/run_ledger.h"
-#include "tokenizer/vocab_to_tokenizer_json.h"
+#include "pipeline/variant_conversion.h"
 
 namespace hydra {
 
@@ -267,35 +265,11 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
         say("convert: done, skipped");
     } else {
         const auto t0 = Clock::now();
-        PlanRequest req;
-        req.select = variant.select;
-        if (!variant.ratio.empty()) req.ratio = parse_ratio(variant.ratio, variant.name + ".ratio");
-        req.granularity = variant.granularity;
-        req.fusion = parse_fusion(variant.fusion, variant.name + ".fusion");
-        req.seed = variant.seed;
-        if (!variant.layers.empty()) req.layers = parse_layer_list(variant.layers, variant.name + ".layers");
-        req.gdn.norm_eps = tcfg.rms_norm_eps;
-        if (variant.select == "scores") req.scores = &scores;
-        const HybridPlan plan = build_plan(tcfg, req);
-        ConversionOptions co;
-        co.seed = variant.seed;
-        co.calibration_tokens = prose_tokens(text, default_prose("austen_emma.txt"), cfg.calib_tokens, 20000);
-        ConversionStats stats;
-        auto hybrid = convert_to_hybrid(*teacher.model, plan, co, &stats);
-        json extra = {{"converted_from", fs::absolute(cfg.teacher).string()}, {"variant", variant.name}};
-        std::map<std::string, std::string> files;
-        if (text.name() == "byte-v1") {
-            extra["tokenizer"] = "byte-v1";
-        } else if (fs::is_directory(cfg.teacher)) {
-            for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-                if (fs::exists(fs::path(cfg.teacher) / f))
-                    files[f] = read_text_file(fs::path(cfg.teacher) / f);
-        } else if (teacher.vocab) {  // a GGUF teacher: the hybrid gets its tokenizer, so it loads alone
-            files["tokenizer.json"] = vocab_to_tokenizer_json(*teacher.vocab);
-            files["tokenizer_config.json"] = vocab_to_tokenizer_config_json(*teacher.vocab);
-        }
         fs::remove_all(hybrid_dir);
-        save_model_directory(hybrid_dir.string(), *hybrid, extra, files);
+        const VariantConversion vc = convert_variant(
+            teacher, cfg.teacher, text, variant, scores_path,
+            prose_tokens(text, default_prose("austen_emma.txt"), cfg.calib_tokens, 20000), hybrid_dir);
+        const HybridPlan& plan = vc.plan;
         const HybridPlan all_fa = HybridPlan::all_fa(tcfg);
         conversion = {{"plan", plan.ratio_summary()},
                       {"selection", plan.selection},
@@ -306,8 +280,8 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
                       {"kv_bytes_per_token_hybrid", plan.kv_bytes_per_token(tcfg, 2)},
                       {"state_bytes", plan.state_bytes(tcfg)},
                       {"parameters_teacher", teacher.model->params().parameter_count()},
-                      {"parameters_hybrid", hybrid->params().parameter_count()},
-                      {"calibration_tokens", stats.calibration_tokens}};
+                      {"parameters_hybrid", vc.parameters},
+                      {"calibration_tokens", vc.stats.calibration_tokens}};
         write_json(out / "conversion.json", conversion);  // last: marks the step done
         ledger.record("convert", seconds_since(t0));
     }

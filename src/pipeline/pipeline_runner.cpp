@@ -23,15 +23,14 @@
 #include "interp/scores_io.h"
 #include "io/atomic_dir.h"
 #include "model/head_ablation.h"
-#include "model/hybrid_conversion.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
-#include "model/model_directory.h"
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
 #include "pipeline/pipeline_report.h"
 #include "pipeline/pipeline_steps.h"
 #include "pipeline/run_ledger.h"
+#include "pipeline/variant_conversion.h"
 #include "pipeline/variant_record.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -217,36 +216,11 @@ PipelineResult run_pipeline(const PipelineConfig& cfg, const std::string& out_di
             say(fmt::format("{}: convert: done, skipped", v.name));
         } else {
             const auto t0 = Clock::now();
-            PlanRequest req;
-            req.select = v.select;
-            if (!v.ratio.empty()) req.ratio = parse_ratio(v.ratio, v.name + ".ratio");
-            req.granularity = v.granularity;
-            req.fusion = parse_fusion(v.fusion, v.name + ".fusion");
-            req.seed = v.seed;
-            req.window = v.window;
-            req.sinks = v.sinks;
-            if (!v.layers.empty()) req.layers = parse_layer_list(v.layers, v.name + ".layers");
-            req.gdn.norm_eps = tcfg.rms_norm_eps;
-            std::optional<HeadScoreTable> scores;
-            if (v.select == "scores") {
-                scores = load_head_scores(scores_path.string(), tcfg, v.score_method);
-                req.scores = &*scores;
-            }
-            const HybridPlan plan = build_plan(tcfg, req);
-            ConversionOptions co;
-            co.seed = v.seed;
-            co.calibration_tokens = prose_tokens(text, calib_file, cfg.calib_tokens, 20000);
-            co.fa_nope = v.nope;
-            set_rope_option(co, v.rope_scaling, tcfg, v.name + ".rope_scaling");
-            ConversionStats stats;
-            auto hybrid = convert_to_hybrid(*teacher.model, plan, co, &stats);
-            json extra = {{"converted_from", teacher_path}, {"variant", v.name}};
-            if (text.name() == "byte-v1") extra["tokenizer"] = "byte-v1";
-            std::map<std::string, std::string> files;
-            for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-                if (fs::exists(fs::path(teacher_path) / f))
-                    files[f] = read_text_file(fs::path(teacher_path) / f);
-            save_model_directory(converted.string(), *hybrid, extra, files);
+            const VariantConversion vc =
+                convert_variant(teacher, teacher_path, text, v, scores_path,
+                                prose_tokens(text, calib_file, cfg.calib_tokens, 20000), converted);
+            const HybridPlan& plan = vc.plan;
+            const ConversionStats& stats = vc.stats;
             say(fmt::format("{}: convert: {}", v.name, plan.ratio_summary()));
             ledger.record(v.name + "/convert", seconds_since(t0), stats.calibration_tokens);
         }
