@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "finite_differences.h"
 #include "io/safetensors.h"
 #include "model/gdn_block.h"
 #include "ops/cpu/gated_rmsnorm.h"
@@ -32,21 +33,16 @@
 namespace hydra {
 namespace {
 
-using Vec = std::vector<double>;
+using test::check_fd;
+using test::randn;
+using test::SingleThread;
+using test::to_float;
+using test::Vec;
+constexpr double kRelTol = test::kFdRelTol;
 using FVec = std::vector<float>;
 using cpu::GdnDims;
 
-constexpr double kStep = 1e-3;   // fourth-order central differences (see test_grad_ops.cpp)
-constexpr double kRelTol = 1e-6;
 const double kGarbage = std::numeric_limits<double>::quiet_NaN();
-
-Vec randn(size_t n, uint32_t seed, double sd = 1.0) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<double> dist(0.0, sd);
-    Vec v(n);
-    for (auto& x : v) x = dist(gen);
-    return v;
-}
 
 Vec uniform(size_t n, uint32_t seed, double lo, double hi) {
     std::mt19937 gen(seed);
@@ -55,8 +51,6 @@ Vec uniform(size_t n, uint32_t seed, double lo, double hi) {
     for (auto& x : v) x = dist(gen);
     return v;
 }
-
-FVec to_float(const Vec& v) { return FVec(v.begin(), v.end()); }
 
 // Rows of length C scaled to unit norm (the recurrence's inputs are L2-normalised q, k).
 Vec unit_rows(Vec x, int64_t C) {
@@ -79,48 +73,6 @@ double rel_rms(const std::vector<A>& a, const Vec& b) {
         den += b[i] * b[i];
     }
     return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
-}
-
-class SingleThread {
-  public:
-    SingleThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-    ~SingleThread() { omp_set_num_threads(saved_); }
-
-  private:
-    int saved_;
-};
-
-// As in test_grad_ops.cpp: the analytic gradient of L = sum(forward() * R) against fourth-order
-// central differences, element by element, relative to max(|analytic|, |numeric|, 1e-8).
-double check_fd(const std::string& what, Vec& param, const Vec& grad, const std::function<Vec()>& forward,
-                const Vec& R, double tol = kRelTol, double step = kStep) {
-    SingleThread one;
-    EXPECT_EQ(param.size(), grad.size()) << what;
-    double worst = 0;
-    size_t worst_i = 0;
-    for (size_t i = 0; i < param.size(); ++i) {
-        const double saved = param[i];
-        param[i] = saved + step;
-        const Vec p1 = forward();
-        param[i] = saved - step;
-        const Vec m1 = forward();
-        param[i] = saved + 2 * step;
-        const Vec p2 = forward();
-        param[i] = saved - 2 * step;
-        const Vec m2 = forward();
-        param[i] = saved;
-        EXPECT_EQ(p1.size(), R.size()) << what;
-        double diff = 0;
-        for (size_t j = 0; j < R.size(); ++j) diff += (8 * (p1[j] - m1[j]) - (p2[j] - m2[j])) * R[j];
-        const double num = diff / (12 * step);
-        const double rel = std::fabs(num - grad[i]) / std::max({std::fabs(num), std::fabs(grad[i]), 1e-8});
-        EXPECT_LT(rel, tol) << what << "[" << i << "]: analytic " << grad[i] << " numeric " << num;
-        if (rel > worst) worst = rel, worst_i = i;
-    }
-    forward();
-    std::printf("  %-34s %5zu elements, worst rel err %.2e (element %zu = %.3e)\n", what.c_str(), param.size(),
-                worst, worst_i, param.empty() ? 0.0 : grad[worst_i]);
-    return worst;
 }
 
 // ---- the reference: §2.1 written out in float64 with S = (K x V) per value head -------------------

@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "core/error.h"
+#include "finite_differences.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/embedding.h"
 #include "ops/cpu/linear.h"
@@ -26,72 +27,13 @@
 namespace hydra {
 namespace {
 
-using Vec = std::vector<double>;
+using test::check_fd;
+using test::randn;
+using test::to_float;
+using test::Vec;
+constexpr double kRelTol = test::kFdRelTol;
 
-// Fourth-order central difference (f(x-2h) - 8 f(x-h) + 8 f(x+h) - f(x+2h)) / 12h with h = 1e-3:
-// truncation O(h^4) ~ 1e-12 and rounding ~ 1e-16 / h ~ 1e-13. The plain two-point difference with
-// h = 1e-6 sits at its rounding floor (~1e-10 absolute per output), which for gradient elements of
-// 1e-4..1e-6 in the 37-token attention case gives relative errors up to 3e-5: too coarse for 1e-6.
-constexpr double kStep = 1e-3;
-constexpr double kRelTol = 1e-6;  // per element, relative to max(|analytic|, |numeric|, 1e-8)
 const double kGarbage = std::numeric_limits<double>::quiet_NaN();  // prefill for overwritten outputs
-
-Vec randn(size_t n, uint32_t seed, double sd = 1.0) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<double> dist(0.0, sd);
-    Vec v(n);
-    for (auto& x : v) x = dist(gen);
-    return v;
-}
-
-std::vector<float> to_float(const Vec& v) {
-    return std::vector<float>(v.begin(), v.end());
-}
-
-// Runs the finite-difference forwards on one thread: thousands of tiny OpenMP regions would otherwise
-// spend their time in barriers on a loaded machine. (The analytic backward runs with all threads.)
-class SingleThread {
-  public:
-    SingleThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-    ~SingleThread() { omp_set_num_threads(saved_); }
-
-  private:
-    int saved_;
-};
-
-// Compares the analytic gradient `grad` of L = sum(forward() * R) w.r.t. every element of `param` with
-// fourth-order central differences; returns the worst relative error and fails the test on any element
-// above kRelTol. L(x+e) - L(x-e) is taken as sum((out+ - out-) * R): outputs the perturbation does not
-// reach cancel exactly, so the difference keeps far fewer rounding errors than subtracting full sums.
-double check_fd(const char* what, Vec& param, const Vec& grad, const std::function<Vec()>& forward,
-                const Vec& R) {
-    SingleThread one;
-    EXPECT_EQ(param.size(), grad.size()) << what;
-    double worst = 0;
-    size_t worst_i = 0;
-    for (size_t i = 0; i < param.size(); ++i) {
-        const double saved = param[i];
-        param[i] = saved + kStep;
-        const Vec p1 = forward();
-        param[i] = saved - kStep;
-        const Vec m1 = forward();
-        param[i] = saved + 2 * kStep;
-        const Vec p2 = forward();
-        param[i] = saved - 2 * kStep;
-        const Vec m2 = forward();
-        param[i] = saved;
-        double diff = 0;
-        for (size_t j = 0; j < R.size(); ++j) diff += (8 * (p1[j] - m1[j]) - (p2[j] - m2[j])) * R[j];
-        const double num = diff / (12 * kStep);
-        const double rel = std::fabs(num - grad[i]) / std::max({std::fabs(num), std::fabs(grad[i]), 1e-8});
-        EXPECT_LT(rel, kRelTol) << what << "[" << i << "]: analytic " << grad[i] << " numeric " << num;
-        if (rel > worst) worst = rel, worst_i = i;
-    }
-    forward();  // leave the caller's buffers as computed at the unperturbed point
-    std::printf("  %-28s %5zu elements, worst rel err %.2e (element %zu = %.3e)\n", what, param.size(), worst,
-                worst_i, param.empty() ? 0.0 : grad[worst_i]);
-    return worst;
-}
 
 // Max |a - b| over max |b|: agreement of a float computation with its double reference.
 double rel_diff(const std::vector<float>& a, const Vec& b) {
