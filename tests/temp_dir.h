@@ -1,6 +1,7 @@
-// TempDir: a scratch directory for one test, under the system's temporary directory and named after the
-// test's tag, this process and a counter (so parallel test processes and two directories of one test never
-// meet), created empty and removed with everything in it when the test ends.
+// Scratch files for tests. slurp: a file's bytes. TempDir: a scratch directory for one test, under the
+// system's temporary directory and named after the test's tag, this process and a counter (so parallel test
+// processes and two directories of one test never meet), created empty and removed with everything in it when
+// the test ends.
 #pragma once
 
 #include <unistd.h>
@@ -8,10 +9,19 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <system_error>
 
 namespace hydra::test {
+
+// A file's bytes as they are on disk ("" when it cannot be read: the test's expectation then fails).
+inline std::string slurp(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    return bytes.str();
+}
 
 struct TempDir {
     std::filesystem::path path;

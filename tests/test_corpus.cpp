@@ -33,19 +33,13 @@ namespace hydra {
 namespace {
 
 namespace fs = std::filesystem;
+using test::slurp;
 using json = nlohmann::json;
 
 void spit(const fs::path& path, const std::string& bytes) {
     fs::create_directories(path.parent_path());
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << bytes;
-}
-
-std::string slurp(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 // A paragraph of `words` pseudo-random words drawn by `seed` (documents that share no 5-shingles).

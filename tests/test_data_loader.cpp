@@ -31,14 +31,8 @@ namespace hydra {
 namespace {
 
 namespace fs = std::filesystem;
+using test::slurp;
 using json = nlohmann::json;
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 void spit(const std::string& path, const std::string& bytes) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "io/fault_injection.h"
+#include "temp_dir.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -28,13 +29,7 @@ namespace hydra {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+using test::slurp;
 
 std::vector<std::string> names_in(const fs::path& dir) {
     std::vector<std::string> out;

@@ -22,6 +22,8 @@
 #include "model/llama_model.h"
 #include "model/model_directory.h"
 #include "model/model_loader.h"
+#include "temp_dir.h"
+#include "tiny_model.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
 #include "train/train_config.h"
@@ -31,16 +33,10 @@ namespace hydra {
 namespace {
 
 namespace fs = std::filesystem;
+using test::slurp;
 
 bool prose_present() {
     return fs::exists(std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/austen_persuasion.txt");
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
 }
 
 void spit(const fs::path& p, const std::string& text) {
@@ -82,18 +78,15 @@ std::string deep_json(int64_t depth) {
 }
 
 ModelConfig small_model_config() {
-    ModelConfig mc;
-    mc.name = "ck";
-    mc.vocab_size = 64;
-    mc.hidden_size = 32;
-    mc.intermediate_size = 48;
-    mc.num_layers = 2;
-    mc.num_heads = 4;
-    mc.num_kv_heads = 2;
-    mc.head_dim = 8;
-    mc.rope_dim = 8;
+    ModelConfig mc = test::tiny_llama_config({.vocab = 64,
+                                              .hidden = 32,
+                                              .intermediate = 48,
+                                              .layers = 2,
+                                              .heads = 4,
+                                              .kv_heads = 2,
+                                              .head_dim = 8},
+                                             "ck");
     mc.max_position_embeddings = 64;
-    mc.tie_word_embeddings = true;
     return mc;
 }
 

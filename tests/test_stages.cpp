@@ -15,6 +15,7 @@
 #include "model/model_directory.h"
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
+#include "temp_dir.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -22,13 +23,7 @@ namespace hydra {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+using test::slurp;
 
 std::vector<double> losses(const fs::path& log) {
     std::vector<double> out;

@@ -16,6 +16,7 @@
 #include "model/llama_model.h"
 #include "model_paths.h"
 #include "temp_dir.h"
+#include "tiny_model.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
 #include "train/train_batch.h"
@@ -26,15 +27,9 @@ namespace hydra {
 namespace {
 
 namespace fs = std::filesystem;
+using test::slurp;
 
 bool prose_present() { return fs::exists(std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/austen_persuasion.txt"); }
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 class Trainer : public ::testing::Test {
 protected:
@@ -116,17 +111,14 @@ TEST_F(Trainer, NonFiniteStepsAreSkippedThenTheRunStopsClearly) {
 // A save that fails half-way (the file-size limit makes writes fail like a full disk) must throw
 // and leave the previous checkpoint byte-identical, with no temporary directory left behind.
 TEST_F(Trainer, FailedSaveKeepsThePreviousCheckpoint) {
-    ModelConfig mc;
-    mc.name = "ck";
-    mc.vocab_size = 64;
-    mc.hidden_size = 32;
-    mc.intermediate_size = 48;
-    mc.num_layers = 2;
-    mc.num_heads = 4;
-    mc.num_kv_heads = 2;
-    mc.head_dim = 8;
-    mc.rope_dim = 8;
-    mc.tie_word_embeddings = true;
+    ModelConfig mc = test::tiny_llama_config({.vocab = 64,
+                                              .hidden = 32,
+                                              .intermediate = 48,
+                                              .layers = 2,
+                                              .heads = 4,
+                                              .kv_heads = 2,
+                                              .head_dim = 8},
+                                             "ck");
     LlamaModel model(mc);
     AdamW opt(AdamWConfig{}, model.params().numel());
     TrainState st;
