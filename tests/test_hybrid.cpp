@@ -241,40 +241,61 @@ TEST(HybridFusion, GradientsMatchFiniteDifferences) {
     const int64_t T = 3, n_fa = 2, n_la = 3, Dh = 5, H = n_fa + n_la;
     std::mt19937_64 gen(7);
     std::normal_distribution<double> dist(0.0, 1.0);
-    for (FusionKind kind : {FusionKind::ScaleNorm, FusionKind::LaOnly, FusionKind::Hymba}) {
-        std::vector<double> x(size_t(T * H * Dh)), w_head(size_t(H * Dh)), w_fa(size_t(n_fa * Dh)),
-            w_la(size_t(n_la * Dh)), dy(x.size());
-        for (auto* v : {&x, &w_head, &w_fa, &w_la, &dy})
-            for (double& e : *v) e = dist(gen);
-        FusionParams<double> p{w_head.data(), w_fa.data(), w_la.data()};
-        auto loss = [&] {
-            std::vector<double> y(x.size());
-            fusion_forward(y.data(), x.data(), T, n_fa, n_la, Dh, kind, p, 1e-5);
-            double s = 0;
-            for (size_t i = 0; i < y.size(); ++i) s += y[i] * dy[i];
-            return s;
-        };
-        std::vector<double> dx(x.size()), g_head(w_head.size(), 0.0), g_fa(w_fa.size(), 0.0), g_la(w_la.size(), 0.0);
-        FusionGrads<double> g{g_head.data(), g_fa.data(), g_la.data()};
-        fusion_backward(dx.data(), g, dy.data(), x.data(), T, n_fa, n_la, Dh, kind, p, 1e-5);
-        auto check = [&](std::vector<double>& var, const std::vector<double>& grad, const char* name) {
-            for (size_t i = 0; i < var.size(); ++i) {
-                const double keep = var[i], h = 1e-6;
-                var[i] = keep + h;
-                const double up = loss();
-                var[i] = keep - h;
-                const double down = loss();
-                var[i] = keep;
-                EXPECT_NEAR(grad[i], (up - down) / (2 * h), 1e-6) << fusion_name(kind) << " " << name << "[" << i << "]";
+    for (FusionKind kind : {FusionKind::ScaleNorm, FusionKind::LaOnly, FusionKind::Hymba})
+        for (bool with_bias : {false, true}) {
+            std::vector<double> x(size_t(T * H * Dh)), w_head(size_t(H * Dh)), w_fa(size_t(n_fa * Dh)),
+                w_la(size_t(n_la * Dh)), b_la(size_t(n_la * Dh)), dy(x.size());
+            for (auto* v : {&x, &w_head, &w_fa, &w_la, &b_la, &dy})
+                for (double& e : *v) e = dist(gen);
+            FusionParams<double> p{w_head.data(), w_fa.data(), w_la.data(),
+                                   with_bias ? b_la.data() : nullptr};
+            auto loss = [&] {
+                std::vector<double> y(x.size());
+                fusion_forward(y.data(), x.data(), T, n_fa, n_la, Dh, kind, p, 1e-5);
+                double s = 0;
+                for (size_t i = 0; i < y.size(); ++i) s += y[i] * dy[i];
+                return s;
+            };
+            std::vector<double> dx(x.size()), g_head(w_head.size(), 0.0), g_fa(w_fa.size(), 0.0),
+                g_la(w_la.size(), 0.0), g_bias(b_la.size(), 0.0);
+            FusionGrads<double> g{g_head.data(), g_fa.data(), g_la.data(),
+                                  with_bias ? g_bias.data() : nullptr};
+            fusion_backward(dx.data(), g, dy.data(), x.data(), T, n_fa, n_la, Dh, kind, p, 1e-5);
+            auto check = [&](std::vector<double>& var, const std::vector<double>& grad, const char* name) {
+                for (size_t i = 0; i < var.size(); ++i) {
+                    const double keep = var[i], h = 1e-6;
+                    var[i] = keep + h;
+                    const double up = loss();
+                    var[i] = keep - h;
+                    const double down = loss();
+                    var[i] = keep;
+                    EXPECT_NEAR(grad[i], (up - down) / (2 * h), 1e-6)
+                        << fusion_name(kind) << " " << name << "[" << i << "]";
+                }
+            };
+            check(x, dx, "x");
+            if (kind != FusionKind::Hymba) check(w_head, g_head, "head_scale");
+            if (kind == FusionKind::Hymba) {
+                check(w_fa, g_fa, "fa_scale");
+                check(w_la, g_la, "la_scale");
             }
-        };
-        check(x, dx, "x");
-        if (kind != FusionKind::Hymba) check(w_head, g_head, "head_scale");
-        if (kind == FusionKind::Hymba) {
-            check(w_fa, g_fa, "fa_scale");
-            check(w_la, g_la, "la_scale");
+            if (with_bias) {
+                check(b_la, g_bias, "la_bias");
+                // The offsets move the LA heads only: the FA heads' outputs are those without them.
+                std::vector<double> y0(x.size()), y1(x.size());
+                FusionParams<double> none = p;
+                none.la_bias = nullptr;
+                fusion_forward(y0.data(), x.data(), T, n_fa, n_la, Dh, kind, none, 1e-5);
+                fusion_forward(y1.data(), x.data(), T, n_fa, n_la, Dh, kind, p, 1e-5);
+                for (int64_t t = 0; t < T; ++t)
+                    for (int64_t i = 0; i < H * Dh; ++i) {
+                        const double want =
+                            y0[size_t(t * H * Dh + i)] + (i >= n_fa * Dh ? b_la[size_t(i - n_fa * Dh)] : 0.0);
+                        EXPECT_NEAR(y1[size_t(t * H * Dh + i)], want, 1e-12)
+                            << fusion_name(kind) << " t " << t << " i " << i;
+                    }
+            }
         }
-    }
 }
 
 // --- conversion and the hybrid cache -------------------------------------------------------------
@@ -310,6 +331,9 @@ std::vector<std::pair<std::string, HybridPlan>> tiny_plans(const ModelConfig& c)
     r.fusion = FusionKind::LaOnly;
     r.seed = 5;
     plans.emplace_back("kv-5:1-la-only", build_plan(c, r));
+    r.fusion = FusionKind::ScaleNorm;
+    r.la_bias = true;
+    plans.emplace_back("kv-5:1-scale-norm-la-bias", build_plan(c, r));
     PlanRequest lw;
     lw.select = "layerwise";
     lw.layers = {1};
@@ -370,6 +394,89 @@ TEST(HybridCache, SizesFollowThePlan) {
         EXPECT_EQ(int64_t(cache.state_bytes()), plan.state_bytes(c)) << name;
     }
     EXPECT_EQ(int64_t(KVCache(teacher, 16).bytes_per_token()), 2 * 3 * 2 * 8 * 4);
+}
+
+// With LA offsets (HybridPlan::la_bias) each GDN head's offset starts at its softmax head's mean output over
+// the calibration positions after the first, and its fusion scale at the RMS about that mean; the plan and
+// the offsets survive a save and load.
+TEST(HybridConvert, LaOffsetsStartAtTheTeacherHeadMeans) {
+    const ModelConfig c = tiny_config(true, false);
+    LlamaModel teacher(c);
+    randomize(teacher, 41);
+    ConversionOptions o;
+    o.calibration_tokens = random_tokens(48, c.vocab_size, 6);
+    PlanRequest r;
+    r.select = "random";
+    r.ratio = parse_ratio("2:1", "t");
+    r.granularity = "head";
+    r.la_bias = true;
+    const HybridPlan plan = build_plan(c, r);
+    ASSERT_TRUE(plan.la_bias);
+    auto m = convert_to_hybrid(teacher, plan, o);
+
+    // The teacher's head outputs, read independently of the conversion's own measurement.
+    const int64_t H = c.num_heads, Dh = c.head_dim, T = int64_t(o.calibration_tokens.size());
+    std::vector<std::vector<float>> head_out(size_t(c.num_layers));
+    Taps taps;
+    taps.on("blk.*.head_out", [&](std::string_view, int l, Tensor& v) {
+        head_out[size_t(l)].assign(v.f32(), v.f32() + T * H * Dh);
+    });
+    KVCache cache(teacher, T);
+    ForwardOptions fo;
+    fo.taps = &taps;
+    fo.quantized_decode = false;
+    forward_hidden(teacher, o.calibration_tokens, cache, fo);
+    int64_t checked = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const LayerPlan& lp = plan.layers[size_t(l)];
+        const LayerWeights& w = m->layer(l);
+        if (lp.num_la() == 0) {
+            EXPECT_TRUE(w.fusion_la_bias.empty());
+            continue;
+        }
+        ASSERT_FALSE(w.fusion_la_bias.empty());
+        for (int64_t i = 0; i < lp.num_la(); ++i) {
+            const int64_t h = lp.la_heads[size_t(i)];
+            std::vector<double> mean(size_t(Dh), 0.0);
+            for (int64_t t = 1; t < T; ++t)
+                for (int64_t d = 0; d < Dh; ++d)
+                    mean[size_t(d)] += head_out[size_t(l)][size_t((t * H + h) * Dh + d)];
+            double dev = 0;
+            for (double& x : mean) x /= double(T - 1);
+            for (int64_t t = 1; t < T; ++t)
+                for (int64_t d = 0; d < Dh; ++d) {
+                    const double x = head_out[size_t(l)][size_t((t * H + h) * Dh + d)] - mean[size_t(d)];
+                    dev += x * x;
+                }
+            dev = std::sqrt(dev / double((T - 1) * Dh));
+            for (int64_t d = 0; d < Dh; ++d) {
+                EXPECT_NEAR(w.fusion_la_bias.f32()[i * Dh + d], mean[size_t(d)], 1e-5)
+                    << "layer " << l << " head " << h;
+                EXPECT_NEAR(w.fusion_head_scale.f32()[(lp.num_fa() + i) * Dh + d], dev, 1e-5 * dev + 1e-7);
+            }
+            ++checked;
+        }
+    }
+    EXPECT_GT(checked, 0);
+
+    const test::TempDir tmp("la_bias");
+    save_model_directory(tmp.str("m"), *m, {{"converted_from", "test"}});
+    LoadedModel back = load_model(tmp.str("m"));
+    EXPECT_TRUE(back.model->plan().la_bias);
+    ASSERT_EQ(back.model->params().numel(), m->params().numel());
+    EXPECT_EQ(std::memcmp(back.model->params().data(), m->params().data(), size_t(m->params().numel()) * 4),
+              0);
+
+    // A plan without a fusion has no offsets to carry.
+    nlohmann::json bad = plan.to_json();
+    bad["fusion"] = "none";
+    EXPECT_NE(error_of([&] { HybridPlan::from_json(bad, c, "plan.json"); }).find("la_bias"),
+              std::string::npos);
+    bad["la_bias"] = "yes";
+    EXPECT_NE(error_of([&] { HybridPlan::from_json(bad, c, "plan.json"); }).find("true or false"),
+              std::string::npos);
+    r.fusion = FusionKind::None;
+    EXPECT_FALSE(build_plan(c, r).la_bias);
 }
 
 TEST(HybridConvert, ModelDirectoryRoundTrip) {

@@ -47,6 +47,12 @@ std::vector<std::pair<std::string, HybridPlan>> plans(const ModelConfig& c) {
     out.emplace_back("head hymba", p);
     p.fusion = FusionKind::LaOnly;
     out.emplace_back("head la-only", p);
+    p.fusion = FusionKind::ScaleNorm;
+    p.la_bias = true;  // the fusion's LA offsets
+    out.emplace_back("head scale-norm + LA offsets", p);
+    p.fusion = FusionKind::Hymba;
+    out.emplace_back("head hymba + LA offsets", p);
+    p.la_bias = false;
     HybridPlan lw = HybridPlan::all_fa(c);
     lw.layers[0] = {{}, {0, 1, 2}};
     lw.fusion = FusionKind::None;

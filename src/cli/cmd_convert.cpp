@@ -32,6 +32,7 @@ struct ConvertOptions {
     std::string layers;
     std::string granularity = "kv";
     std::string fusion = "scale-norm";
+    bool la_bias = false;
     uint64_t seed = 1;
     std::string calib = std::string(HYDRA_SOURCE_DIR) + "/.cache/prose/austen_emma.txt";
     int64_t calib_tokens = 1024;
@@ -92,6 +93,11 @@ void register_convert(CLI::App& app) {
     cmd->add_option("--fusion", o->fusion, "scale-norm | none | hymba | la-only")
         ->capture_default_str()
         ->check(CLI::IsMember({"scale-norm", "none", "hymba", "la-only"}));
+    cmd->add_flag(
+        "--la-bias", o->la_bias,
+        "the fusion adds a learnable offset to each GDN head, started at its softmax head's mean output "
+        "on the calibration text (and the GDN output scaled to the deviation about it): a much closer "
+        "start than GDN heads alone (docs/results/conversion_init)");
     cmd->add_option("--seed", o->seed, "seed for random selection and fresh weights")->capture_default_str();
     cmd->add_option("--calib", o->calib, "text for the teacher statistics (head RMS, attention span)")
         ->capture_default_str();
@@ -131,6 +137,9 @@ void register_convert(CLI::App& app) {
         if (!o->ratio.empty()) req.ratio = parse_ratio(o->ratio, "--ratio");
         req.granularity = o->granularity;
         req.fusion = parse_fusion(o->fusion, "--fusion");
+        HYDRA_CHECK(!o->la_bias || req.fusion != FusionKind::None,
+                    "--la-bias: the offsets are part of the fusion; --fusion none has none");
+        req.la_bias = o->la_bias;
         req.seed = o->seed;
         req.window = o->window;
         req.sinks = o->sinks;
@@ -166,8 +175,9 @@ void register_convert(CLI::App& app) {
         const HybridPlan teacher = HybridPlan::all_fa(cfg);
         const int64_t kv = plan.kv_bytes_per_token(cfg, 2), kv_t = teacher.kv_bytes_per_token(cfg, 2);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        fmt::print("plan         {} [{}; {} granularity; fusion {}]\n", plan.ratio_summary(), plan.selection,
-                   plan.granularity, fusion_name(plan.fusion));
+        fmt::print("plan         {} [{}; {} granularity; fusion {}{}]\n", plan.ratio_summary(),
+                   plan.selection, plan.granularity, fusion_name(plan.fusion),
+                   plan.la_bias ? " with LA offsets" : "");
         fmt::print("FA KV groups {} of {}\n", plan.total_fa_kv_groups(cfg), cfg.num_layers * cfg.num_kv_heads);
         fmt::print("KV cache     {} bytes/token bf16 vs teacher {} ({:.4f}x)\n", kv, kv_t, double(kv) / double(kv_t));
         fmt::print("GDN state    {} bytes per sequence (fp32)\n", plan.state_bytes(cfg));

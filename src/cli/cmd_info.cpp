@@ -40,8 +40,9 @@ void register_info(CLI::App& app) {
         const HybridPlan teacher = HybridPlan::all_fa(c);
         fmt::print("plan         {}", plan.ratio_summary());
         if (!plan.is_all_fa())
-            fmt::print(" [{}; {} granularity; fusion {}; FA KV groups {} of {}]", plan.selection, plan.granularity,
-                       fusion_name(plan.fusion), plan.total_fa_kv_groups(c), c.num_layers * c.num_kv_heads);
+            fmt::print(" [{}; {} granularity; fusion {}{}; FA KV groups {} of {}]", plan.selection,
+                       plan.granularity, fusion_name(plan.fusion), plan.la_bias ? " with LA offsets" : "",
+                       plan.total_fa_kv_groups(c), c.num_layers * c.num_kv_heads);
         fmt::print("\n");
         if (!plan.is_all_fa()) {
             std::string per_layer;

@@ -147,7 +147,7 @@ void proj_backward(BlasContext& b, cudaStream_t st, const bf16* dY, int64_t ldy,
 
 cuda::FusionScales fusion_scales(const GpuLayerWeights& w) {
     cuda::FusionScales f;
-    f.head_scale = w.head_scale, f.fa_scale = w.fa_scale, f.la_scale = w.la_scale;
+    f.head_scale = w.head_scale, f.fa_scale = w.fa_scale, f.la_scale = w.la_scale, f.la_bias = w.la_bias;
     return f;
 }
 
@@ -277,6 +277,7 @@ GpuLayerWeights layer_weights(const GpuTrainModel& m, int64_t l) {
     w.head_scale = m.p32(o.head_scale);
     w.fa_scale = m.p32(o.fa_scale);
     w.la_scale = m.p32(o.la_scale);
+    w.la_bias = m.p32(o.la_bias);
     w.ffn_norm = m.p32(o.ffn_norm);
     return w;
 }
@@ -324,6 +325,7 @@ GpuLayerGrads layer_grads(const GpuTrainModel& m, int64_t l) {
     g.head_scale = m.grad(o.head_scale);
     g.fa_scale = m.grad(o.fa_scale);
     g.la_scale = m.grad(o.la_scale);
+    g.la_bias = m.grad(o.la_bias);
     g.ffn_norm = m.grad(o.ffn_norm);
     return g;
 }
@@ -653,7 +655,8 @@ void gpu_layer_backward(const ModelConfig& c, const HybridPlan& plan, const GpuL
     prof.section("fusion_residual");
     if (a.mixed != a.heads) {
         cuda::FusionScaleGrads fg;
-        fg.head_scale = g.head_scale, fg.fa_scale = g.fa_scale, fg.la_scale = g.la_scale;
+        fg.head_scale = g.head_scale, fg.fa_scale = g.fa_scale, fg.la_scale = g.la_scale,
+        fg.la_bias = g.la_bias;
         cuda::fusion_backward(dheads, fg, dheads, a.heads, N, n_fa, n_la, Dh, plan.fusion, fusion_scales(w),
                               eps, st);
     }

@@ -79,7 +79,8 @@ struct GpuLayerWeights {
                 *k_norm = nullptr;
     const float *la_bq = nullptr, *la_bk = nullptr, *la_bv = nullptr, *conv_q = nullptr, *conv_k = nullptr,
                 *conv_v = nullptr, *A_log = nullptr, *dt_bias = nullptr, *o_norm = nullptr;
-    const float *head_scale = nullptr, *fa_scale = nullptr, *la_scale = nullptr, *ffn_norm = nullptr;
+    const float *head_scale = nullptr, *fa_scale = nullptr, *la_scale = nullptr, *la_bias = nullptr,
+                *ffn_norm = nullptr;
     // Inference: every projection of the normed input as ONE (proj_cols, C) matrix, the layout's proj block
     // (rows [q | k | v | la_q | la_k | la_v | la_z | la_a | la_b] then zero rows), with its bias block
     // (proj_cols) or null. When set, the per-tensor projection matrices and biases above are not read.
@@ -98,7 +99,8 @@ struct GpuLayerGrads {
           *k_norm = nullptr;
     float *la_bq = nullptr, *la_bk = nullptr, *la_bv = nullptr, *conv_q = nullptr, *conv_k = nullptr,
           *conv_v = nullptr, *A_log = nullptr, *dt_bias = nullptr, *o_norm = nullptr;
-    float *head_scale = nullptr, *fa_scale = nullptr, *la_scale = nullptr, *ffn_norm = nullptr;
+    float *head_scale = nullptr, *fa_scale = nullptr, *la_scale = nullptr, *la_bias = nullptr,
+          *ffn_norm = nullptr;
 };
 
 // Layer l of a GpuTrainModel: its weights, and its gradients (all null without a gradient arena).

@@ -100,6 +100,7 @@ GpuTrainModel::GpuTrainModel(const LlamaModel& model, bool with_grads, cudaStrea
         o.head_scale = at("fusion.head_scale");
         o.fa_scale = at("fusion.fa_scale");
         o.la_scale = at("fusion.la_scale");
+        o.la_bias = at("fusion.la_bias");
         o.ffn_norm = at("post_attention_layernorm.weight");
         o.w_gate = at("mlp.gate_proj.weight");
         o.w_up = at("mlp.up_proj.weight");

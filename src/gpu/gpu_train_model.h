@@ -41,7 +41,7 @@ struct TrainLayerOffsets {
     int64_t la_wq = -1, la_wk = -1, la_wv = -1, la_bq = -1, la_bk = -1, la_bv = -1;
     int64_t la_wa = -1, la_wb = -1, la_wg = -1, conv_q = -1, conv_k = -1, conv_v = -1;
     int64_t A_log = -1, dt_bias = -1, o_norm = -1;
-    int64_t head_scale = -1, fa_scale = -1, la_scale = -1;
+    int64_t head_scale = -1, fa_scale = -1, la_scale = -1, la_bias = -1;
     int64_t ffn_norm = -1, w_gate = -1, w_up = -1, w_down = -1;
 };
 

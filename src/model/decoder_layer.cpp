@@ -133,7 +133,7 @@ bool parallel_over_batch(int64_t B) {
 
 template <typename T>
 FusionParams<T> fusion_params(const LayerParams<const T>& w) {
-    return {w.fusion_head_scale, w.fusion_fa_scale, w.fusion_la_scale};
+    return {w.fusion_head_scale, w.fusion_fa_scale, w.fusion_la_scale, w.fusion_la_bias};
 }
 
 template <typename T>
@@ -423,7 +423,7 @@ void decoder_layer_backward(T* dx, const ModelConfig& cfg, const HybridPlan& pla
     cpu::linear_backward(dheads, g.wo, (T*)nullptr, dx, fused ? a.fused.data() : a.heads.data(), w.wo, N, Dq,
                          C);
     if (fused) {
-        const FusionGrads<T> fg{g.fusion_head_scale, g.fusion_fa_scale, g.fusion_la_scale};
+        const FusionGrads<T> fg{g.fusion_head_scale, g.fusion_fa_scale, g.fusion_la_scale, g.fusion_la_bias};
         fusion_backward(dheads, fg, dheads, a.heads.data(), N, n_fa, n_la, Dh, plan.fusion, fusion_params(w),
                         eps);
     }

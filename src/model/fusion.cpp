@@ -64,6 +64,8 @@ void fusion_forward(T* out, const T* heads, int64_t num_tokens, int64_t n_fa, in
             }
             case FusionKind::None: break;
         }
+        if (p.la_bias)
+            for (int64_t i = 0; i < n_la * Dh; ++i) y[n_fa * Dh + i] += p.la_bias[i];
     }
 }
 
@@ -78,6 +80,8 @@ void fusion_backward(T* dheads, const FusionGrads<T>& g, const T* dout, const T*
     for (int64_t t = 0; t < num_tokens; ++t) {
         T* dx = dheads + t * row;
         const T* x = heads + t * row;
+        if (g.la_bias)  // dx holds dout here: the offset's gradient is the sum of its outputs' gradients
+            for (int64_t i = 0; i < n_la * Dh; ++i) g.la_bias[i] += dx[n_fa * Dh + i];
         switch (kind) {
             case FusionKind::ScaleNorm:
                 for (int64_t h = 0; h < H; ++h)

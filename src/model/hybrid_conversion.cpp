@@ -62,17 +62,31 @@ ConversionStats measure_teacher(const LlamaModel& teacher, const std::vector<int
     stats.calibration_tokens = T;
     stats.head_rms.assign(size_t(L), std::vector<double>(size_t(H), 1.0));
     stats.head_span.assign(size_t(L), std::vector<double>(size_t(H), 64.0));
+    stats.head_mean.assign(size_t(L),
+                           std::vector<std::vector<double>>(size_t(H), std::vector<double>(size_t(Dh), 0.0)));
+    stats.head_dev_rms = stats.head_rms;
     if (T == 0) return stats;
     Taps taps;
     taps.on("blk.*.head_out", [&](std::string_view, int layer, Tensor& value) {  // (T, H, Dh)
+        const int64_t first = T > 1 ? 1 : 0;  // the mean and deviation leave the first position out
         for (int64_t h = 0; h < H; ++h) {
             double ss = 0;
+            std::vector<double>& mean = stats.head_mean[size_t(layer)][size_t(h)];
             for (int64_t t = 0; t < T; ++t)
                 for (int64_t d = 0; d < Dh; ++d) {
                     const double x = value.f32()[(t * H + h) * Dh + d];
                     ss += x * x;
+                    if (t >= first) mean[size_t(d)] += x;
+                }
+            for (double& m : mean) m /= double(T - first);
+            double dev = 0;
+            for (int64_t t = first; t < T; ++t)
+                for (int64_t d = 0; d < Dh; ++d) {
+                    const double x = value.f32()[(t * H + h) * Dh + d] - mean[size_t(d)];
+                    dev += x * x;
                 }
             stats.head_rms[size_t(layer)][size_t(h)] = std::sqrt(ss / double(T * Dh));
+            stats.head_dev_rms[size_t(layer)][size_t(h)] = std::sqrt(dev / double((T - first) * Dh));
         }
     });
     taps.on("blk.*.attn_probs", [&](std::string_view, int layer, Tensor& value) {  // (T, H, T)
@@ -186,8 +200,13 @@ std::unique_ptr<LlamaModel> convert_to_hybrid(const LlamaModel& teacher, const H
                 fill(*conv, 0.0f);
                 for (int64_t d = 0; d < conv->dim(0); ++d) conv->f32()[d * W + (W - 1)] = 1.0f;
             }
-            // Fusion scales from the teacher's head output RMS.
-            auto rms = [&](int32_t head) { return float(stats.head_rms[size_t(l)][size_t(head)]); };
+            // Fusion scales from the teacher's head output RMS. With LA offsets an LA head's offset starts
+            // at the teacher head's mean output and its GDN output is scaled to the deviation about it.
+            const std::vector<int32_t>& la = lp.la_heads;
+            auto rms = [&](int32_t head) {
+                const bool offset = plan.la_bias && std::find(la.begin(), la.end(), head) != la.end();
+                return float((offset ? stats.head_dev_rms : stats.head_rms)[size_t(l)][size_t(head)]);
+            };
             auto group_rms = [&](const std::vector<int32_t>& heads) {
                 double ss = 0;
                 for (int32_t h : heads) ss += double(rms(h)) * double(rms(h));
@@ -217,6 +236,11 @@ std::unique_ptr<LlamaModel> convert_to_hybrid(const LlamaModel& teacher, const H
                 }
                 case FusionKind::None: break;
             }
+            if (Tensor bias = s.fusion_la_bias; !bias.empty())
+                for (int64_t i = 0; i < lp.num_la(); ++i)
+                    for (int64_t d = 0; d < Dh; ++d)
+                        bias.f32()[i * Dh + d] =
+                            float(stats.head_mean[size_t(l)][size_t(la[size_t(i)])][size_t(d)]);
         }
     }
     if (stats_out) *stats_out = std::move(stats);

@@ -14,6 +14,11 @@
 //     g_proj ~ N(0, 0.02) as fla (the gate cannot be an identity without a bias; the fusion rescales).
 //   - fusion scales = the teacher head's output RMS on calibration text, so fused outputs start at the
 //     teacher's scale (hymba: the group's RMS, doubled to undo the average).
+//   - with LA offsets (plan.la_bias): an LA head's offset = the teacher head's mean output over the
+//     calibration positions after the first, and its scale the RMS about that mean. A softmax head that
+//     mostly reads the sink outputs nearly the same vector at every token; a GDN head cannot, and without
+//     that component the residual stream of SmolLM2's conversion carries the first token's massive
+//     activation at every token from layer 11 on (docs/results/conversion_init).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +52,11 @@ void set_rope_option(ConversionOptions& options, const std::string& spec, const 
 struct ConversionStats {
     std::vector<std::vector<double>> head_rms;   // [L][H] RMS of the head's output (before o_proj)
     std::vector<std::vector<double>> head_span;  // [L][H] mean attention distance in tokens
+    // Over the positions after the first (the first token is every sink head's own target, unlike any
+    // other): [L][H][Dh] the head output's mean, [L][H] its RMS about that mean (zeros / the RMS when the
+    // calibration has one token).
+    std::vector<std::vector<std::vector<double>>> head_mean;
+    std::vector<std::vector<double>> head_dev_rms;
     int64_t calibration_tokens = 0;
 };
 

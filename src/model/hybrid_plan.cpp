@@ -113,6 +113,11 @@ void HybridPlan::validate(const ModelConfig& config, const std::string& source) 
                 "{}: plan granularity '{}' is not kv or head", source, granularity);
     HYDRA_CHECK(window_sinks >= 0 && window_sinks <= 4096, "{}: window_sinks {} is outside 0..4096", source,
                 window_sinks);
+    HYDRA_CHECK(
+        !la_bias || fusion != FusionKind::None,
+        "{}: la_bias is part of the fusion; fusion none has no LA offsets (use scale-norm, la-only or "
+        "hymba, or set la_bias false)",
+        source);
     HYDRA_CHECK(gdn.conv_size >= 1 && gdn.conv_size <= 16, "{}: gdn.conv_size {} is outside 1..16", source,
                 gdn.conv_size);
     HYDRA_CHECK(gdn.chunk_size >= 1 && gdn.chunk_size <= 256, "{}: gdn.chunk_size {} is outside 1..256", source,
@@ -158,6 +163,7 @@ nlohmann::json HybridPlan::to_json() const {
     nlohmann::json j;
     j["granularity"] = granularity;
     j["fusion"] = fusion_name(fusion);
+    if (la_bias) j["la_bias"] = true;
     j["selection"] = selection;
     j["gdn"] = {{"conv_size", gdn.conv_size},
                 {"allow_neg_eigval", gdn.allow_neg_eigval},
@@ -196,8 +202,8 @@ HybridPlan HybridPlan::from_json(const nlohmann::json& j, const ModelConfig& con
     HYDRA_CHECK(j.is_object(), "{}: plan must be an object, got {}", source, json_kind(j));
     // Checkpoints written by `hydra train` before plans existed say {"kind": "teacher"}.
     if (!j.contains("layers") && j.value("kind", std::string()) == "teacher") return all_fa(config);
-    static const char* known[] = {"granularity", "fusion",   "selection", "gdn",
-                                  "layers",      "fa_heads", "la_heads",  "window_sinks"};
+    static const char* known[] = {"granularity", "fusion",   "selection", "gdn",         "layers",
+                                  "fa_heads",    "la_heads", "la_bias",   "window_sinks"};
     for (const auto& [key, value] : j.items())
         HYDRA_CHECK(std::find(std::begin(known), std::end(known), key) != std::end(known),
                     "{}: unknown plan key '{}'", source, key);
@@ -218,6 +224,11 @@ HybridPlan HybridPlan::from_json(const nlohmann::json& j, const ModelConfig& con
     std::string fusion = "scale-norm";
     get_string("fusion", fusion);
     plan.fusion = parse_fusion(fusion, source + ": plan.fusion");
+    if (j.contains("la_bias")) {
+        HYDRA_CHECK(j["la_bias"].is_boolean(), "{}: plan.la_bias must be true or false, got {}", source,
+                    json_kind(j["la_bias"]));
+        plan.la_bias = j["la_bias"].get<bool>();
+    }
     if (j.contains("gdn")) {
         const auto& g = j["gdn"];
         HYDRA_CHECK(g.is_object(), "{}: plan.gdn must be an object", source);

@@ -55,6 +55,10 @@ struct HybridPlan {
     std::vector<LayerPlan> layers;
     std::string granularity = "kv";  // kv: whole KV groups are FA or LA; head: single query heads
     FusionKind fusion = FusionKind::ScaleNorm;
+    // The fusion adds a learnable offset to each LA head's output (fusion.la_bias, (n_la, Dh) per mixed
+    // layer), set at conversion to the teacher head's mean output: a GDN head starts from what its softmax
+    // head contributes on average instead of from nothing (model/fusion.h).
+    bool la_bias = false;
     GdnSettings gdn;
     std::string selection = "teacher";  // how the FA heads were chosen (provenance for reports)
     int64_t window_sinks = 0;           // first positions every sliding-window head also attends to

@@ -70,6 +70,7 @@ LayerParams<P> layer_params(const ModelConfig& cfg, const HybridPlan& plan, cons
     p.fusion_head_scale = at("fusion.head_scale");
     p.fusion_fa_scale = at("fusion.fa_scale");
     p.fusion_la_scale = at("fusion.la_scale");
+    p.fusion_la_bias = at("fusion.la_bias");
     p.ffn_norm = at("post_attention_layernorm.weight");
     p.w_gate = at("mlp.gate_proj.weight");
     p.w_up = at("mlp.up_proj.weight");
@@ -112,6 +113,7 @@ LayerParams<const float> layer_params(const LlamaModel& model, int64_t l) {
     p.fusion_head_scale = at(w.fusion_head_scale);
     p.fusion_fa_scale = at(w.fusion_fa_scale);
     p.fusion_la_scale = at(w.fusion_la_scale);
+    p.fusion_la_bias = at(w.fusion_la_bias);
     p.ffn_norm = at(w.ffn_norm);
     p.w_gate = at(w.w_gate);
     p.w_up = at(w.w_up);
@@ -158,6 +160,7 @@ void drop_frozen(LayerParams<P>& p, const P* base, const std::unordered_set<int6
                   &p.fusion_head_scale,
                   &p.fusion_fa_scale,
                   &p.fusion_la_scale,
+                  &p.fusion_la_bias,
                   &p.ffn_norm,
                   &p.w_gate,
                   &p.w_up,

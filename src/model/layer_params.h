@@ -32,7 +32,8 @@ struct LayerParams {
     P *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr, *A_log = nullptr, *dt_bias = nullptr,
       *o_norm = nullptr;
     // fusion
-    P *fusion_head_scale = nullptr, *fusion_fa_scale = nullptr, *fusion_la_scale = nullptr;
+    P *fusion_head_scale = nullptr, *fusion_fa_scale = nullptr, *fusion_la_scale = nullptr,
+      *fusion_la_bias = nullptr;
     // MLP
     P *ffn_norm = nullptr, *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
 };

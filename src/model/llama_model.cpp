@@ -65,6 +65,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, const HybridPlan* plan)
                     break;
                 case FusionKind::None: break;
             }
+            if (plan_.la_bias) params_.declare(name("fusion.la_bias"), {la, Dh});
         }
         params_.declare(name("post_attention_layernorm.weight"), {C});
         params_.declare(name("mlp.gate_proj.weight"), {F, C});
@@ -116,6 +117,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, const HybridPlan* plan)
         w.fusion_head_scale = get("fusion.head_scale");
         w.fusion_fa_scale = get("fusion.fa_scale");
         w.fusion_la_scale = get("fusion.la_scale");
+        w.fusion_la_bias = get("fusion.la_bias");
         w.ffn_norm = get("post_attention_layernorm.weight");
         w.w_gate = get("mlp.gate_proj.weight");
         w.w_up = get("mlp.up_proj.weight");

@@ -50,6 +50,7 @@ struct LayerWeights {
     GdnWeights la;               // the LA heads
     Tensor fusion_head_scale;    // scale-norm (H, Dh) / la-only (n_la, Dh); see model/fusion.h
     Tensor fusion_fa_scale, fusion_la_scale;  // hymba: (n_fa*Dh), (n_la*Dh)
+    Tensor fusion_la_bias;                    // la_bias plans: (n_la, Dh)
     Tensor ffn_norm;             // (C)
     Tensor w_gate, w_up, w_down; // (F, C), (F, C), (C, F)
     // Optional quantized copies of the linear weights (from a quantized GGUF, or model/weight_quantizer.h).

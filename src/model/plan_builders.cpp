@@ -244,6 +244,7 @@ HybridPlan build_plan(const ModelConfig& config, const PlanRequest& req) {
     HybridPlan plan;
     plan.granularity = req.granularity;
     plan.fusion = req.fusion;
+    plan.la_bias = req.la_bias && req.fusion != FusionKind::None;
     plan.gdn = req.gdn;
     plan.selection = selection;
     plan.layers.resize(size_t(L));
@@ -264,6 +265,7 @@ HybridPlan build_plan(const ModelConfig& config, const PlanRequest& req) {
     if (req.window > 0) {
         plan.window_sinks = req.sinks;
         plan.fusion = FusionKind::None;  // softmax heads only: nothing to put on one scale
+        plan.la_bias = false;
         plan.selection += fmt::format(" + sliding window {} ({} sinks)", req.window, req.sinks);
     }
     plan.validate(config, "plan");

@@ -73,9 +73,9 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
             out.sinks = integer(e, w);
         else if (k == "score_method")
             out.score_method = string(e, w);
-        else if (k == "nope") {
+        else if (k == "nope" || k == "la_bias") {
             HYDRA_CHECK(e.is_boolean(), "{}: expected true or false, found {}", w, json_kind(e));
-            out.nope = e.get<bool>();
+            (k == "nope" ? out.nope : out.la_bias) = e.get<bool>();
         } else if (k == "stages") {
             HYDRA_CHECK(e.is_array(), "{}: expected a list of stage names, found {}", w, json_kind(e));
             out.stages.clear();
@@ -83,7 +83,8 @@ PipelineVariant parse_variant(const json& v, const std::string& where) {
                 out.stages.push_back(string(e[i], fmt::format("{}[{}]", w, i)));
         } else
             fail(
-                "{}: unknown key (variant keys: name, select, ratio, granularity, fusion, layers, seed, "
+                "{}: unknown key (variant keys: name, select, ratio, granularity, fusion, la_bias, layers, "
+                "seed, "
                 "score_method, rope_scaling, nope, stages, window, sinks)",
                 w);
     }
@@ -99,6 +100,7 @@ json variant_json(const PipelineVariant& v) {
             {"ratio", v.ratio},
             {"granularity", v.granularity},
             {"fusion", v.fusion},
+            {"la_bias", v.la_bias},
             {"layers", v.layers},
             {"seed", v.seed},
             {"score_method", v.score_method},

@@ -39,6 +39,9 @@ struct PipelineVariant {
     // attention over their last `window` positions plus the first `sinks` (no GDN heads, no fusion; no
     // align stage, so its stages default to distill, longctx).
     int64_t window = 0, sinks = 0;
+    // The fusion's LA offsets, set to the teacher heads' mean outputs (HybridPlan::la_bias; `hydra convert
+    // --la-bias`).
+    bool la_bias = false;
 };
 
 struct PipelineConfig {

@@ -20,6 +20,7 @@ VariantConversion convert_variant(const LoadedModel& teacher, const std::string&
     if (!v.ratio.empty()) req.ratio = parse_ratio(v.ratio, v.name + ".ratio");
     req.granularity = v.granularity;
     req.fusion = parse_fusion(v.fusion, v.name + ".fusion");
+    req.la_bias = v.la_bias;
     req.seed = v.seed;
     req.window = v.window;
     req.sinks = v.sinks;

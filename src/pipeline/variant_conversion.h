@@ -1,8 +1,8 @@
 // convert_variant: one variant of a pipeline config turned into a model directory, the same way for
-// `hydra pipeline` and `hydra demo`: its plan (selection, ratio, granularity, fusion, seed, layers, the
-// sliding-window baseline's window and sinks; head scores of its score_method), the conversion with the
-// teacher's calibration statistics and the FA heads' positions (rope_scaling, nope), and a directory that
-// loads alone (the teacher's tokenizer files, or the byte tokenizer's mark).
+// `hydra pipeline` and `hydra demo`: its plan (selection, ratio, granularity, fusion and its LA offsets,
+// seed, layers, the sliding-window baseline's window and sinks; head scores of its score_method), the
+// conversion with the teacher's calibration statistics and the FA heads' positions (rope_scaling, nope), and
+// a directory that loads alone (the teacher's tokenizer files, or the byte tokenizer's mark).
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 # CLI checks of `hydra ppl MODEL --teacher T` (run by CTest with the built hydra; skipped, rc 77, without
 # the default model): the teacher against itself agrees exactly (KL 0, top-1 1, ratio 1); a fresh 7:1
 # conversion is far from it, and its JSON holds the printed figures inside their intervals, ppl / teacher
-# equal to the ratio of the two perplexities; a teacher of another vocabulary, --shards without --teacher
+# equal to the ratio of the two perplexities; the same plan with the fusion's LA offsets starts at under half
+# its KL (--la-bias with --fusion none is refused); a teacher of another vocabulary, --shards without --teacher
 # and --text with --shards are refused with messages naming the problem.
 #   tests/cli/ppl_teacher.sh path/to/hydra
 set -uo pipefail
@@ -32,6 +33,16 @@ check "each figure lies inside its interval" test "$(jget "$W/h.json" \
 check "ppl / teacher is the ratio of the perplexities" test "$(jget "$W/h.json" "abs(ppl_ratio - ppl / teacher_ppl) <= 1e-4 * ppl_ratio")" = True
 check "the teacher's perplexity is the one it has against itself" test "$(jget "$W/h.json" "teacher_ppl")" = "$(jget "$W/self.json" "ppl")"
 check "the JSON names model, teacher and source" test "$(jget "$W/h.json" "(model.endswith('h71'), teacher == '$MODEL', source == '$PROSE', window)")" = "(True, True, True, 256)"
+
+# The fusion's LA offsets (--la-bias): the same plan starts far closer to its teacher.
+"$HYDRA" convert "$MODEL" --ratio 7:1 --select random --seed 3 --calib-tokens 256 --la-bias --out "$W/h71b" -t 2 >"$W/c" 2>&1
+check "a 7:1 conversion with LA offsets" test $? -eq 0
+check "it says so" contains "$W/c" "with LA offsets"
+"$HYDRA" ppl "$W/h71b" --teacher "$MODEL" --text "$PROSE" --tokens 512 --ctx 256 --json "$W/hb.json" -t 2 >"$W/o" 2>&1
+check "the offsets' conversion against its teacher runs" test $? -eq 0
+check "with offsets the KL is under half the plain conversion's" test "$(python3 -c "import json; a=json.load(open('$W/h.json'))['kl']; b=json.load(open('$W/hb.json'))['kl']; print(b < 0.5 * a)")" = True
+"$HYDRA" convert "$MODEL" --ratio 7:1 --select random --fusion none --la-bias --out "$W/h71n" -t 2 >"$W/o" 2>&1; rc=$?
+check "--la-bias with --fusion none is refused" test "$rc" -ne 0 -a "$(grep -c -- "--la-bias" "$W/o")" -gt 0
 
 "$HYDRA" ppl "$ROOT/tests/data/tiny_hf/llama" --teacher "$MODEL" --text "$PROSE" --tokens 64 >"$W/o" 2>&1; rc=$?
 check "a teacher of another vocabulary is refused" test "$rc" -ne 0

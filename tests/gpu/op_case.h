@@ -77,7 +77,8 @@ OpCase short_conv_case(int64_t B, int64_t T, int64_t D, int64_t W, bool with_pre
 OpCase short_conv_decode_case(int64_t B, int64_t D, int64_t W, int64_t pad);
 OpCase gdn_gates_case(int64_t N, int64_t HV, bool neg);
 OpCase gated_rmsnorm_case(int64_t N, int64_t HV, int64_t D, int64_t zpad);
-OpCase fusion_case(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, bool inplace);
+OpCase fusion_case(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, bool inplace,
+                   bool la_bias = false);
 OpCase elementwise_case(int64_t N, int64_t F);
 
 // ---- training ops (ops_train.cpp) ----

@@ -473,7 +473,8 @@ const char* fusion_case_name(FusionKind kind) {
     return names[int(kind)];
 }
 
-void run_fusion(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, bool inplace, Rng& rng) {
+void run_fusion(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, bool inplace,
+                bool la_bias, Rng& rng) {
     const float eps = 1e-6f;
     const int64_t H = n_fa + n_la;
     const size_t n = sz(N * H * Dh);
@@ -484,17 +485,20 @@ void run_fusion(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t 
          la = f32_values(sz(std::max<int64_t>(1, n_la * Dh)), rng, 0.2f, 1.f);
     auto ghs0 = f32_values(hs.size(), rng, 0.1f), gfa0 = f32_values(fa.size(), rng, 0.1f),
          gla0 = f32_values(la.size(), rng, 0.1f);
-    std::vector<float> out_ref(n), din_ref(n), ghs = ghs0, gfa = gfa0, gla = gla0;
-    FusionParams<float> P{hs.data(), fa.data(), la.data()};
-    FusionGrads<float> G{ghs.data(), gfa.data(), gla.data()};
+    auto lb = f32_values(sz(std::max<int64_t>(1, n_la * Dh)), rng, 1.f),
+         glb0 = f32_values(lb.size(), rng, 0.1f);
+    std::vector<float> out_ref(n), din_ref(n), ghs = ghs0, gfa = gfa0, gla = gla0, glb = glb0;
+    FusionParams<float> P{hs.data(), fa.data(), la.data(), la_bias ? lb.data() : nullptr};
+    FusionGrads<float> G{ghs.data(), gfa.data(), gla.data(), la_bias ? glb.data() : nullptr};
     fusion_forward<float>(out_ref.data(), heads.data(), N, n_fa, n_la, Dh, kind, P, eps);
     fusion_backward<float>(din_ref.data(), G, dout.data(), heads.data(), N, n_fa, n_la, Dh, kind, P, eps);
 
     auto dH = dev_bf16(heads), dDo = dev_bf16(dout);
     auto dhs = dev_f32(hs), dfa = dev_f32(fa), dla = dev_f32(la);
     auto g_hs = dev_f32(ghs0), g_fa = dev_f32(gfa0), g_la = dev_f32(gla0);
-    const cu::FusionScales cs{dhs.p(), dfa.p(), dla.p()};
-    const cu::FusionScaleGrads cg{g_hs.p(), g_fa.p(), g_la.p()};
+    auto dlb = dev_f32(lb), g_lb = dev_f32(glb0);
+    const cu::FusionScales cs{dhs.p(), dfa.p(), dla.p(), la_bias ? dlb.p() : nullptr};
+    const cu::FusionScaleGrads cg{g_hs.p(), g_fa.p(), g_la.p(), la_bias ? g_lb.p() : nullptr};
     Dev<bf16> out = inplace ? dev_bf16(heads) : Dev<bf16>(int64_t(n));
     cu::fusion_forward(out.p(), inplace ? out.p() : dH.p(), N, n_fa, n_la, Dh, kind, cs, eps);
     expect_rel("fusion fwd out", host(out), out_ref, kTolBf16);
@@ -513,6 +517,7 @@ void run_fusion(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t 
         if (n_fa > 0) expect_delta("fusion bwd dfa+=", host(g_fa), gfa, gfa0, kTolF32);
         expect_delta("fusion bwd dla+=", host(g_la), gla, gla0, kTolF32);
     }
+    if (act && la_bias) expect_delta("fusion bwd dla_bias+=", host(g_lb), glb, glb0, kTolF32);
 }
 
 void run_elementwise(int64_t N, int64_t F, Rng& rng) {
@@ -641,11 +646,12 @@ OpCase gated_rmsnorm_case(int64_t N, int64_t HV, int64_t D, int64_t zpad) {
             [=](Rng& r) { run_gated_rmsnorm(N, HV, D, zpad, r); }};
 }
 
-OpCase fusion_case(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, bool inplace) {
+OpCase fusion_case(FusionKind kind, int64_t N, int64_t n_fa, int64_t n_la, int64_t Dh, bool inplace,
+                   bool la_bias) {
     return {case_name(std::string("fusion_") + fusion_case_name(kind),
                       {{"N", N}, {"fa", n_fa}, {"la", n_la}, {"Dh", Dh}}) +
-                (inplace ? "_inplace" : ""),
-            [=](Rng& r) { run_fusion(kind, N, n_fa, n_la, Dh, inplace, r); }};
+                (inplace ? "_inplace" : "") + (la_bias ? "_labias" : ""),
+            [=](Rng& r) { run_fusion(kind, N, n_fa, n_la, Dh, inplace, la_bias, r); }};
 }
 
 OpCase elementwise_case(int64_t N, int64_t F) {

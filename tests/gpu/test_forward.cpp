@@ -261,6 +261,7 @@ struct SyntheticCase {
     FusionKind fusion = FusionKind::ScaleNorm;
     int index = 0;              // seeds: weights 1000 + index, prompt 42 + index
     int window = 0, sinks = 0;  // > 0: the sliding-window baseline (the ratio's LA heads windowed instead)
+    bool la_bias = false;       // the fusion's LA offsets
 };
 
 void PrintTo(const SyntheticCase& c, std::ostream* os) {
@@ -277,6 +278,8 @@ std::vector<SyntheticCase> synthetic_cases() {
         {"hybrid_head_1to1_none", false, "head", "1:1", FusionKind::None, 5},
         {"qwen_style_teacher_bias_qknorm", true, "", "", FusionKind::ScaleNorm, 6},
         {"sliding_window_head_1to1_w40_s2", false, "head", "1:1", FusionKind::None, 7, 40, 2},
+        {"hybrid_kv_1to1_scalenorm_la_offsets", false, "kv", "1:1", FusionKind::ScaleNorm, 8, 0, 0, true},
+        {"hybrid_head_1to1_hymba_la_offsets", false, "head", "1:1", FusionKind::Hymba, 9, 0, 0, true},
     };
 }
 
@@ -296,6 +299,7 @@ TEST_P(Synthetic, MatchesCpuAndGraphsMatchEager) {
         r.seed = 7;
         r.gdn.norm_eps = c.rms_norm_eps;
         r.window = sc.window, r.sinks = sc.sinks;
+        r.la_bias = sc.la_bias;
         plan = build_plan(c, r);
     }
     LlamaModel model(c, plan ? &*plan : nullptr);

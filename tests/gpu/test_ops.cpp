@@ -118,6 +118,11 @@ std::vector<OpCase> op_cases() {
     c.push_back(
         fusion_case(FK::ScaleNorm, 5000, 1, 8, 128, false));  // pair path, 2 pairs, several rows per part
     c.push_back(fusion_case(FK::LaOnly, 77, 2, 5, 64, true));
+    // the LA offsets (la_bias plans), out of place (training) and in place (inference), every kind with them
+    for (FK k : {FK::ScaleNorm, FK::Hymba, FK::LaOnly})
+        c.push_back(fusion_case(k, 77, 3, 6, 64, false, true));
+    c.push_back(
+        fusion_case(FK::ScaleNorm, 3000, 1, 8, 64, true, true));  // several row blocks of the bias sums
     c.push_back(elementwise_case(77, 576));
     // ---- training ops ----
     c.push_back(gemm_case(77, 129, 200));

@@ -63,6 +63,7 @@ enum class M {
     TinyHeadScaleNorm,  // the tiny teacher's 1:1 head-granularity scale-norm hybrid, non-uniform
     SmolQkTeacher,      // SmolLM2-135M's shape with q/k norm
     SmolQkHybrid,
+    TinyScaleNormOffsets,  // TinyScaleNorm's plan with the fusion's LA offsets (random values)
     TinyWindow,  // the sliding-window baseline: the tiny teacher's 1:1 random half as 40-position windows + 2
                  // sinks
     RealTeacher,
@@ -155,6 +156,17 @@ std::unique_ptr<LlamaModel> build(M which) {
             return converted(M::TinyTeacher, "1:1", FusionKind::ScaleNorm, 3);
         case M::TinyHymba:
             return converted(M::TinyTeacher, "2:1", FusionKind::Hymba, 5);
+        case M::TinyScaleNormOffsets: {
+            const LlamaModel& t = model(M::TinyTeacher);
+            PlanRequest r = bench::plan_request(t.config(), "1:1", "kv", FusionKind::ScaleNorm, 3);
+            r.la_bias = true;
+            auto m = convert_to_hybrid(t, build_plan(t.config(), r), ConversionOptions{});
+            Rng rng(17);
+            for (int64_t l = 0; l < m->config().num_layers; ++l)
+                if (Tensor b = m->layer(l).fusion_la_bias; !b.empty())
+                    for (int64_t i = 0; i < b.numel(); ++i) b.f32()[i] = 0.5f * rng.normal();
+            return m;
+        }
         case M::TinyBiasTeacher: {
             ModelConfig c = tiny_config();
             c.attention_bias = true;
@@ -269,6 +281,15 @@ std::vector<StepCase> step_cases() {
          .student = M::TinyHymba,
          .teacher = M::TinyTeacher,
          .obj = kl_objective(0.0, 1.0f, 0)});
+    add({.name = "tiny_hybrid_kv_scalenorm_la_offsets_ce_kl",
+         .student = M::TinyScaleNormOffsets,
+         .teacher = M::TinyTeacher,
+         .obj = kl_objective(0.5, 1.0f, 0)});
+    add({.name = "tiny_hybrid_kv_scalenorm_la_offsets_align_linear_attn_fusion",
+         .align = true,
+         .student = M::TinyScaleNormOffsets,
+         .teacher = M::TinyTeacher,
+         .trainable = kAlignTrainable});
     add({.name = "tiny_hybrid_kv_laonly_qkv_bias_untied_ce",
          .student = M::TinyLaOnly,
          .obj = ce_objective()});

@@ -9,6 +9,7 @@
 #include <initializer_list>
 
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/elementwise.h"
 #include "ops/cuda/layer_util.cuh"
 
 namespace hydra::cuda {
@@ -268,6 +269,8 @@ void fusion_forward(bf16* out, const bf16* heads, int64_t N, int64_t n_fa, int64
             out, sg, N, eps);
     }
     CUDA_CHECK(cudaGetLastError());
+    const int64_t row = (n_fa + n_la) * Dh;
+    if (scales.la_bias) bias_add(out + n_fa * Dh, scales.la_bias, N, n_la * Dh, row, stream);
 }
 
 void fusion_backward(bf16* dheads, const FusionScaleGrads& grads, const bf16* dout, const bf16* heads,
@@ -279,6 +282,9 @@ void fusion_backward(bf16* dheads, const FusionScaleGrads& grads, const bf16* do
         CUDA_CHECK(
             cudaMemcpyAsync(dheads, dout, size_t(total) * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
     if (!active(kind, n_la)) return;
+    // The offsets' gradient: column sums of dout's LA heads, taken before the kernel overwrites them.
+    if (grads.la_bias)
+        bias_backward(grads.la_bias, dheads + n_fa * Dh, N, n_la * Dh, (n_fa + n_la) * Dh, stream);
     const Segments sg = make_segments(kind, n_fa, n_la, Dh, scales);
     const bool hymba = sg.kind == kHymba;
     const bool any_grad = hymba ? (grads.fa_scale || grads.la_scale) : grads.head_scale != nullptr;

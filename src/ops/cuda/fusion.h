@@ -3,9 +3,11 @@
 //   ScaleNorm  every head h: y_h = x_h * rsqrt(mean(x_h^2) + eps) * s_h        head_scale: (H, Dh)
 //   LaOnly     the same for LA heads only (FA heads copied)                    head_scale: (n_la, Dh)
 //   Hymba      per group g in {FA, LA}: y_g = f * x_g * rsqrt(mean over the group's width + eps) * s_g,
-//              f = 1/2 when both groups exist, else 1                        fa_scale: (n_fa*Dh), la_scale: (n_la*Dh)
+//              f = 1/2 when both groups exist, else 1                        fa_scale: (n_fa*Dh), la_scale:
+//              (n_la*Dh)
 //   None       identity (copy); also any kind when n_la == 0 (a pure FA layer is never fused)
-// Layouts: heads, out, dout, dheads: (N, H = n_fa + n_la, Dh) bf16 contiguous, FA heads first; scales and
+// With la_bias (HybridPlan::la_bias) the other kinds then add la_bias[j] to LA head j       la_bias: (n_la,
+// Dh) Layouts: heads, out, dout, dheads: (N, H = n_fa + n_la, Dh) bf16 contiguous, FA heads first; scales and
 // their gradients fp32. fp32 arithmetic. One warp per normalised segment (head or group) per token.
 // Every CUDA call is checked (hydra::Error on failure); the functions are asynchronous on `stream`.
 #pragma once
@@ -27,11 +29,13 @@ struct FusionScales {  // null where the kind has none
     const float* head_scale = nullptr;  // ScaleNorm: (H, Dh); LaOnly: (n_la, Dh)
     const float* fa_scale = nullptr;    // Hymba: (n_fa * Dh)
     const float* la_scale = nullptr;    // Hymba: (n_la * Dh)
+    const float* la_bias = nullptr;     // la_bias plans: (n_la, Dh), added after the scaling
 };
 struct FusionScaleGrads {  // ACCUMULATED (+=); null = frozen
     float* head_scale = nullptr;
     float* fa_scale = nullptr;
     float* la_scale = nullptr;
+    float* la_bias = nullptr;
 };
 
 // out OVERWRITTEN (may alias heads: in place).
