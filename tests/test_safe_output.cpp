@@ -77,19 +77,6 @@ std::string deep_json(int64_t depth) {
     return s;
 }
 
-ModelConfig small_model_config() {
-    ModelConfig mc = test::tiny_llama_config({.vocab = 64,
-                                              .hidden = 32,
-                                              .intermediate = 48,
-                                              .layers = 2,
-                                              .heads = 4,
-                                              .kv_heads = 2,
-                                              .head_dim = 8},
-                                             "ck");
-    mc.max_position_embeddings = 64;
-    return mc;
-}
-
 class SafeOutput : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -142,7 +129,7 @@ TEST_F(SafeOutput, TrainRefusesARegularFile) {
 }
 
 TEST_F(SafeOutput, SaveCheckpointAndModelDirectoryNeverReplaceForeignFiles) {
-    LlamaModel model(small_model_config());
+    LlamaModel model(test::tiny_checkpoint_config());
     AdamW opt(AdamWConfig{}, model.params().numel());
     const fs::path foreign = root_ / "foreign";
     spit(foreign / "important.txt", "keep");
@@ -251,7 +238,7 @@ TEST_F(SafeOutput, ResumeRecoversASwapCutBetweenItsTwoRenames) {
 }
 
 TEST_F(SafeOutput, LoadFindsAModelDirectoryWhoseSwapWasCut) {
-    LlamaModel model(small_model_config());
+    LlamaModel model(test::tiny_checkpoint_config());
     model.params().data()[0] = 0.5f;
     save_model_directory((root_ / "m").string(), model, {});
     fs::rename(root_ / "m", root_ / "m.old-999999");
@@ -279,7 +266,7 @@ TEST_F(SafeOutput, DeepTrainConfigsAreClearErrors) {
 }
 
 TEST_F(SafeOutput, DeepModelConfigIsAClearError) {
-    LlamaModel model(small_model_config());
+    LlamaModel model(test::tiny_checkpoint_config());
     save_model_directory((root_ / "m").string(), model, {});
     std::string text = slurp(root_ / "m" / "config.json");
     const size_t at = text.find("\"hydra\": {");  // the hydra section nests 200,000 deep
@@ -353,7 +340,7 @@ TEST_F(SafeOutput, MessagesNameOnlyCheckpointsThatExist) {
     EXPECT_FALSE(contains(err, "is intact")) << err;
     EXPECT_TRUE(contains(err, "no checkpoint")) << err;
     // A first save that fails has no previous checkpoint to keep.
-    LlamaModel model(small_model_config());
+    LlamaModel model(test::tiny_checkpoint_config());
     AdamW opt(AdamWConfig{}, model.params().numel());
     rlimit old{};
     ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
@@ -371,7 +358,7 @@ TEST_F(SafeOutput, MessagesNameOnlyCheckpointsThatExist) {
 }
 
 TEST_F(SafeOutput, ConfigSizesAreCheckedAgainstTheWeightsBeforeAllocating) {
-    LlamaModel model(small_model_config());
+    LlamaModel model(test::tiny_checkpoint_config());
     save_model_directory((root_ / "m").string(), model, {});
     nlohmann::json cfg = nlohmann::json::parse(slurp(root_ / "m" / "config.json"));
     cfg["hidden_size"] = 16384;  // 64 layers of 16K x 53K MLPs: about 170 G parameters

@@ -111,15 +111,7 @@ TEST_F(Trainer, NonFiniteStepsAreSkippedThenTheRunStopsClearly) {
 // A save that fails half-way (the file-size limit makes writes fail like a full disk) must throw
 // and leave the previous checkpoint byte-identical, with no temporary directory left behind.
 TEST_F(Trainer, FailedSaveKeepsThePreviousCheckpoint) {
-    ModelConfig mc = test::tiny_llama_config({.vocab = 64,
-                                              .hidden = 32,
-                                              .intermediate = 48,
-                                              .layers = 2,
-                                              .heads = 4,
-                                              .kv_heads = 2,
-                                              .head_dim = 8},
-                                             "ck");
-    LlamaModel model(mc);
+    LlamaModel model(test::tiny_checkpoint_config());
     AdamW opt(AdamWConfig{}, model.params().numel());
     TrainState st;
     const std::string dir = (root_ / "ck").string();

@@ -33,6 +33,20 @@ inline ModelConfig tiny_llama_config(const TinyShape& s, const std::string& name
     return c;
 }
 
+// The small model the checkpoint and safe-output tests save, corrupt and load (64 positions).
+inline ModelConfig tiny_checkpoint_config() {
+    ModelConfig c = tiny_llama_config({.vocab = 64,
+                                       .hidden = 32,
+                                       .intermediate = 48,
+                                       .layers = 2,
+                                       .heads = 4,
+                                       .kv_heads = 2,
+                                       .head_dim = 8},
+                                      "ck");
+    c.max_position_embeddings = 64;
+    return c;
+}
+
 // Every parameter ~ Normal(0, stddev), reproducible from `seed`.
 inline void randomize_params(LlamaModel& m, uint64_t seed, float stddev = 0.3f) {
     std::mt19937_64 gen(seed);
