@@ -476,7 +476,10 @@ TEST(HybridConvert, LaOffsetsStartAtTheTeacherHeadMeans) {
     EXPECT_NE(error_of([&] { HybridPlan::from_json(bad, c, "plan.json"); }).find("true or false"),
               std::string::npos);
     r.fusion = FusionKind::None;
-    EXPECT_FALSE(build_plan(c, r).la_bias);
+    EXPECT_NE(error_of([&] { build_plan(c, r); }).find("fusion none"), std::string::npos);
+    r.fusion = FusionKind::ScaleNorm;
+    r.window = 16;
+    EXPECT_NE(error_of([&] { build_plan(c, r); }).find("sliding-window baseline"), std::string::npos);
 }
 
 TEST(HybridConvert, ModelDirectoryRoundTrip) {

@@ -137,8 +137,6 @@ void register_convert(CLI::App& app) {
         if (!o->ratio.empty()) req.ratio = parse_ratio(o->ratio, "--ratio");
         req.granularity = o->granularity;
         req.fusion = parse_fusion(o->fusion, "--fusion");
-        HYDRA_CHECK(!o->la_bias || req.fusion != FusionKind::None,
-                    "--la-bias: the offsets are part of the fusion; --fusion none has none");
         req.la_bias = o->la_bias;
         req.seed = o->seed;
         req.window = o->window;

@@ -4,8 +4,8 @@
 //   scale-norm  every head h: y_h = x_h * rsqrt(mean(x_h^2) + eps) * s_h      s: (H, Dh)
 //   la-only     the same for LA heads only (FA heads untouched)               s: (n_la, Dh)
 //   hymba       per group g in {FA, LA}: y_g = f * x_g * rsqrt(mean over the group's width + eps) * s_g,
-//               f = 1/2 when both groups exist (Hymba's average), else 1      s_fa: (n_fa*Dh), s_la:
-//               (n_la*Dh)
+//               f = 1/2 when both groups exist (Hymba's average), else 1
+//               s_fa: (n_fa*Dh), s_la: (n_la*Dh)
 //   none        identity
 // With HybridPlan::la_bias the scale-norm, la-only and hymba kinds then add b_j to LA head j:   b: (n_la, Dh)
 // Layers without LA heads are never fused: a pure FA layer is exactly the teacher's layer.

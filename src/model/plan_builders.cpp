@@ -244,7 +244,11 @@ HybridPlan build_plan(const ModelConfig& config, const PlanRequest& req) {
     HybridPlan plan;
     plan.granularity = req.granularity;
     plan.fusion = req.fusion;
-    plan.la_bias = req.la_bias && req.fusion != FusionKind::None;
+    // The offsets live in the fusion: a plan without one (fusion none, the sliding-window baseline) has none.
+    HYDRA_CHECK(!req.la_bias || (req.fusion != FusionKind::None && req.window == 0),
+                "la_bias (--la-bias): the LA offsets are part of the fusion, and {} has none",
+                req.window > 0 ? "the sliding-window baseline (no LA heads)" : "fusion none");
+    plan.la_bias = req.la_bias;
     plan.gdn = req.gdn;
     plan.selection = selection;
     plan.layers.resize(size_t(L));
@@ -265,7 +269,6 @@ HybridPlan build_plan(const ModelConfig& config, const PlanRequest& req) {
     if (req.window > 0) {
         plan.window_sinks = req.sinks;
         plan.fusion = FusionKind::None;  // softmax heads only: nothing to put on one scale
-        plan.la_bias = false;
         plan.selection += fmt::format(" + sliding window {} ({} sinks)", req.window, req.sinks);
     }
     plan.validate(config, "plan");

@@ -41,7 +41,7 @@ struct PlanRequest {
     std::optional<Ratio> ratio;     // required except for all-la, all-fa and layerwise with layers
     std::string granularity = "kv"; // kv | head
     FusionKind fusion = FusionKind::ScaleNorm;
-    bool la_bias = false;  // HybridPlan::la_bias (ignored where the fusion is none: no LA heads to offset)
+    bool la_bias = false;  // HybridPlan::la_bias (refused with fusion none and the sliding-window baseline)
     uint64_t seed = 1;
     std::vector<int64_t> layers;    // layerwise: the FA layers (empty: every k-th layer from the ratio)
     const HeadScoreTable* scores = nullptr;  // select=scores; uniform uses it within layers when given
