@@ -1,7 +1,9 @@
 // bench_cpu_inference: prefill and decode throughput of a model on the CPU, in the same shape as
 // llama.cpp's llama-bench (pp = prompt tokens in one batch, tg = tokens generated one at a time).
-//   bench_cpu_inference [MODEL] [--pp 512] [--tg 128] [--reps 3] [--threads N] [--f32-activations]
-//   [--q8-weights]
+//   bench_cpu_inference [MODEL] [--pp 512] [--tg 128] [--depth 0] [--reps 3] [--threads N]
+//   [--f32-activations] [--q8-weights]
+// --depth D runs each test after a context of D tokens, prefilled untimed before it (llama-bench's -d):
+// the cost at length. --pp 0 or --tg 0 leaves that test out (a long depth is prefilled once per test).
 // --f32-activations decodes with the f32-activation GEMVs (the reference) instead of 8-bit activations;
 // --q8-weights decodes from Q8_0 copies of the f32 linear weights (a model directory: a converted hybrid).
 // Prints one JSON object per test with the median tokens/s over the repetitions.
@@ -9,6 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +20,7 @@
 
 #include "core/blas_kernels.h"
 #include "core/error.h"
+#include "core/parse_number.h"
 #include "core/rng.h"
 #include "core/threading.h"
 #include "model/kv_cache.h"
@@ -29,7 +34,7 @@ using namespace hydra;
 int main(int argc, char** argv) {
     hydra::ensure_blas_kernels(argv);
     std::string model_path = std::string(HYDRA_SOURCE_DIR) + "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    int64_t pp = 512, tg = 128;
+    int64_t pp = 512, tg = 128, depth = 0;
     int reps = 3, threads = 0;
     ForwardOptions options;
     bool q8_weights = false;
@@ -42,22 +47,35 @@ int main(int argc, char** argv) {
             }
             return argv[++i];
         };
+        // a whole number in [lo, hi], else exit 2 naming the option
+        auto count = [&](int64_t lo, int64_t hi) -> int64_t {
+            const std::string v = next();
+            const std::optional<int64_t> n = parse_int64(v);
+            if (!n || *n < lo || *n > hi) {
+                fmt::print(stderr, "bench_cpu_inference: {} '{}': expected a whole number in [{}, {}]\n", a,
+                           v, lo, hi);
+                std::exit(2);
+            }
+            return *n;
+        };
         if (a == "--pp")
-            pp = std::stoll(next());
+            pp = count(0, 1 << 20);
         else if (a == "--tg")
-            tg = std::stoll(next());
+            tg = count(0, 1 << 20);
+        else if (a == "--depth")
+            depth = count(0, 1 << 20);
         else if (a == "--reps")
-            reps = std::stoi(next());
+            reps = int(count(1, 1000));
         else if (a == "--threads")
-            threads = std::stoi(next());
+            threads = int(count(0, 4096));
         else if (a == "--f32-activations")
             options.q8_activations = false;
         else if (a == "--q8-weights")
             q8_weights = true;
         else if (a.rfind("--", 0) == 0) {
             fmt::print(stderr,
-                       "usage: bench_cpu_inference [MODEL] [--pp N] [--tg N] [--reps N] [--threads N] "
-                       "[--f32-activations] [--q8-weights]\n");
+                       "usage: bench_cpu_inference [MODEL] [--pp N] [--tg N] [--depth N] [--reps N] "
+                       "[--threads N] [--f32-activations] [--q8-weights]\n");
             return 2;
         } else
             model_path = a;
@@ -69,38 +87,70 @@ int main(int argc, char** argv) {
         const ModelConfig& cfg = m.model->config();
         // Random token ids, as llama-bench uses: throughput does not depend on the text.
         Rng rng(1234);
-        std::vector<int32_t> prompt(static_cast<size_t>(pp));
-        for (auto& t : prompt) t = int32_t(rng.next_u64() % uint64_t(cfg.vocab_size));
+        auto random_tokens = [&](int64_t n) {
+            std::vector<int32_t> ids(static_cast<size_t>(n));
+            for (auto& t : ids) t = int32_t(rng.next_u64() % uint64_t(cfg.vocab_size));
+            return ids;
+        };
+        const std::vector<int32_t> context = random_tokens(depth),
+                                   prompt = random_tokens(std::max<int64_t>(pp, 1));
         using clock = std::chrono::steady_clock;
-        std::vector<double> pp_rates, tg_rates;
-        for (int r = 0; r < reps + 1; ++r) {  // the first repetition warms caches and is discarded
-            KVCache cache(*m.model, std::max<int64_t>(pp, tg) + 1);  // the plan's layout: hybrids too
-            auto t0 = clock::now();
-            Tensor logits = forward_last_logits(*m.model, prompt, cache, options);
-            const double pp_s = std::chrono::duration<double>(clock::now() - t0).count();
+        auto seconds_since = [](clock::time_point t0) {
+            return std::chrono::duration<double>(clock::now() - t0).count();
+        };
+        KVCache cache(*m.model, depth + std::max(pp, tg) + 1);  // the plan's layout: hybrids too
+        // A fresh sequence holding the depth's context, prefilled untimed (a recurrent state cannot be
+        // rewound, so each test starts from its own prefill).
+        auto at_depth = [&]() {
             cache.reset();
+            if (depth > 0) forward_last_logits(*m.model, context, cache, options);
+        };
+        auto time_pp = [&](int64_t n) {
+            const auto t0 = clock::now();
+            forward_last_logits(*m.model, std::span<const int32_t>(prompt.data(), size_t(n)), cache, options);
+            return seconds_since(t0);
+        };
+        auto time_tg = [&](int64_t n) {
             int32_t tok = prompt[0];
-            auto t1 = clock::now();
-            for (int64_t i = 0; i < tg; ++i) {
+            const auto t0 = clock::now();
+            for (int64_t i = 0; i < n; ++i) {
                 const int32_t one[1] = {tok};
-                logits = forward_last_logits(*m.model, one, cache, options);
+                Tensor logits = forward_last_logits(*m.model, one, cache, options);
                 tok = argmax({logits.f32(), size_t(cfg.vocab_size)});
             }
-            const double tg_s = std::chrono::duration<double>(clock::now() - t1).count();
-            if (r == 0) continue;
-            pp_rates.push_back(double(pp) / pp_s);
-            tg_rates.push_back(double(tg) / tg_s);
+            return seconds_since(t0);
+        };
+        // Warm-up (discarded): a short pass at depth 0 warms the weights and the allocator.
+        cache.reset();
+        time_pp(std::min<int64_t>(std::max<int64_t>(pp, 1), 64));
+        cache.reset();
+        time_tg(std::min<int64_t>(tg, 8));
+        std::vector<double> pp_rates, tg_rates;
+        for (int r = 0; r < reps; ++r) {
+            if (pp > 0) {
+                at_depth();
+                pp_rates.push_back(double(pp) / time_pp(pp));
+            }
+            if (tg > 0) {
+                at_depth();
+                tg_rates.push_back(double(tg) / time_tg(tg));
+            }
         }
         auto median = [](std::vector<double> v) {
             std::sort(v.begin(), v.end());
             return v[v.size() / 2];
         };
-        fmt::print(
-            "{{\"engine\": \"hydra\", \"test\": \"pp{}\", \"tokens_per_s\": {:.2f}, \"threads\": {}}}\n", pp,
-            median(pp_rates), num_threads());
-        fmt::print(
-            "{{\"engine\": \"hydra\", \"test\": \"tg{}\", \"tokens_per_s\": {:.2f}, \"threads\": {}}}\n", tg,
-            median(tg_rates), num_threads());
+        // the cache as the last test left it: KV rows of the FA KV groups for every position, GDN states
+        const size_t cache_bytes = cache.bytes_per_token() * size_t(cache.pos()) + cache.state_bytes();
+        auto report = [&](const char* kind, int64_t n, const std::vector<double>& rates) {
+            if (rates.empty()) return;
+            fmt::print(
+                "{{\"engine\": \"hydra\", \"test\": \"{}{}\", \"depth\": {}, \"tokens_per_s\": {:.2f}, "
+                "\"threads\": {}, \"kv_bytes_per_token\": {}, \"cache_bytes\": {}}}\n",
+                kind, n, depth, median(rates), num_threads(), cache.bytes_per_token(), cache_bytes);
+        };
+        report("pp", pp, pp_rates);
+        report("tg", tg, tg_rates);
     } catch (const Error& e) {
         fmt::print(stderr, "bench_cpu_inference: error: {}\n", e.what());
         return 1;

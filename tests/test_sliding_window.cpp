@@ -1,7 +1,8 @@
 // The head-level sliding-window baseline on the CPU (DuoAttention's streaming heads, issue 34): heads with
 // a window W attend to their query's last W positions plus the first `sinks` ones.
 //   - the attention op with per-head windows against a direct double-precision reference (fresh and
-//     continued after cached keys), its weights zero outside the window, and its backward against central
+//     continued after cached keys; a decode step over several key chunks, some wholly outside a window),
+//     its weights zero outside the window, and its backward against central
 //     finite differences;
 //   - the plan (build_plan with a window: the heads the selection would make LA stay softmax heads with the
 //     window), its JSON round trip and checks;
@@ -72,7 +73,7 @@ const std::vector<int32_t> kWindows = {0, 3, 1, 7};  // full, window 3, window 1
 TEST(SlidingWindow, AttentionMatchesTheReferenceFreshAndContinued) {
     const double scale = 0.4;
     for (const int64_t sinks : {int64_t(0), int64_t(2)})
-        for (const auto& [T, pos0] : {std::pair<int64_t, int64_t>{70, 0}, {1, 40}, {9, 23}}) {
+        for (const auto& [T, pos0] : {std::pair<int64_t, int64_t>{70, 0}, {1, 40}, {9, 23}, {1, 700}}) {
             SCOPED_TRACE(testing::Message() << "T " << T << " pos0 " << pos0 << " sinks " << sinks);
             const int64_t S = pos0 + T;
             const auto q = randn(size_t(T * kH * kDh), 1), k = randn(size_t(S * kHkv * kDh), 2),

@@ -5,6 +5,11 @@
 // masked row softmax turns them into weights (entries past a row's last key set to 0), and one more
 // GEMM multiplies them into V. Causality costs at most one partly masked block per row.
 //
+// Decode (one query row per head), where the cache read is the cost: work items (KV head, fixed chunk of
+// keys), each reading its K / V rows once for all the query heads of the KV head (a per-head loop reads
+// them once per query head), with the chunk's softmax statistics; a second pass combines the chunks in
+// key order (flash-decoding). The chunks do not depend on the thread count, nor does the result.
+//
 // Backward, per query head (pos0 = 0), query blocks from last to first; with P the block's weights
 // (saved or recomputed) and dO its output gradient rows:
 //   dP = dO V^T,  D_t = sum_s P_ts dP_ts (= dO_t . O_t),  dS = scale P * (dP - D)
@@ -20,6 +25,7 @@
 
 #include "core/error.h"
 #include "core/gemm.h"
+#include "ops/cpu/avx_hsum.h"
 #include "ops/cpu/fast_exp.h"
 
 namespace hydra::cpu {
@@ -43,8 +49,8 @@ void check_map(const int32_t* kv_head_of, int64_t H, int64_t Hkv) {
         return;
     }
     for (int64_t h = 0; h < H; ++h)
-        HYDRA_ASSERT(kv_head_of[h] >= 0 && kv_head_of[h] < Hkv, "attention: kv_head_of[{}] = {} is outside [0, {})",
-                     h, kv_head_of[h], Hkv);
+        HYDRA_ASSERT(kv_head_of[h] >= 0 && kv_head_of[h] < Hkv,
+                     "attention: kv_head_of[{}] = {} is outside [0, {})", h, kv_head_of[h], Hkv);
 }
 
 inline int64_t kv_head(const int32_t* kv_head_of, int64_t h, int64_t group) {
@@ -104,26 +110,233 @@ void block_softmax(T* P, int64_t ld, const T* q, const T* k, int64_t t0, int64_t
     for (int64_t i = 0; i < nq; ++i) window_softmax_row(P + i * ld, pos0 + t0 + i + 1, nk, window, sinks);
 }
 
-// A single query row against keys / values [0, n) with row stride ld: P (n) receives the weights, o (Dh)
-// the output.
+// ---- decode: one query row per head, all heads of a KV head together, keys in fixed chunks ----
+
+// Keys per chunk of the decode split: the unit of work (and of parallelism) along a long cache. Fixed, so
+// that the chunks, and the order of their combination, do not depend on the thread count.
+constexpr int64_t kDecodeKeys = 256;
+
+inline float exp_of(float x) {
+    return exp_approx(x);
+}
+inline double exp_of(double x) {
+    return std::exp(x);
+}
+
+// Query heads [first[g], first[g + 1]) read KV head g (check_map's monotone map, or the grouped layout).
+std::vector<int64_t> heads_per_kv(const int32_t* kv_head_of, int64_t H, int64_t Hkv, int64_t group) {
+    std::vector<int64_t> first(size_t(Hkv + 1), 0);
+    for (int64_t h = 0; h < H; ++h) ++first[size_t(kv_head(kv_head_of, h, group) + 1)];
+    for (int64_t g = 0; g < Hkv; ++g) first[size_t(g + 1)] += first[size_t(g)];
+    return first;
+}
+
+// Scores of one query against keys [0, len) (rows ld apart): P[s] = scale * q . k_s.
 template <typename T>
-void single_query(T* P, T* o, const T* qv, const T* k, const T* v, int64_t n, int64_t ld, int64_t Dh,
-                  double scale, int64_t window, int64_t sinks) {
-    const T sc = T(scale);
-    for (int64_t s = 0; s < n; ++s) {
+void chunk_scores(T* P, const T* qv, const T* k, int64_t ld, int64_t len, int64_t Dh, T scale) {
+    for (int64_t s = 0; s < len; ++s) {
         const T* kr = k + s * ld;
         T d = 0;
-#pragma omp simd reduction(+ : d)
         for (int64_t i = 0; i < Dh; ++i) d += qv[i] * kr[i];
-        P[s] = sc * d;
+        P[s] = scale * d;
     }
-    window_softmax_row(P, n, n, window, sinks);
-    std::fill(o, o + Dh, T(0));
-    for (int64_t s = 0; s < n; ++s) {
+}
+
+// o[0, Dh) += sum_s P[s] v_s over value rows [0, len) (rows ld apart).
+template <typename T>
+void chunk_weighted_sum(T* o, const T* P, const T* v, int64_t ld, int64_t len, int64_t Dh) {
+    for (int64_t s = 0; s < len; ++s) {
         const T p = P[s];
         const T* vr = v + s * ld;
-#pragma omp simd
         for (int64_t i = 0; i < Dh; ++i) o[i] += p * vr[i];
+    }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// The float forms in AVX registers (Dh a multiple of 8): four keys' dot products at a time, reduced
+// together by horizontal adds (a per-key reduction through memory costs more than the products), and the
+// output accumulated in registers 64 floats at a time.
+template <>
+void chunk_scores<float>(float* P, const float* qv, const float* k, int64_t ld, int64_t len, int64_t Dh,
+                         float scale) {
+    if (Dh % 8 != 0) {
+        for (int64_t s = 0; s < len; ++s) {
+            const float* kr = k + s * ld;
+            float d = 0;
+            for (int64_t i = 0; i < Dh; ++i) d += qv[i] * kr[i];
+            P[s] = scale * d;
+        }
+        return;
+    }
+    const __m128 sc = _mm_set1_ps(scale);
+    int64_t s = 0;
+    for (; s + 4 <= len; s += 4) {
+        const float *k0 = k + s * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+               a3 = _mm256_setzero_ps();
+        for (int64_t i = 0; i < Dh; i += 8) {
+            const __m256 qi = _mm256_loadu_ps(qv + i);
+            a0 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k0 + i), a0);
+            a1 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k1 + i), a1);
+            a2 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k2 + i), a2);
+            a3 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k3 + i), a3);
+        }
+        // [a0 a1 a2 a3] lane sums: two rounds of pairwise adds, then the two 128-bit halves
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        const __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        _mm_storeu_ps(P + s, _mm_mul_ps(r, sc));
+    }
+    for (; s < len; ++s) {
+        const float* kr = k + s * ld;
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t i = 0; i < Dh; i += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(qv + i), _mm256_loadu_ps(kr + i), a);
+        P[s] = scale * hsum(a);
+    }
+}
+
+template <int NV>  // o[0, 8 NV) += sum_s P[s] v_s[0, 8 NV)
+inline void weighted_sum_block(float* o, const float* P, const float* v, int64_t ld, int64_t len) {
+    __m256 acc[NV];
+    for (int n = 0; n < NV; ++n) acc[n] = _mm256_loadu_ps(o + 8 * n);
+    for (int64_t s = 0; s < len; ++s) {
+        const __m256 p = _mm256_set1_ps(P[s]);
+        const float* vr = v + s * ld;
+        for (int n = 0; n < NV; ++n) acc[n] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * n), acc[n]);
+    }
+    for (int n = 0; n < NV; ++n) _mm256_storeu_ps(o + 8 * n, acc[n]);
+}
+
+template <>
+void chunk_weighted_sum<float>(float* o, const float* P, const float* v, int64_t ld, int64_t len,
+                               int64_t Dh) {
+    if (Dh % 8 != 0) {
+        for (int64_t s = 0; s < len; ++s)
+            for (int64_t i = 0; i < Dh; ++i) o[i] += P[s] * v[s * ld + i];
+        return;
+    }
+    for (int64_t d0 = 0; d0 < Dh; d0 += 64) {
+        switch (std::min<int64_t>(64, Dh - d0) / 8) {
+            case 8:
+                weighted_sum_block<8>(o + d0, P, v + d0, ld, len);
+                break;
+            case 7:
+                weighted_sum_block<7>(o + d0, P, v + d0, ld, len);
+                break;
+            case 6:
+                weighted_sum_block<6>(o + d0, P, v + d0, ld, len);
+                break;
+            case 5:
+                weighted_sum_block<5>(o + d0, P, v + d0, ld, len);
+                break;
+            case 4:
+                weighted_sum_block<4>(o + d0, P, v + d0, ld, len);
+                break;
+            case 3:
+                weighted_sum_block<3>(o + d0, P, v + d0, ld, len);
+                break;
+            case 2:
+                weighted_sum_block<2>(o + d0, P, v + d0, ld, len);
+                break;
+            default:
+                weighted_sum_block<1>(o + d0, P, v + d0, ld, len);
+                break;
+        }
+    }
+}
+#endif
+
+// The softmax attention of the G = first[g + 1] - first[g] queries of KV head g over keys [s0, s1) of n, the
+// chunk's K and V rows read from memory once for all G (they stay in L2 between the queries). Leaves per
+// query j the chunk's max score m, sum of exp l and unnormalised output o (Dh) at part + j * part_stride:
+// [m, l, o]; with probs (H, n), the chunk's exp(score - m) in its entries of the query's row. A head with a
+// window sees only its sinks and its last `window` keys (the others weigh 0, a chunk of only those has
+// m = -inf, l = 0, o = 0).
+template <typename T>
+void decode_chunk(T* part, int64_t part_stride, T* probs, const T* q, const T* k, const T* v, int64_t h0,
+                  int64_t G, int64_t g, int64_t s0, int64_t s1, int64_t n, int64_t Hkv, int64_t Dh, T scale,
+                  const int32_t* window_of, int64_t sinks, std::vector<T>& ws) {
+    const int64_t len = s1 - s0, ld = Hkv * Dh;
+    for (int64_t j = 0; j < G; ++j) {
+        const int64_t h = h0 + j;
+        T* P = probs ? probs + h * n + s0 : scratch(ws, len);  // the query's scores, then exp(score - m)
+        chunk_scores(P, q + h * Dh, k + s0 * ld + g * Dh, ld, len, Dh, scale);
+        if (const int64_t win = window_of ? int64_t(window_of[h]) : 0; win > 0) {
+            const int64_t lo = std::max<int64_t>(0, n - win), cut = std::min(sinks, lo);
+            for (int64_t s = std::max(cut, s0); s < std::min(lo, s1); ++s) P[s - s0] = T(-INFINITY);
+        }
+        T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int64_t s = 0; s < len; ++s) mx = std::max(mx, P[s]);
+        T* pj = part + j * part_stride;
+        std::fill(pj + 2, pj + 2 + Dh, T(0));
+        pj[0] = mx, pj[1] = 0;
+        if (mx == T(-INFINITY)) {  // every key of the chunk outside the head's window
+            std::fill(P, P + len, T(0));
+            continue;
+        }
+        T sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t s = 0; s < len; ++s) {
+            const T e = exp_of(P[s] - mx);
+            P[s] = e;
+            sum += e;
+        }
+        pj[1] = sum;
+        chunk_weighted_sum(pj + 2, P, v + s0 * ld + g * Dh, ld, len, Dh);
+    }
+}
+
+// One new token per head (T = 1, keys [0, n)): the flash-decoding split. Work items are (KV head, chunk of
+// kDecodeKeys keys), each reading its K / V rows once for all the KV head's queries; a second pass combines
+// each head's chunks in key order (and scales its probabilities, when asked, to the whole row's softmax).
+template <typename T>
+void decode_attention(T* out, T* probs, const T* q, const T* k, const T* v, int64_t n, int64_t H, int64_t Hkv,
+                      int64_t Dh, double scale, const int32_t* kv_head_of, int64_t group,
+                      const int32_t* window_of, int64_t sinks) {
+    const std::vector<int64_t> first = heads_per_kv(kv_head_of, H, Hkv, group);
+    const int64_t n_chunks = (n + kDecodeKeys - 1) / kDecodeKeys, stride = Dh + 2;
+    // the partials of query head h, chunk c at (h * n_chunks + c) * stride
+    static thread_local std::vector<T> parts;
+    T* part = scratch(parts, H * n_chunks * stride);
+    const int64_t items = Hkv * n_chunks;
+#pragma omp parallel for schedule(static, 1) if (items > 1 && n * H * Dh > 32768)
+    for (int64_t i = 0; i < items; ++i) {
+        static thread_local std::vector<T> ws;
+        const int64_t g = i / n_chunks, c = i % n_chunks;
+        const int64_t h0 = first[size_t(g)], G = first[size_t(g + 1)] - h0;
+        if (G == 0) continue;
+        const int64_t s0 = c * kDecodeKeys, s1 = std::min(n, s0 + kDecodeKeys);
+        decode_chunk(part + (h0 * n_chunks + c) * stride, n_chunks * stride, probs, q, k, v, h0, G, g, s0, s1,
+                     n, Hkv, Dh, T(scale), window_of, sinks, ws);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+        const T* ph = part + h * n_chunks * stride;
+        T mx = -INFINITY;  // finite: the last key is inside every window
+        for (int64_t c = 0; c < n_chunks; ++c) mx = std::max(mx, ph[c * stride]);
+        T sum = 0;
+        T* o = out + h * Dh;
+        std::fill(o, o + Dh, T(0));
+        for (int64_t c = 0; c < n_chunks; ++c) {
+            const T* pc = ph + c * stride;
+            if (pc[0] == T(-INFINITY)) continue;
+            const T w = exp_of(pc[0] - mx);
+            sum += w * pc[1];
+#pragma omp simd
+            for (int64_t i = 0; i < Dh; ++i) o[i] += w * pc[2 + i];
+        }
+        const T inv = T(1) / sum;
+#pragma omp simd
+        for (int64_t i = 0; i < Dh; ++i) o[i] *= inv;
+        if (!probs) continue;
+        for (int64_t c = 0; c < n_chunks; ++c) {
+            const T* pc = ph + c * stride;
+            const T f = pc[0] == T(-INFINITY) ? T(0) : exp_of(pc[0] - mx) * inv;
+            T* row = probs + h * n + c * kDecodeKeys;
+            const int64_t len = std::min(kDecodeKeys, n - c * kDecodeKeys);
+#pragma omp simd
+            for (int64_t s = 0; s < len; ++s) row[s] *= f;
+        }
     }
 }
 
@@ -137,6 +350,10 @@ void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T*
     if (num_tokens <= 0 || Dh <= 0) return;
     const int64_t group = H / std::max<int64_t>(Hkv, 1);
     const int64_t S = pos0 + num_tokens;
+    if (num_tokens == 1) {  // decode: the split over keys (one query row per head)
+        decode_attention(out, probs, q, k, v, S, H, Hkv, Dh, scale, kv_head_of, group, window_of, sinks);
+        return;
+    }
     const int64_t n_blocks = (num_tokens + kQueryBlock - 1) / kQueryBlock;
     const int64_t items = n_blocks * H;
     // Item i = (block i / H, head i % H); round-robin hands every thread blocks of every length.
@@ -156,14 +373,9 @@ void causal_attention_forward(T* out, T* probs, const T* q, const T* k, const T*
             P = scratch(ws, nq * nk);
             ld = nk;
         }
-        if (nq == 1) {
-            // One query (decode): dot products and an axpy loop beat two GEMM calls of one row.
-            single_query(P, out + (t0 * H + h) * Dh, q + (t0 * H + h) * Dh, k + g * Dh, v + g * Dh, nk,
-                         Hkv * Dh, Dh, scale, win, sinks);
-        } else {
-            block_softmax(P, ld, q, k, t0, nq, nk, pos0, h, g, H, Hkv, Dh, scale, win, sinks);
-            gemm(false, false, nq, Dh, nk, T(1), P, ld, v + g * Dh, Hkv * Dh, T(0), out + (t0 * H + h) * Dh, H * Dh);
-        }
+        block_softmax(P, ld, q, k, t0, nq, nk, pos0, h, g, H, Hkv, Dh, scale, win, sinks);
+        gemm(false, false, nq, Dh, nk, T(1), P, ld, v + g * Dh, Hkv * Dh, T(0), out + (t0 * H + h) * Dh,
+             H * Dh);
         if (probs && nk < S)
             for (int64_t r = 0; r < nq; ++r) std::fill(P + r * ld + nk, P + r * ld + S, T(0));
     }
@@ -231,7 +443,8 @@ void causal_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, c
                 for (int64_t s = n; s < nk; ++s) dr[s] = T(0);
             }
             const T beta = qb == n_blocks - 1 ? T(0) : T(1);
-            gemm(false, false, nq, Dh, nk, T(1), dS, nk, k + g * Dh, Hkv * Dh, T(0), dq + (t0 * H + h) * Dh, H * Dh);
+            gemm(false, false, nq, Dh, nk, T(1), dS, nk, k + g * Dh, Hkv * Dh, T(0), dq + (t0 * H + h) * Dh,
+                 H * Dh);
             gemm(true, false, nk, Dh, nq, T(1), dS, nk, qb_rows, H * Dh, beta, dkh, Dh);
             gemm(true, false, nk, Dh, nq, T(1), P, ldp, go_rows, H * Dh, beta, dvh, Dh);
         }
