@@ -3,7 +3,8 @@
 //   bench_cpu_inference [MODEL] [--pp 512] [--tg 128] [--depth 0] [--reps 3] [--threads N]
 //   [--f32-activations] [--q8-weights]
 // --depth D runs each test after a context of D tokens, prefilled untimed before it (llama-bench's -d):
-// the cost at length. --pp 0 or --tg 0 leaves that test out (a long depth is prefilled once per test).
+// the cost at length, with the median time of that prefill (one pass over D tokens). --pp 0 or --tg 0
+// leaves that test out (a long depth is prefilled once per test).
 // --f32-activations decodes with the f32-activation GEMVs (the reference) instead of 8-bit activations;
 // --q8-weights decodes from Q8_0 copies of the f32 linear weights (a model directory: a converted hybrid).
 // Prints one JSON object per test with the median tokens/s over the repetitions.
@@ -101,9 +102,13 @@ int main(int argc, char** argv) {
         KVCache cache(*m.model, depth + std::max(pp, tg) + 1);  // the plan's layout: hybrids too
         // A fresh sequence holding the depth's context, prefilled untimed (a recurrent state cannot be
         // rewound, so each test starts from its own prefill).
+        std::vector<double> depth_seconds;  // each prefill of the depth's context
         auto at_depth = [&]() {
             cache.reset();
-            if (depth > 0) forward_last_logits(*m.model, context, cache, options);
+            if (depth == 0) return;
+            const auto t0 = clock::now();
+            forward_last_logits(*m.model, context, cache, options);
+            depth_seconds.push_back(seconds_since(t0));
         };
         auto time_pp = [&](int64_t n) {
             const auto t0 = clock::now();
@@ -151,6 +156,10 @@ int main(int argc, char** argv) {
         };
         report("pp", pp, pp_rates);
         report("tg", tg, tg_rates);
+        if (!depth_seconds.empty())  // the prefill of the whole context in one pass: the cost at length
+            fmt::print(
+                "{{\"engine\": \"hydra\", \"test\": \"prefill{}\", \"seconds\": {:.3f}, \"threads\": {}}}\n",
+                depth, median(depth_seconds), num_threads());
     } catch (const Error& e) {
         fmt::print(stderr, "bench_cpu_inference: error: {}\n", e.what());
         return 1;
