@@ -133,7 +133,7 @@ std::vector<int64_t> heads_per_kv(const int32_t* kv_head_of, int64_t H, int64_t 
 
 // Scores of one query against keys [0, len) (rows ld apart): P[s] = scale * q . k_s.
 template <typename T>
-void chunk_scores(T* P, const T* qv, const T* k, int64_t ld, int64_t len, int64_t Dh, T scale) {
+void scores_loop(T* P, const T* qv, const T* k, int64_t ld, int64_t len, int64_t Dh, T scale) {
     for (int64_t s = 0; s < len; ++s) {
         const T* kr = k + s * ld;
         T d = 0;
@@ -144,12 +144,19 @@ void chunk_scores(T* P, const T* qv, const T* k, int64_t ld, int64_t len, int64_
 
 // o[0, Dh) += sum_s P[s] v_s over value rows [0, len) (rows ld apart).
 template <typename T>
+void weighted_sum_loop(T* o, const T* P, const T* v, int64_t ld, int64_t len, int64_t Dh) {
+    for (int64_t s = 0; s < len; ++s)
+        for (int64_t i = 0; i < Dh; ++i) o[i] += P[s] * v[s * ld + i];
+}
+
+template <typename T>
+void chunk_scores(T* P, const T* qv, const T* k, int64_t ld, int64_t len, int64_t Dh, T scale) {
+    scores_loop(P, qv, k, ld, len, Dh, scale);
+}
+
+template <typename T>
 void chunk_weighted_sum(T* o, const T* P, const T* v, int64_t ld, int64_t len, int64_t Dh) {
-    for (int64_t s = 0; s < len; ++s) {
-        const T p = P[s];
-        const T* vr = v + s * ld;
-        for (int64_t i = 0; i < Dh; ++i) o[i] += p * vr[i];
-    }
+    weighted_sum_loop(o, P, v, ld, len, Dh);
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -159,15 +166,7 @@ void chunk_weighted_sum(T* o, const T* P, const T* v, int64_t ld, int64_t len, i
 template <>
 void chunk_scores<float>(float* P, const float* qv, const float* k, int64_t ld, int64_t len, int64_t Dh,
                          float scale) {
-    if (Dh % 8 != 0) {
-        for (int64_t s = 0; s < len; ++s) {
-            const float* kr = k + s * ld;
-            float d = 0;
-            for (int64_t i = 0; i < Dh; ++i) d += qv[i] * kr[i];
-            P[s] = scale * d;
-        }
-        return;
-    }
+    if (Dh % 8 != 0) return scores_loop(P, qv, k, ld, len, Dh, scale);
     const __m128 sc = _mm_set1_ps(scale);
     int64_t s = 0;
     for (; s + 4 <= len; s += 4) {
@@ -210,39 +209,10 @@ inline void weighted_sum_block(float* o, const float* P, const float* v, int64_t
 template <>
 void chunk_weighted_sum<float>(float* o, const float* P, const float* v, int64_t ld, int64_t len,
                                int64_t Dh) {
-    if (Dh % 8 != 0) {
-        for (int64_t s = 0; s < len; ++s)
-            for (int64_t i = 0; i < Dh; ++i) o[i] += P[s] * v[s * ld + i];
-        return;
-    }
-    for (int64_t d0 = 0; d0 < Dh; d0 += 64) {
-        switch (std::min<int64_t>(64, Dh - d0) / 8) {
-            case 8:
-                weighted_sum_block<8>(o + d0, P, v + d0, ld, len);
-                break;
-            case 7:
-                weighted_sum_block<7>(o + d0, P, v + d0, ld, len);
-                break;
-            case 6:
-                weighted_sum_block<6>(o + d0, P, v + d0, ld, len);
-                break;
-            case 5:
-                weighted_sum_block<5>(o + d0, P, v + d0, ld, len);
-                break;
-            case 4:
-                weighted_sum_block<4>(o + d0, P, v + d0, ld, len);
-                break;
-            case 3:
-                weighted_sum_block<3>(o + d0, P, v + d0, ld, len);
-                break;
-            case 2:
-                weighted_sum_block<2>(o + d0, P, v + d0, ld, len);
-                break;
-            default:
-                weighted_sum_block<1>(o + d0, P, v + d0, ld, len);
-                break;
-        }
-    }
+    if (Dh % 8 != 0) return weighted_sum_loop(o, P, v, ld, len, Dh);
+    int64_t d0 = 0;
+    for (; d0 + 64 <= Dh; d0 += 64) weighted_sum_block<8>(o + d0, P, v + d0, ld, len);
+    for (; d0 < Dh; d0 += 8) weighted_sum_block<1>(o + d0, P, v + d0, ld, len);
 }
 #endif
 
