@@ -22,8 +22,8 @@
 #include "core/blas_kernels.h"
 #include "core/error.h"
 #include "core/parse_number.h"
-#include "core/rng.h"
 #include "core/threading.h"
+#include "eval/decode_cost.h"
 #include "model/kv_cache.h"
 #include "model/llama_forward.h"
 #include "model/model_loader.h"
@@ -87,14 +87,8 @@ int main(int argc, char** argv) {
         if (q8_weights) quantize_linear_weights(*m.model);  // what --quantize-weights q8_0 does in the CLI
         const ModelConfig& cfg = m.model->config();
         // Random token ids, as llama-bench uses: throughput does not depend on the text.
-        Rng rng(1234);
-        auto random_tokens = [&](int64_t n) {
-            std::vector<int32_t> ids(static_cast<size_t>(n));
-            for (auto& t : ids) t = int32_t(rng.next_u64() % uint64_t(cfg.vocab_size));
-            return ids;
-        };
-        const std::vector<int32_t> context = random_tokens(depth),
-                                   prompt = random_tokens(std::max<int64_t>(pp, 1));
+        const std::vector<int32_t> context = random_token_ids(depth, cfg.vocab_size, 1234),
+                                   prompt = random_token_ids(std::max<int64_t>(pp, 1), cfg.vocab_size, 1235);
         using clock = std::chrono::steady_clock;
         auto seconds_since = [](clock::time_point t0) {
             return std::chrono::duration<double>(clock::now() - t0).count();
@@ -131,31 +125,36 @@ int main(int argc, char** argv) {
         cache.reset();
         time_tg(std::min<int64_t>(tg, 8));
         std::vector<double> pp_rates, tg_rates;
+        // the cache as each test leaves it: KV rows of the FA KV groups for every position, GDN states
+        auto cache_bytes = [&] {
+            return cache.bytes_per_token() * size_t(cache.pos()) + cache.state_bytes();
+        };
+        size_t pp_cache = 0, tg_cache = 0;
         for (int r = 0; r < reps; ++r) {
             if (pp > 0) {
                 at_depth();
                 pp_rates.push_back(double(pp) / time_pp(pp));
+                pp_cache = cache_bytes();
             }
             if (tg > 0) {
                 at_depth();
                 tg_rates.push_back(double(tg) / time_tg(tg));
+                tg_cache = cache_bytes();
             }
         }
         auto median = [](std::vector<double> v) {
             std::sort(v.begin(), v.end());
             return v[v.size() / 2];
         };
-        // the cache as the last test left it: KV rows of the FA KV groups for every position, GDN states
-        const size_t cache_bytes = cache.bytes_per_token() * size_t(cache.pos()) + cache.state_bytes();
-        auto report = [&](const char* kind, int64_t n, const std::vector<double>& rates) {
+        auto report = [&](const char* kind, int64_t n, const std::vector<double>& rates, size_t bytes) {
             if (rates.empty()) return;
             fmt::print(
                 "{{\"engine\": \"hydra\", \"test\": \"{}{}\", \"depth\": {}, \"tokens_per_s\": {:.2f}, "
                 "\"threads\": {}, \"kv_bytes_per_token\": {}, \"cache_bytes\": {}}}\n",
-                kind, n, depth, median(rates), num_threads(), cache.bytes_per_token(), cache_bytes);
+                kind, n, depth, median(rates), num_threads(), cache.bytes_per_token(), bytes);
         };
-        report("pp", pp, pp_rates);
-        report("tg", tg, tg_rates);
+        report("pp", pp, pp_rates, pp_cache);
+        report("tg", tg, tg_rates, tg_cache);
         if (!depth_seconds.empty())  // the prefill of the whole context in one pass: the cost at length
             fmt::print(
                 "{{\"engine\": \"hydra\", \"test\": \"prefill{}\", \"seconds\": {:.3f}, \"threads\": {}}}\n",

@@ -1,6 +1,7 @@
 // `hydra demo`'s steps (pipeline/demo_runner.h) at a micro size on a tiny byte-level teacher trained
-// here: every step runs through the same code as the real demo on SmolLM2, the report shows the five
-// parts, the held-out KL falls over the recovery, a second run resumes without redoing anything, and
+// here: every step runs through the same code as the real demo on SmolLM2, the report shows the six
+// parts, the held-out KL falls over the recovery, the hybrid's long-context cache is an eighth of the
+// teacher's, a second run resumes without redoing anything, and
 // --from recomputes a step. Also: the latest GPU report is found by its date among result folders.
 #include <gtest/gtest.h>
 
@@ -114,32 +115,49 @@ TEST_F(Demo, StepsReportAndResume) {
     }
     EXPECT_LT(ag["distill"]["kl"].get<double>(), ag["converted"]["kl"].get<double>());
     EXPECT_GT(ag["converted"]["kl"].get<double>(), 0.0);
-    // the report shows all five parts and each step's wall time
+    // 5. the cost of one long sequence: the hybrid's cache holds an eighth of the teacher's K / V
+    const json co = read_json(out / "cost.json");
+    const int64_t context = co["context"].get<int64_t>(), steps = co["decode_tokens"].get<int64_t>();
+    EXPECT_GT(context, 100);
+    EXPECT_GT(steps, 0);
+    for (const char* k : {"teacher", "hybrid"}) {
+        EXPECT_GT(co[k]["prefill_seconds"].get<double>(), 0.0) << k;
+        EXPECT_GT(co[k]["decode_tokens_per_second"].get<double>(), 0.0) << k;
+    }
+    const int64_t kv_t = co["teacher"]["kv_bytes_per_token"].get<int64_t>();
+    EXPECT_EQ(co["hybrid"]["kv_bytes_per_token"].get<int64_t>() * 8, kv_t);
+    EXPECT_EQ(co["teacher"]["cache_bytes"].get<int64_t>(), kv_t * (context + steps));  // no recurrent state
+    EXPECT_LT(co["hybrid"]["cache_bytes"].get<int64_t>(), co["teacher"]["cache_bytes"].get<int64_t>());
+    // the report shows all six parts and each step's wall time
     const std::string md = read_text_file(r.report_path);
-    for (const char* h : {"## 1. Head scores", "## 2. The causal check", "## 3. Conversion 7:1",
-                          "## 4. A short recovery", "## 5. The full-budget run", "## Wall time per step"})
+    for (const char* h :
+         {"## 1. Head scores", "## 2. The causal check", "## 3. Conversion 7:1", "## 4. A short recovery",
+          "## 5. What a long context costs", "## 6. The full-budget run", "## Wall time per step"})
         EXPECT_NE(md.find(h), std::string::npos) << h;
     const json timings = read_json(out / "timings.json");
-    for (const char* k : {"score", "ablation", "convert", "align", "distill", "kl/converted", "kl/distill"})
+    for (const char* k :
+         {"score", "ablation", "convert", "align", "distill", "kl/converted", "kl/distill", "cost"})
         EXPECT_TRUE(timings.contains(k)) << k;
 
     // A second run resumes: nothing is recomputed (no step's result is rewritten).
     const auto stamp = [&](const fs::path& p) { return fs::last_write_time(p); };
     const auto t_scores = stamp(out / "scores.json"), t_ab = stamp(out / "ablation.json"),
                t_hybrid = stamp(out / "hybrid" / "config.json"), t_ag = stamp(out / "agreement.json"),
-               t_distill = stamp(out / "distill" / "state.json");
+               t_distill = stamp(out / "distill" / "state.json"), t_cost = stamp(out / "cost.json");
     run_demo(cfg, out.string(), "", {});
     EXPECT_EQ(stamp(out / "scores.json"), t_scores);
     EXPECT_EQ(stamp(out / "ablation.json"), t_ab);
     EXPECT_EQ(stamp(out / "hybrid" / "config.json"), t_hybrid);
     EXPECT_EQ(stamp(out / "agreement.json"), t_ag);
     EXPECT_EQ(stamp(out / "distill" / "state.json"), t_distill);
+    EXPECT_EQ(stamp(out / "cost.json"), t_cost);
     EXPECT_EQ(read_json(out / "agreement.json"), ag);
 
     // --from distill recomputes stage 2 (same settings, same data: the same KL) and nothing before it.
     run_demo(cfg, out.string(), "distill", {});
     EXPECT_EQ(stamp(out / "hybrid" / "config.json"), t_hybrid);
     EXPECT_NE(stamp(out / "distill" / "state.json"), t_distill);
+    EXPECT_NE(stamp(out / "cost.json"), t_cost);  // a step after it
     EXPECT_NEAR(read_json(out / "agreement.json")["distill"]["kl"].get<double>(),
                 ag["distill"]["kl"].get<double>(), 1e-6);
 

@@ -1,7 +1,8 @@
 // `hydra demo [MODEL] [--out DIR] [--from STEP] [key=value ...]`: the HydraHead method on the default
 // model (SmolLM2-135M) in a few minutes of a 2-core CPU (pipeline/demo_runner.h): head scores,
 // the causal ablation check, the 7:1 conversion and its KV cache, a short recovery whose held-out KL
-// falls, and a pointer to the full-budget GPU report; resumable step by step. The README's main command.
+// falls, what a long context costs on this CPU, and a pointer to the full-budget GPU report; resumable step
+// by step. The README's main command.
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "cli/gpu_generator.h"
@@ -49,9 +51,8 @@ void register_demo(CLI::App& app) {
                     "distill.run.steps=8; see demo_config.json of a run)");
     cmd->add_option("--out", o->out, "output directory")->capture_default_str();
     cmd->add_flag("--force", o->force, "write into --out even when it is not a hydra demo run (deletes it)");
-    cmd->add_option(
-        "--from", o->from,
-        "recompute this step and all later ones: score, ablation, convert, align, distill, report");
+    cmd->add_option("--from", o->from,
+                    fmt::format("recompute this step and all later ones: {}", fmt::join(demo_steps(), ", ")));
     add_threads_option(*cmd, o->threads);
     cmd->callback([o] {
         apply_threads(o->threads);

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
@@ -20,22 +19,24 @@
 
 namespace {
 
-// `hydra demo` is meant for a 2-core machine shared with other work. There OpenMP's default of spinning
-// at every barrier lets a waiting thread burn the time slice the thread it waits for needs (SmolLM2
-// decoding ran 17x slower with ~16 runnable processes on 2 cores). libgomp reads its wait policy once,
-// when it starts, so the demo restarts itself once with OMP_WAIT_POLICY=passive unless the caller chose
-// a policy.
-void demo_wait_policy(int argc, char** argv) {
-    if (argc < 2 || std::strcmp(argv[1], "demo") != 0 || std::getenv("OMP_WAIT_POLICY")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-    hydra::restart_self(argv);  // returns only on failure: then run as we are
+// OpenMP's waiting threads: libgomp's default spins ~300,000 times at every barrier before it sleeps, so
+// on a core shared with other work a waiting thread burns the time slice the thread it waits for needs
+// (SmolLM2 decoding on 2 cores: 2.2 tok/s beside eight busy loops); the passive policy sleeps at once, and
+// a decode step's 100-odd barriers then each wait for a sleeping core to wake (124 tok/s on a quiet
+// machine against 334). A thousand spins keep the quiet figure and bound the loaded one (28 beside eight
+// busy loops, passive 47). libgomp reads the setting once, when it starts: `hydra` sets it, unless the
+// caller chose OMP_WAIT_POLICY or GOMP_SPINCOUNT, and starts over (returns whether it set it).
+bool bound_spin_waits() {
+    if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return false;
+    return setenv("GOMP_SPINCOUNT", "1000", 1) == 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    hydra::ensure_blas_kernels(argv);
-    demo_wait_policy(argc, argv);
+    const bool restart_for_spin = bound_spin_waits();
+    hydra::ensure_blas_kernels(argv);                 // may start over itself, with the setting above
+    if (restart_for_spin) hydra::restart_self(argv);  // returns only on failure: then run as we are
     CLI::App app{"hydra: head-level attention hybridization (HydraHead) for pretrained LLMs", "hydra"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "hydra 0.1.0");

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/threading.h"
 #include "eval/bootstrap.h"
 #include "io/atomic_dir.h"
 #include "io/bounded_parse.h"
@@ -84,7 +85,7 @@ std::string write_demo_report(const DemoReportInputs& in) {
         "attention, "
         "and recover it briefly. Every figure below was measured in this run; the sample counts are small "
         "(sized for a few minutes on 2 cores), so read them as a demonstration of the method, and the GPU "
-        "report of section 5 for the full-budget figures.\n\n",
+        "report of section 6 for the full-budget figures.\n\n",
         cfg.teacher);
 
     // 1. Scores.
@@ -213,8 +214,36 @@ std::string write_demo_report(const DemoReportInputs& in) {
             md += fmt::format(" Loss curve of {}: ![{}]({}/loss_curve.png)", stage, stage, stage);
     md += "\n\n";
 
-    // 5. Full budget.
-    md += "## 5. The full-budget run\n\n";
+    // 5. Cost at length.
+    if (const json& co = in.cost; co.is_object() && co.contains("teacher") && co.contains("hybrid")) {
+        const json &t = co["teacher"], &h = co["hybrid"];
+        const double dt = t.value("decode_tokens_per_second", 0.0),
+                     dh = h.value("decode_tokens_per_second", 0.0);
+        md += "## 5. What a long context costs, on this CPU\n\n";
+        md += fmt::format(
+            "One sequence of {} random tokens prefilled in one pass, then {} tokens decoded one at a time, "
+            "the "
+            "teacher and the recovered hybrid each from quantized weights (a GGUF's own, Q8_0 copies of f32 "
+            "ones: `--quantize-weights q8_0`); {} threads ({}). The cache holds K / V (fp32) for every "
+            "position "
+            "of the full-attention heads and the GDN heads' constant state.\n\n",
+            co.value("context", int64_t(0)), co.value("decode_tokens", int64_t(0)), num_threads(),
+            seconds_text(in.timings, "cost"));
+        md += "| | teacher | 7:1 hybrid |\n|---|---|---|\n";
+        md += fmt::format("| prefill, s | {:.2f} | {:.2f} |\n", t.value("prefill_seconds", 0.0),
+                          h.value("prefill_seconds", 0.0));
+        md +=
+            fmt::format("| decode, tokens/s | {:.1f} | {:.1f} ({:.2f}x) |\n", dt, dh, dt > 0 ? dh / dt : 0.0);
+        md += fmt::format("| cache, MiB | {:.1f} | {:.1f} |\n\n", t.value("cache_bytes", 0.0) / (1 << 20),
+                          h.value("cache_bytes", 0.0) / (1 << 20));
+        md +=
+            "Longer contexts and llama.cpp beside them: `bench/cpu_length_cost.sh`, BENCHMARKS \"Cost at "
+            "length "
+            "on the CPU\".\n\n";
+    }
+
+    // 6. Full budget.
+    md += "## 6. The full-budget run\n\n";
     if (in.gpu_report) {
         md += fmt::format(
             "The same pipeline at full budget on one GPU (`hydra pipeline --preset smollm2-gpu`), latest "

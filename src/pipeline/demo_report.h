@@ -1,6 +1,7 @@
-// `hydra demo`'s report (OUT/report.md): the five things the demo shows (head scores, the causal
+// `hydra demo`'s report (OUT/report.md): the six things the demo shows (head scores, the causal
 // ablation check, the 7:1 conversion and its KV cache, the held-out KL before and after a short
-// recovery, the full-budget GPU table), with the wall time of every step and the settings.
+// recovery, the cost of a long context on this CPU, the full-budget GPU table), with the wall time of every
+// step and the settings.
 #pragma once
 
 #include <optional>
@@ -29,6 +30,7 @@ struct DemoReportInputs {
     nlohmann::json conversion;  // {plan, fa_kv_groups, kv_groups, kv_bytes_teacher, kv_bytes_hybrid, ...}
     nlohmann::json agreement;   // converted / align / distill -> {tokens, top1_agreement, kl, ppl}
     nlohmann::json stages;      // align / distill -> {steps, tokens, final_loss}
+    nlohmann::json cost;        // {context, decode_tokens, teacher / hybrid: eval/decode_cost.h's figures}
     nlohmann::json timings;     // step -> {seconds}
     std::optional<GpuReportRef> gpu_report;
 };

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "eval/decode_cost.h"
 #include "eval/eval_runner.h"
 #include "eval/heldout_metrics.h"
 #include "eval/model_text_encoder.h"
@@ -23,6 +24,7 @@
 #include "io/bounded_parse.h"
 #include "model/model_loader.h"
 #include "model/plan_builders.h"
+#include "model/weight_quantizer.h"
 #include "pipeline/demo_report.h"
 #include "pipeline/pipeline_steps.h"
 #include "pipeline/run_ledger.h"
@@ -33,9 +35,14 @@ namespace hydra {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+namespace {
+// The cost step: one sequence at this context (or the teacher's window, when shorter), then these steps.
+constexpr int64_t kDemoCostContext = 4096, kDemoCostSteps = 32;
+}  // namespace
+
 const std::vector<std::string>& demo_steps() {
-    static const std::vector<std::string> steps = {"score", "ablation", "convert",
-                                                   "align", "distill",  "report"};
+    static const std::vector<std::string> steps = {"score",   "ablation", "convert", "align",
+                                                   "distill", "cost",     "report"};
     return steps;
 }
 
@@ -340,7 +347,42 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
         previous = dir;
     }
 
-    // 5. Report.
+    // 5. Cost at length: the teacher and the recovered hybrid, one sequence at a long context on this CPU.
+    const fs::path cost_path = out / "cost.json";
+    if (forced("cost")) fs::remove(cost_path);
+    json cost = read_json_or(cost_path, json());
+    if (!cost.is_null()) {
+        say("cost: done, skipped");
+    } else {
+        const auto t0 = Clock::now();
+        const int64_t context = std::min<int64_t>(kDemoCostContext, tcfg.max_position_embeddings > 0
+                                                                        ? tcfg.max_position_embeddings
+                                                                        : kDemoCostContext);
+        const std::vector<int32_t> ids = random_token_ids(context, tcfg.vocab_size, 1234);
+        cost = {{"context", context}, {"decode_tokens", kDemoCostSteps}};
+        for (const auto& [key, path] :
+             {std::pair<std::string, std::string>{"teacher", cfg.teacher}, {"hybrid", previous.string()}}) {
+            LoadedModel m = load_model(path);
+            // as served: the GGUF's own quantized weights, Q8_0 copies of f32 ones (--quantize-weights q8_0)
+            quantize_linear_weights(*m.model);
+            const DecodeCost c = measure_decode_cost(*m.model, ids, kDemoCostSteps);
+            cost[key] = {{"prefill_seconds", c.prefill_seconds},
+                         {"decode_tokens_per_second", c.decode_tokens_per_second},
+                         {"cache_bytes", c.cache_bytes},
+                         {"kv_bytes_per_token", c.kv_bytes_per_token}};
+        }
+        write_json(cost_path, cost);
+        ledger.record("cost", seconds_since(t0));
+    }
+    say(fmt::format(
+        "cost at {} tokens of context: decode {:.1f} tok/s teacher, {:.1f} hybrid; cache {:.1f} -> "
+        "{:.1f} MiB",
+        cost["context"].get<int64_t>(), cost["teacher"]["decode_tokens_per_second"].get<double>(),
+        cost["hybrid"]["decode_tokens_per_second"].get<double>(),
+        cost["teacher"]["cache_bytes"].get<double>() / (1 << 20),
+        cost["hybrid"]["cache_bytes"].get<double>() / (1 << 20)));
+
+    // 6. Report.
     DemoReportInputs ri;
     ri.config = &cfg;
     ri.out_dir = out.string();
@@ -349,6 +391,7 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
     ri.conversion = conversion;
     ri.agreement = agreement;
     ri.stages = stages;
+    ri.cost = cost;
     ri.timings = ledger.timings();
     ri.gpu_report = latest_gpu_report(std::string(HYDRA_SOURCE_DIR) + "/docs/results");
     DemoResult r;

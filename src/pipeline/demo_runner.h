@@ -8,6 +8,7 @@
 //            its held-out KL(teacher || student) before any training
 //   align    stage 1 (per-layer alignment of the linear-attention heads); held-out KL after it
 //   distill  a short stage 2 (KL distillation of every weight); held-out KL after it
+//   cost     the teacher and the recovered hybrid at a 4K-token context on this CPU: prefill, decode, cache
 //   report   OUT/report.md, pointing to the latest full-budget GPU report under docs/results/
 // The held-out KL is measured on the same tokens of prose no stage trains on. Every step writes its
 // result into OUT and is skipped when that result is complete, so a cut demo resumes where it stopped;
@@ -18,6 +19,7 @@
 // OUT/hybrid/            the converted 7:1 model (loads like any model);  OUT/conversion.json
 // OUT/align/ OUT/distill/ stage checkpoints;  OUT/shards/ the stages' token shards
 // OUT/agreement.json     held-out KL, top-1 agreement and perplexity per model state
+// OUT/cost.json          the cost step's figures (eval/decode_cost.h)
 // OUT/timings.json, OUT/report.md
 #pragma once
 
@@ -29,7 +31,7 @@
 
 namespace hydra {
 
-const std::vector<std::string>& demo_steps();  // score, ablation, convert, align, distill, report
+const std::vector<std::string>& demo_steps();  // score, ablation, convert, align, distill, cost, report
 
 // The demo's settings for `teacher`: the smollm2-gpu preset's stage recipe at CPU sizes. The demo
 // builds the first variant only (7:1 by head scores, KV granularity).
