@@ -4,7 +4,7 @@
 //   [--f32-activations] [--q8-weights]
 // --depth D runs each test after a context of D tokens, prefilled untimed before it (llama-bench's -d):
 // the cost at length, with the median time of that prefill (one pass over D tokens). --pp 0 or --tg 0
-// leaves that test out (a long depth is prefilled once per test).
+// leaves that test out (a long depth is prefilled once per test). tg at depth 0 decodes after one token.
 // --f32-activations decodes with the f32-activation GEMVs (the reference) instead of 8-bit activations;
 // --q8-weights decodes from Q8_0 copies of the f32 linear weights (a model directory: a converted hybrid).
 // Prints one JSON object per test with the median tokens/s over the repetitions.
@@ -28,7 +28,6 @@
 #include "model/llama_forward.h"
 #include "model/model_loader.h"
 #include "model/weight_quantizer.h"
-#include "serve/sampler.h"
 
 using namespace hydra;
 
@@ -90,57 +89,44 @@ int main(int argc, char** argv) {
         const std::vector<int32_t> context = random_token_ids(depth, cfg.vocab_size, 1234),
                                    prompt = random_token_ids(std::max<int64_t>(pp, 1), cfg.vocab_size, 1235);
         using clock = std::chrono::steady_clock;
-        auto seconds_since = [](clock::time_point t0) {
+        auto seconds_of = [](auto&& run) {
+            const auto t0 = clock::now();
+            run();
             return std::chrono::duration<double>(clock::now() - t0).count();
         };
-        KVCache cache(*m.model, depth + std::max(pp, tg) + 1);  // the plan's layout: hybrids too
-        // A fresh sequence holding the depth's context, prefilled untimed (a recurrent state cannot be
-        // rewound, so each test starts from its own prefill).
-        std::vector<double> depth_seconds;  // each prefill of the depth's context
-        auto at_depth = [&]() {
+        std::vector<double> depth_seconds;  // each prefill of the depth's context (one pass)
+        size_t pp_cache = 0, tg_cache = 0;  // the cache as each test leaves it
+        // pp: a fresh sequence holding the depth's context (a recurrent state cannot be rewound, so each test
+        // prefills its own), then the prompt in one batch, timed.
+        KVCache cache(*m.model, std::max<int64_t>(1, depth + pp));  // the plan's layout: hybrids too
+        auto pp_once = [&](int64_t n, bool at_depth) {
             cache.reset();
-            if (depth == 0) return;
-            const auto t0 = clock::now();
-            forward_last_logits(*m.model, context, cache, options);
-            depth_seconds.push_back(seconds_since(t0));
+            if (at_depth && depth > 0)
+                depth_seconds.push_back(
+                    seconds_of([&] { forward_last_logits(*m.model, context, cache, options); }));
+            const double s = seconds_of([&] {
+                forward_last_logits(*m.model, std::span<const int32_t>(prompt.data(), size_t(n)), cache,
+                                    options);
+            });
+            pp_cache = cache.bytes_per_token() * size_t(cache.pos()) + cache.state_bytes();
+            return double(n) / s;
         };
-        auto time_pp = [&](int64_t n) {
-            const auto t0 = clock::now();
-            forward_last_logits(*m.model, std::span<const int32_t>(prompt.data(), size_t(n)), cache, options);
-            return seconds_since(t0);
+        // tg: greedy single-token steps after the context (eval/decode_cost; at depth 0 after one token).
+        auto tg_once = [&](int64_t n, bool at_depth) {
+            const bool deep = at_depth && depth > 0;
+            const std::vector<int32_t> ctx = deep ? context : std::vector<int32_t>{prompt[0]};
+            const DecodeCost c = measure_decode_cost(*m.model, ctx, n, options);
+            if (deep) depth_seconds.push_back(c.prefill_seconds);
+            tg_cache = c.cache_bytes;
+            return c.decode_tokens_per_second;
         };
-        auto time_tg = [&](int64_t n) {
-            int32_t tok = prompt[0];
-            const auto t0 = clock::now();
-            for (int64_t i = 0; i < n; ++i) {
-                const int32_t one[1] = {tok};
-                Tensor logits = forward_last_logits(*m.model, one, cache, options);
-                tok = argmax({logits.f32(), size_t(cfg.vocab_size)});
-            }
-            return seconds_since(t0);
-        };
-        // Warm-up (discarded): a short pass at depth 0 warms the weights and the allocator.
-        cache.reset();
-        time_pp(std::min<int64_t>(std::max<int64_t>(pp, 1), 64));
-        cache.reset();
-        time_tg(std::min<int64_t>(tg, 8));
+        // Warm-up (discarded): short passes warm the weights and the allocator.
+        pp_once(std::min<int64_t>(std::max<int64_t>(pp, 1), 64), false);
+        if (tg > 0) tg_once(std::min<int64_t>(tg, 8), false);
         std::vector<double> pp_rates, tg_rates;
-        // the cache as each test leaves it: KV rows of the FA KV groups for every position, GDN states
-        auto cache_bytes = [&] {
-            return cache.bytes_per_token() * size_t(cache.pos()) + cache.state_bytes();
-        };
-        size_t pp_cache = 0, tg_cache = 0;
         for (int r = 0; r < reps; ++r) {
-            if (pp > 0) {
-                at_depth();
-                pp_rates.push_back(double(pp) / time_pp(pp));
-                pp_cache = cache_bytes();
-            }
-            if (tg > 0) {
-                at_depth();
-                tg_rates.push_back(double(tg) / time_tg(tg));
-                tg_cache = cache_bytes();
-            }
+            if (pp > 0) pp_rates.push_back(pp_once(pp, true));
+            if (tg > 0) tg_rates.push_back(tg_once(tg, true));
         }
         auto median = [](std::vector<double> v) {
             std::sort(v.begin(), v.end());

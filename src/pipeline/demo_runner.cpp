@@ -360,12 +360,13 @@ DemoResult run_demo(const PipelineConfig& cfg, const std::string& out_dir, const
                                                                         : kDemoCostContext);
         const std::vector<int32_t> ids = random_token_ids(context, tcfg.vocab_size, 1234);
         cost = {{"context", context}, {"decode_tokens", kDemoCostSteps}};
-        for (const auto& [key, path] :
-             {std::pair<std::string, std::string>{"teacher", cfg.teacher}, {"hybrid", previous.string()}}) {
-            LoadedModel m = load_model(path);
-            // as served: the GGUF's own quantized weights, Q8_0 copies of f32 ones (--quantize-weights q8_0)
-            quantize_linear_weights(*m.model);
-            const DecodeCost c = measure_decode_cost(*m.model, ids, kDemoCostSteps);
+        // as served: the GGUF's own quantized weights, Q8_0 copies of f32 ones (--quantize-weights q8_0); the
+        // teacher is the one loaded above (no step after this one runs it)
+        LoadedModel hybrid = load_model(previous.string());
+        for (const auto& [key, model] : {std::pair<std::string, LlamaModel*>{"teacher", teacher.model.get()},
+                                         {"hybrid", hybrid.model.get()}}) {
+            quantize_linear_weights(*model);
+            const DecodeCost c = measure_decode_cost(*model, ids, kDemoCostSteps);
             cost[key] = {{"prefill_seconds", c.prefill_seconds},
                          {"decode_tokens_per_second", c.decode_tokens_per_second},
                          {"cache_bytes", c.cache_bytes},

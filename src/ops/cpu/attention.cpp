@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -57,35 +58,41 @@ inline int64_t kv_head(const int32_t* kv_head_of, int64_t h, int64_t group) {
     return kv_head_of ? int64_t(kv_head_of[h]) : h / group;
 }
 
-// Row softmax in place over x[0, n) (scores already scaled); x[n, n_zero) set to 0.
-inline void softmax_row(float* x, int64_t n, int64_t n_zero) {
-    float mx = -INFINITY;
+inline float exp_of(float x) {
+    return exp_approx(x);
+}
+inline double exp_of(double x) {
+    return std::exp(x);
+}
+
+// In place over x[0, n): x[s] = exp(x[s] - m), m the row's max; returns {m, sum of the exponentials}. A row
+// of only -inf (every key masked) becomes zeros, with m = -inf and sum 0.
+template <typename T>
+inline std::pair<T, T> exp_minus_max(T* x, int64_t n) {
+    T mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int64_t s = 0; s < n; ++s) mx = std::max(mx, x[s]);
-    float sum = 0;
+    if (mx == T(-INFINITY)) {
+        std::fill(x, x + n, T(0));
+        return {mx, T(0)};
+    }
+    T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t s = 0; s < n; ++s) {
-        const float e = exp_approx(x[s] - mx);
+        const T e = exp_of(x[s] - mx);
         x[s] = e;
         sum += e;
     }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t s = 0; s < n; ++s) x[s] *= inv;
-    if (n_zero > n) std::memset(x + n, 0, sizeof(float) * size_t(n_zero - n));
+    return {mx, sum};
 }
 
-inline void softmax_row(double* x, int64_t n, int64_t n_zero) {
-    double mx = -INFINITY;
-    for (int64_t s = 0; s < n; ++s) mx = std::max(mx, x[s]);
-    double sum = 0;
-    for (int64_t s = 0; s < n; ++s) {
-        x[s] = std::exp(x[s] - mx);
-        sum += x[s];
-    }
-    const double inv = 1.0 / sum;
+// Row softmax in place over x[0, n) (scores already scaled); x[n, n_zero) set to 0.
+template <typename T>
+inline void softmax_row(T* x, int64_t n, int64_t n_zero) {
+    const T inv = T(1) / exp_minus_max(x, n).second;
+#pragma omp simd
     for (int64_t s = 0; s < n; ++s) x[s] *= inv;
-    for (int64_t s = n; s < n_zero; ++s) x[s] = 0;
+    if (n_zero > n) std::fill(x + n, x + n_zero, T(0));
 }
 
 // The softmax of a row whose keys are [0, n) (n = position + 1), zero up to n_zero; with a sliding window
@@ -115,13 +122,6 @@ void block_softmax(T* P, int64_t ld, const T* q, const T* k, int64_t t0, int64_t
 // Keys per chunk of the decode split: the unit of work (and of parallelism) along a long cache. Fixed, so
 // that the chunks, and the order of their combination, do not depend on the thread count.
 constexpr int64_t kDecodeKeys = 256;
-
-inline float exp_of(float x) {
-    return exp_approx(x);
-}
-inline double exp_of(double x) {
-    return std::exp(x);
-}
 
 // Query heads [first[g], first[g + 1]) read KV head g (check_map's monotone map, or the grouped layout).
 std::vector<int64_t> heads_per_kv(const int32_t* kv_head_of, int64_t H, int64_t Hkv, int64_t group) {
@@ -235,24 +235,11 @@ void decode_chunk(T* part, int64_t part_stride, T* probs, const T* q, const T* k
             const int64_t lo = std::max<int64_t>(0, n - win), cut = std::min(sinks, lo);
             for (int64_t s = std::max(cut, s0); s < std::min(lo, s1); ++s) P[s - s0] = T(-INFINITY);
         }
-        T mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int64_t s = 0; s < len; ++s) mx = std::max(mx, P[s]);
+        const auto [mx, sum] = exp_minus_max(P, len);
         T* pj = part + j * part_stride;
+        pj[0] = mx, pj[1] = sum;
         std::fill(pj + 2, pj + 2 + Dh, T(0));
-        pj[0] = mx, pj[1] = 0;
-        if (mx == T(-INFINITY)) {  // every key of the chunk outside the head's window
-            std::fill(P, P + len, T(0));
-            continue;
-        }
-        T sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t s = 0; s < len; ++s) {
-            const T e = exp_of(P[s] - mx);
-            P[s] = e;
-            sum += e;
-        }
-        pj[1] = sum;
+        if (mx == T(-INFINITY)) continue;  // every key of the chunk outside the head's window
         chunk_weighted_sum(pj + 2, P, v + s0 * ld + g * Dh, ld, len, Dh);
     }
 }
